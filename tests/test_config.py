@@ -1,0 +1,83 @@
+"""The configuration file: validation names the field and the file; env overrides; catalog backends."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from toolsearch.config import ConfigError, load_config
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "toolsearch.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_an_empty_file_gives_the_defaults(tmp_path: Path) -> None:
+    config = load_config(write(tmp_path, ""))
+    assert config.router.listen == "127.0.0.1:8000"
+    assert config.indexer.search.default_limit == 8
+    assert config.indexer.model == (tmp_path / "models/all-MiniLM-L6-v2").resolve()
+
+
+def test_a_wrong_field_is_named_with_the_file(tmp_path: Path) -> None:
+    path = write(tmp_path, "indexer:\n  search:\n    default_limit: 500\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert str(path) in str(info.value)
+    assert "indexer.search.default_limit" in str(info.value)
+
+
+def test_an_unknown_key_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"router\.lisen: unknown key"):
+        load_config(write(tmp_path, "router:\n  lisen: 1.2.3.4:5\n"))
+
+
+def test_a_missing_backend_url_is_named(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"backends\.0\.url"):
+        load_config(write(tmp_path, "backends:\n  - id: weather\n"))
+
+
+def test_a_missing_file_says_so(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_config(tmp_path / "absent.yaml")
+
+
+def test_yaml_that_does_not_parse_says_so(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(write(tmp_path, "router: [unclosed\n"))
+
+
+def test_environment_overrides_listen_addresses(tmp_path: Path) -> None:
+    env = {
+        "TOOLSEARCH_ROUTER_LISTEN": "0.0.0.0:9000",
+        "TOOLSEARCH_INDEXER_LISTEN": "0.0.0.0:6000",
+        "TOOLSEARCH_INDEXER_ADDRESSES": "indexer-1:6000, indexer-2:6000",
+    }
+    config = load_config(write(tmp_path, "router:\n  listen: 127.0.0.1:1\n"), env)
+    assert config.router.listen == "0.0.0.0:9000"
+    assert config.indexer.listen == "0.0.0.0:6000"
+    assert config.router.indexer == ["indexer-1:6000", "indexer-2:6000"]
+
+
+def test_a_catalog_server_registers_one_backend_per_server(tmp_path: Path) -> None:
+    lines = [
+        {"server": "Weather Co", "name": "forecast", "description": "d", "inputSchema": {"type": "object"}},
+        {"server": "Weather Co", "name": "alerts", "description": "d", "inputSchema": {"type": "object"}},
+        {"server": "mail", "name": "send", "description": "d", "inputSchema": {"type": "object"}},
+    ]
+    (tmp_path / "tools.jsonl").write_text("\n".join(json.dumps(line) for line in lines))
+    config = load_config(
+        write(
+            tmp_path,
+            "catalog_servers:\n  - catalog: tools.jsonl\n    listen: 127.0.0.1:9100\n"
+            "    require_jwt: [mail]\n",
+        )
+    )
+    by_id = {b.id: b for b in config.backends}
+    assert set(by_id) == {"Weather_Co", "mail"}
+    assert by_id["Weather_Co"].url == "http://127.0.0.1:9100/servers/Weather_Co/mcp"
+    assert by_id["mail"].auth.type == "passthrough"

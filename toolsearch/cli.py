@@ -1,0 +1,66 @@
+"""The `toolsearch` command: one entry point, one subcommand per role.
+
+Each subcommand lives in the module of the thing it runs; that module's `add_parser(subparsers)`
+registers it and sets `func`, which takes the parsed arguments and returns the exit code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from toolsearch.config import ConfigError
+
+# module -> the subcommands it registers, imported lazily so `toolsearch router` never loads torch
+_COMMANDS = {
+    "toolsearch.up": ("up",),
+    "indexer.server": ("indexer",),
+    "router.app": ("router",),
+    "toolsearch.catalog_server": ("catalog-server",),
+    "toolsearch.model": ("model",),
+    "toolsearch.evaluation": ("eval",),
+    "toolsearch.status": ("status",),
+    "toolsearch.bench": ("bench",),
+}
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The argument parser; with `only`, just that subcommand's module is imported."""
+    parser = argparse.ArgumentParser(prog="toolsearch", description="A tool-search layer for MCP.")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for module_name, commands in _COMMANDS.items():
+        if only is not None and only not in commands:
+            subparsers.add_parser(commands[0], add_help=False)
+            continue
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name != module_name:
+                raise
+            continue
+        module.add_parser(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit code."""
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    first = next((a for a in args_list if not a.startswith("-")), None)
+    parser = build_parser(first)
+    args = parser.parse_args(args_list)
+    func = getattr(args, "func", None)
+    if func is None:
+        parser.error(f"unknown command {args.command!r}")
+    try:
+        return int(func(args))
+    except ConfigError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
