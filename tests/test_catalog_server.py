@@ -1,0 +1,379 @@
+"""The catalog server, run as a real process and spoken to with the MCP SDK's client."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import httpx2
+import jwt
+import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+from mcp_types import INVALID_PARAMS
+
+from tests.support.processes import Proc, free_port, start_process
+from toolsearch.catalog import group_by_server, load_catalog
+from toolsearch.catalog_server import CatalogServerSettings, create_app
+from toolsearch.config import load_config
+
+ROOT = Path(__file__).resolve().parent.parent
+SECRET = "a-test-secret-that-is-long-enough-for-hs256"
+SECRET_ENV = "TOOLSEARCH_CATALOG_JWT_SECRET"
+
+FORECAST_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "city": {"type": "string", "description": "City name"},
+        "days": {"type": "integer", "minimum": 1, "maximum": 14},
+        "units": {"type": "string", "enum": ["metric", "imperial"]},
+    },
+    "required": ["city"],
+}
+EMPTY_SCHEMA = {"type": "object", "properties": {}}
+
+
+def tool(server: str, name: str, schema: dict[str, Any] = EMPTY_SCHEMA) -> dict[str, Any]:
+    title = name.replace("_", " ").capitalize()
+    return {
+        "id": f"{server}::{title}",
+        "server": server,
+        "name": name,
+        "title": title,
+        "description": f"{title} ({server})",
+        "inputSchema": schema,
+    }
+
+
+WEATHER = ["get_forecast", "get_current", "get_alerts", "get_history", "get_air_quality"]
+CATALOG = [
+    tool("Weather Service", name, FORECAST_SCHEMA if name == "get_forecast" else EMPTY_SCHEMA)
+    for name in WEATHER
+] + [
+    tool("Secure Notes", "read_note"),
+    tool("Flaky Maps", "geocode"),
+    tool("Changing Tools", "list_items"),
+]
+
+
+@dataclass(frozen=True)
+class Running:
+    base: str
+    proc: Proc
+
+    def mcp(self, slug: str) -> str:
+        return f"{self.base}/servers/{slug}/mcp"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
+    path = tmp_path_factory.mktemp("catalog") / "catalog.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in CATALOG))
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    args = [sys.executable, "-m", "toolsearch.cli", "catalog-server", "--catalog", str(path)]
+    args += ["--port", str(port), "--page-size", "2", "--control"]
+    args += ["--require-jwt", "Secure Notes", "--allowed-subjects", "alice"]
+    proc = start_process(args, f"{base}/healthz", env={SECRET_ENV: SECRET})
+    try:
+        yield Running(base, proc)
+    finally:
+        proc.stop()
+
+
+def token(subject: str = "alice", expires_in: int = 300, secret: str = SECRET) -> str:
+    now = int(time.time())
+    return jwt.encode({"sub": subject, "iat": now, "exp": now + expires_in}, secret, algorithm="HS256")
+
+
+@contextlib.asynccontextmanager
+async def connect(
+    url: str, bearer: str | None = None, mode: Literal["legacy", "auto"] = "legacy"
+) -> AsyncIterator[Client]:
+    headers = {"Authorization": f"Bearer {bearer}"} if bearer else None
+    async with (
+        httpx2.AsyncClient(headers=headers, timeout=30) as http,
+        Client(streamable_http_client(url, http_client=http), mode=mode) as client,
+    ):
+        yield client
+
+
+async def raw_list(url: str, headers: dict[str, str] | None = None) -> httpx2.Response:
+    """A bare tools/list POST, to see the HTTP status the SDK client would fold into an error."""
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+    accept = {"Accept": "application/json, text/event-stream"}
+    async with httpx2.AsyncClient(timeout=10) as http:
+        return await http.post(url, json=body, headers={**accept, **(headers or {})})
+
+
+async def control(server: Running, path: str) -> httpx2.Response:
+    async with httpx2.AsyncClient(timeout=10) as http:
+        return await http.post(f"{server.base}/control/servers/{path}")
+
+
+def text_of(result: Any) -> str:
+    return "".join(block.text for block in result.content)
+
+
+async def all_tools(client: Client) -> list[Any]:
+    tools: list[Any] = []
+    cursor: str | None = None
+    while True:
+        page = await client.list_tools(cursor=cursor)
+        assert len(page.tools) <= 2
+        tools += page.tools
+        cursor = page.next_cursor
+        if cursor is None:
+            return tools
+
+
+def test_the_server_announces_its_address_and_size_when_ready(server: Running) -> None:
+    assert f"catalog server listening on {server.base} (4 servers, 8 tools)" in server.proc.output()
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_a_server_lists_all_its_tools_across_pages(
+    server: Running, mode: Literal["legacy", "auto"]
+) -> None:
+    async with connect(server.mcp("Weather_Service"), mode=mode) as client:
+        tools = await all_tools(client)
+    assert [t.name for t in tools] == WEATHER
+    forecast = tools[0]
+    assert forecast.title == "Get forecast"
+    assert forecast.description == "Get forecast (Weather Service)"
+    assert forecast.input_schema == FORECAST_SCHEMA
+
+
+async def test_a_valid_call_echoes_the_tool_the_server_and_the_arguments(server: Running) -> None:
+    arguments = {"city": "Lyon", "days": 3, "units": "metric"}
+    async with connect(server.mcp("Weather_Service")) as client:
+        result = await client.call_tool("get_forecast", arguments)
+    expected = {"tool": "get_forecast", "server": "Weather Service", "arguments": arguments}
+    assert not result.is_error
+    assert result.structured_content == expected
+    assert json.loads(text_of(result)) == expected
+
+
+async def test_invalid_arguments_give_an_error_result_naming_the_field(server: Running) -> None:
+    async with connect(server.mcp("Weather_Service")) as client:
+        missing = await client.call_tool("get_forecast", {"days": 3})
+        wrong = await client.call_tool("get_forecast", {"city": "Lyon", "units": "kelvin"})
+        too_many = await client.call_tool("get_forecast", {"city": "Lyon", "days": 40})
+    assert missing.is_error
+    assert text_of(missing) == "invalid arguments for get_forecast: 'city' is a required property"
+    assert wrong.is_error
+    assert text_of(wrong).startswith(
+        "invalid arguments for get_forecast: field 'units': 'kelvin' is not one of"
+    )
+    assert too_many.is_error
+    assert "field 'days'" in text_of(too_many)
+
+
+async def test_an_unknown_tool_gives_an_error_result_naming_it(server: Running) -> None:
+    async with connect(server.mcp("Weather_Service")) as client:
+        result = await client.call_tool("get_tides", {})
+    assert result.is_error
+    assert "unknown tool 'get_tides'" in text_of(result)
+
+
+@pytest.mark.parametrize("cursor", ["not-a-cursor", "99", "-1", "\u00b2", "9" * 5000])
+async def test_a_cursor_the_server_did_not_issue_is_a_protocol_error(server: Running, cursor: str) -> None:
+    async with connect(server.mcp("Weather_Service")) as client:
+        with pytest.raises(MCPError) as info:
+            await client.list_tools(cursor=cursor)
+    assert info.value.code == INVALID_PARAMS
+    assert "invalid cursor" in info.value.message
+
+
+async def test_an_unknown_server_answers_404_with_a_json_message(server: Running) -> None:
+    response = await raw_list(server.mcp("No_Such_Server"))
+    assert response.status_code == 404
+    assert "unknown server 'No_Such_Server'" in response.json()["error"]["message"]
+
+
+async def test_a_jwt_server_answers_401_without_a_token(server: Running) -> None:
+    response = await raw_list(server.mcp("Secure_Notes"))
+    assert response.status_code == 401
+    assert response.headers["www-authenticate"].startswith("Bearer")
+
+
+@pytest.mark.parametrize(
+    ("authorization", "problem"),
+    [
+        (f"Bearer {token(expires_in=-60)}", "the token has expired"),
+        (f"Bearer {token(secret='another-secret-that-is-also-long-enough')}", "signature does not verify"),
+        ("Bearer not-a-jwt", "not a well-formed JWT"),
+        (f"Basic {token()}", "must be Bearer"),
+    ],
+    ids=["expired", "bad-signature", "malformed", "wrong-scheme"],
+)
+async def test_a_jwt_server_answers_401_to_a_bad_token(
+    server: Running, authorization: str, problem: str
+) -> None:
+    response = await raw_list(server.mcp("Secure_Notes"), {"Authorization": authorization})
+    assert response.status_code == 401
+    assert response.headers["www-authenticate"].startswith("Bearer")
+    assert problem in response.json()["error"]["message"]
+
+
+async def test_a_jwt_server_answers_403_to_a_subject_not_allowed(server: Running) -> None:
+    response = await raw_list(server.mcp("Secure_Notes"), {"Authorization": f"Bearer {token('mallory')}"})
+    assert response.status_code == 403
+    assert "'mallory'" in response.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_a_jwt_server_serves_a_good_token(server: Running, mode: Literal["legacy", "auto"]) -> None:
+    async with connect(server.mcp("Secure_Notes"), bearer=token(), mode=mode) as client:
+        tools = await all_tools(client)
+        result = await client.call_tool("read_note", {})
+    assert [t.name for t in tools] == ["read_note"]
+    assert result.structured_content == {"tool": "read_note", "server": "Secure Notes", "arguments": {}}
+
+
+async def test_a_server_without_jwt_ignores_other_servers_requirements(server: Running) -> None:
+    response = await raw_list(server.mcp("Flaky_Maps"))
+    assert response.status_code == 200
+
+
+async def test_a_server_taken_down_answers_503_and_serves_again_once_up(server: Running) -> None:
+    assert (await control(server, "Flaky_Maps/down")).json()["down"] is True
+    try:
+        response = await raw_list(server.mcp("Flaky_Maps"))
+        assert response.status_code == 503
+        assert "is down" in response.json()["error"]["message"]
+        assert (await raw_list(server.mcp("Weather_Service"))).status_code == 200
+    finally:
+        assert (await control(server, "Flaky_Maps/up")).json()["down"] is False
+    async with connect(server.mcp("Flaky_Maps")) as client:
+        assert [t.name for t in (await client.list_tools()).tools] == ["geocode"]
+
+
+async def test_a_slow_server_delays_its_answers_until_set_back_to_zero(server: Running) -> None:
+    assert (await control(server, "Flaky_Maps/slow?seconds=0.5")).json()["delay_seconds"] == 0.5
+    try:
+        started = time.monotonic()
+        assert (await raw_list(server.mcp("Flaky_Maps"))).status_code == 200
+        assert time.monotonic() - started >= 0.5
+    finally:
+        await control(server, "Flaky_Maps/slow?seconds=0")
+    async with httpx2.AsyncClient(timeout=10) as http:
+        state = (await http.get(f"{server.base}/control/servers")).json()
+    assert {s["slug"]: s["delay_seconds"] for s in state["servers"]}["Flaky_Maps"] == 0
+
+
+async def test_posting_tools_replaces_a_servers_tool_list(server: Running) -> None:
+    new_tools = [
+        {"name": "add_item", "description": "Add an item", "inputSchema": FORECAST_SCHEMA},
+        {"name": "remove_item", "description": "Remove an item", "inputSchema": EMPTY_SCHEMA},
+    ]
+    async with httpx2.AsyncClient(timeout=10) as http:
+        response = await http.post(f"{server.base}/control/servers/Changing_Tools/tools", json=new_tools)
+    assert response.status_code == 200
+    assert response.json()["tools"] == 2
+    async with connect(server.mcp("Changing_Tools")) as client:
+        assert [t.name for t in await all_tools(client)] == ["add_item", "remove_item"]
+        gone = await client.call_tool("list_items", {})
+        added = await client.call_tool("add_item", {})
+    assert gone.is_error
+    assert text_of(added) == "invalid arguments for add_item: 'city' is a required property"
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "status", "message"),
+    [
+        ("No_Such_Server/down", None, 404, "unknown server"),
+        ("Flaky_Maps/slow?seconds=-1", None, 400, "seconds must be between"),
+        ("Flaky_Maps/slow", None, 400, "?seconds=X"),
+        ("Flaky_Maps/explode", None, 404, "unknown control action"),
+        ("Changing_Tools/tools", {"name": "x"}, 400, "JSON list"),
+        ("Changing_Tools/tools", [{"description": "no name"}], 400, "'name'"),
+        ("Changing_Tools/tools", [{"name": "x", "inputSchema": {"type": 5}}], 400, "not valid JSON Schema"),
+    ],
+)
+async def test_control_requests_that_make_no_sense_get_a_clear_error(
+    server: Running, path: str, body: Any, status: int, message: str
+) -> None:
+    async with httpx2.AsyncClient(timeout=10) as http:
+        response = await http.post(f"{server.base}/control/servers/{path}", json=body)
+    assert response.status_code == status
+    assert message in response.json()["error"]
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "toolsearch.cli", "catalog-server", *args]
+    environment = {k: v for k, v in os.environ.items() if k != SECRET_ENV} | (env or {})
+    return subprocess.run(command, capture_output=True, text=True, timeout=60, env=environment, check=False)
+
+
+def test_a_bad_catalog_file_exits_2_naming_the_line_without_a_traceback(tmp_path: Path) -> None:
+    path = tmp_path / "bad.jsonl"
+    path.write_text(json.dumps(CATALOG[0]) + "\n{not json\n")
+    done = run_cli("--catalog", str(path), "--port", str(free_port()))
+    assert done.returncode == 2
+    assert f"{path}:2: not JSON" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_requiring_a_jwt_without_the_secret_in_the_environment_exits_2(tmp_path: Path) -> None:
+    path = tmp_path / "catalog.jsonl"
+    path.write_text(json.dumps(CATALOG[0]) + "\n")
+    missing = run_cli("--catalog", str(path), "--require-jwt", "*")
+    short = run_cli("--catalog", str(path), "--require-jwt", "*", env={SECRET_ENV: "short"})
+    unknown = run_cli("--catalog", str(path), "--require-jwt", "Nowhere", env={SECRET_ENV: SECRET})
+    assert (missing.returncode, short.returncode, unknown.returncode) == (2, 2, 2)
+    assert SECRET_ENV in missing.stderr
+    assert "at least 32 bytes" in short.stderr
+    assert "Nowhere" in unknown.stderr
+    assert "Traceback" not in missing.stderr + short.stderr + unknown.stderr
+
+
+async def test_tokens_never_reach_the_log_even_at_debug_level(tmp_path: Path) -> None:
+    path = tmp_path / "catalog.jsonl"
+    path.write_text(json.dumps(tool("Secure Notes", "read_note")) + "\n")
+    port = free_port()
+    args = [sys.executable, "-m", "toolsearch.cli", "catalog-server", "--catalog", str(path)]
+    args += ["--port", str(port), "--require-jwt", "*", "--log-level", "debug"]
+    proc = start_process(args, f"http://127.0.0.1:{port}/healthz", env={SECRET_ENV: SECRET})
+    good, expired = token(), token(expires_in=-60)
+    try:
+        async with connect(f"http://127.0.0.1:{port}/servers/Secure_Notes/mcp", bearer=good) as client:
+            await client.call_tool("read_note", {})
+        await raw_list(
+            f"http://127.0.0.1:{port}/servers/Secure_Notes/mcp", {"Authorization": f"Bearer {expired}"}
+        )
+    finally:
+        output = proc.stop()
+    assert "catalog server listening on" in output
+    assert good not in output
+    assert expired not in output
+    assert SECRET not in output
+
+
+def test_the_example_catalog_has_at_least_200_tools_in_20_servers_with_valid_schemas() -> None:
+    catalog = load_catalog(ROOT / "examples" / "catalog.jsonl")
+    servers = group_by_server(catalog)
+    assert len(catalog) >= 200
+    assert len(servers) >= 20
+    assert all(re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", slug) for slug in servers)
+    create_app(catalog, CatalogServerSettings())  # every schema compiles
+    assert "Apache License" in (ROOT / "examples" / "LICENSE").read_text().splitlines()[0]
+
+
+def test_the_demo_config_registers_every_example_server_as_a_backend() -> None:
+    config = load_config(ROOT / "examples" / "demo.yaml", env={})
+    slugs = set(group_by_server(load_catalog(ROOT / "examples" / "catalog.jsonl")))
+    assert {backend.id for backend in config.backends} == slugs
+    assert all(backend.url.endswith(f"/servers/{backend.id}/mcp") for backend in config.backends)
+    assert config.router.listen == "127.0.0.1:8000"
+    assert config.indexer.listen == "127.0.0.1:50051"

@@ -1,0 +1,406 @@
+"""`toolsearch catalog-server`: every server of a catalog file as its own MCP endpoint.
+
+One uvicorn process with one lowlevel MCP `Server` and one stateless session manager serves
+`/servers/<slug>/mcp` for each server of the catalog; the handlers find the server from the request
+path. `tools/list` pages through that server's tools; `tools/call` validates the arguments against
+the tool's inputSchema and echoes them back. It stands in for real backends in demos and tests:
+
+- servers named with `--require-jwt` demand `Authorization: Bearer <JWT>` (HS256): 401 with
+  `WWW-Authenticate: Bearer` for a missing, malformed, badly signed or expired token, 403 for a
+  subject outside `--allowed-subjects`;
+- `--control` adds a testing and demo aid, without authentication (keep it on loopback):
+  `GET /control/servers` (state), `POST /control/servers/<slug>/down` (every MCP request answers
+  503) and `/up`, `POST /control/servers/<slug>/slow?seconds=X` (delay every MCP response; 0 ends
+  it), and `POST /control/servers/<slug>/tools` with a JSON list of tool definitions that replaces
+  the server's tool list (stateless, so no list_changed notification: clients see it on their next
+  tools/list).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import sys
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+import jwt
+import mcp_types as types
+import uvicorn
+from mcp.server.context import ServerRequestContext
+from mcp.server.lowlevel.server import Server
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.shared.exceptions import MCPError
+from pydantic import ValidationError
+from starlette.applications import Starlette
+from starlette.datastructures import Headers
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
+
+from toolsearch.catalog import (
+    CatalogError,
+    CatalogTool,
+    argument_problem,
+    group_by_server,
+    input_validator,
+    load_catalog,
+    parse_tool,
+    server_slug,
+)
+
+DEFAULT_SECRET_ENV = "TOOLSEARCH_CATALOG_JWT_SECRET"
+MIN_SECRET_BYTES = 32  # RFC 7518 §3.2: an HS256 key must be at least as long as the hash
+MAX_DELAY_SECONDS = 600.0
+ALL_SERVERS = "*"
+
+# pyjwt's own messages can quote parts of the token; clients get these fixed ones instead.
+_TOKEN_PROBLEMS: tuple[tuple[type[jwt.InvalidTokenError], str], ...] = (
+    (jwt.ExpiredSignatureError, "the token has expired"),
+    (jwt.ImmatureSignatureError, "the token is not valid yet"),
+    (jwt.InvalidAudienceError, "the token is not meant for this server (aud)"),
+    (jwt.InvalidAlgorithmError, "the token must be signed with HS256"),
+    (jwt.InvalidSignatureError, "the token's signature does not verify"),
+    (jwt.DecodeError, "the token is not a well-formed JWT"),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class CatalogServerSettings:
+    """What a catalog server enforces and offers besides its catalog."""
+
+    page_size: int = 100  # tools per tools/list page
+    require_jwt: frozenset[str] = frozenset()  # server names or slugs, or "*" for every server
+    jwt_secret: str | None = None  # the HS256 secret tokens are checked with
+    jwt_audience: str | None = None  # when set, tokens must name it in `aud`
+    allowed_subjects: frozenset[str] | None = None  # when set, the only `sub` values let in
+    control: bool = False  # serve the /control API
+
+    def __post_init__(self) -> None:
+        if self.page_size < 1:
+            raise ValueError(f"page size must be at least 1, got {self.page_size}")
+        if self.require_jwt and not self.jwt_secret:
+            raise ValueError("servers that require a JWT need the secret to check tokens with")
+        if self.jwt_secret is not None and len(self.jwt_secret.encode()) < MIN_SECRET_BYTES:
+            raise ValueError(f"the JWT secret must be at least {MIN_SECRET_BYTES} bytes long (HS256)")
+        if not self.require_jwt and (self.allowed_subjects is not None or self.jwt_audience is not None):
+            raise ValueError("allowed subjects and a JWT audience only apply to servers that require a JWT")
+
+
+@dataclass(slots=True)
+class _Backend:
+    """One served server: its tools and what the control API has done to it."""
+
+    slug: str
+    server: str
+    # name -> (definition, argument validator); replaced as a whole, so a request sees one list
+    tools: dict[str, tuple[types.Tool, Any]]
+    requires_jwt: bool
+    down: bool = False
+    delay: float = 0.0
+
+    def state(self) -> dict[str, Any]:
+        return {
+            "slug": self.slug,
+            "server": self.server,
+            "tools": len(self.tools),
+            "down": self.down,
+            "delay_seconds": self.delay,
+            "requires_jwt": self.requires_jwt,
+        }
+
+
+def _clip(value: object, limit: int = 200) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _prepare(tools: list[CatalogTool]) -> dict[str, tuple[types.Tool, Any]]:
+    """Check every tool once, so a bad schema fails when it is loaded, not when it is called."""
+    prepared: dict[str, tuple[types.Tool, Any]] = {}
+    for tool in tools:
+        if tool.name in prepared:
+            raise CatalogError(f"tool {tool.name!r} appears twice in server {tool.server!r}")
+        try:
+            definition = types.Tool.model_validate(tool.definition())
+        except ValidationError as exc:
+            raise CatalogError(
+                f"tool {tool.name!r}: not a valid MCP tool ({exc.errors()[0]['msg']})"
+            ) from None
+        prepared[tool.name] = (definition, input_validator(tool))
+    return prepared
+
+
+def _tool_error(text: str) -> types.CallToolResult:
+    return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True)
+
+
+def _rpc_error(status: int, message: str, headers: dict[str, str] | None = None) -> Response:
+    """An HTTP error whose body is a JSON-RPC error, so MCP clients surface the message."""
+    error = {"code": -32600, "message": message, "data": {"status": status}}
+    return JSONResponse({"jsonrpc": "2.0", "id": None, "error": error}, status_code=status, headers=headers)
+
+
+def _unauthorized(message: str, error: str | None = None) -> Response:
+    challenge = 'Bearer realm="toolsearch-catalog"'
+    if error is not None:
+        challenge += f', error="{error}", error_description="{message}"'
+    return _rpc_error(401, message, {"WWW-Authenticate": challenge})
+
+
+class _CatalogService:
+    """The served servers, the MCP handlers, and the HTTP endpoints around them."""
+
+    def __init__(self, catalog: list[CatalogTool], settings: CatalogServerSettings) -> None:
+        self.settings = settings
+        groups = group_by_server(catalog)
+        wanted = {name if name == ALL_SERVERS else server_slug(name) for name in settings.require_jwt}
+        if unknown := sorted(wanted - set(groups) - {ALL_SERVERS}):
+            raise CatalogError(f"servers required to use a JWT are not in the catalog: {', '.join(unknown)}")
+        self.backends = {
+            slug: _Backend(slug, tools[0].server, _prepare(tools), ALL_SERVERS in wanted or slug in wanted)
+            for slug, tools in groups.items()
+        }
+        mcp: Server[Any] = Server(
+            "toolsearch-catalog", on_list_tools=self.list_tools, on_call_tool=self.call_tool
+        )
+        self.manager = StreamableHTTPSessionManager(mcp, stateless=True, json_response=True)
+
+    def _backend_of(self, ctx: ServerRequestContext[Any]) -> _Backend:
+        request = ctx.request
+        slug = request.path_params.get("slug") if isinstance(request, Request) else None
+        backend = self.backends.get(slug) if isinstance(slug, str) else None
+        if backend is None:
+            raise MCPError(types.INTERNAL_ERROR, "the request reached the MCP handler without a known server")
+        return backend
+
+    async def list_tools(
+        self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        tools = [definition for definition, _ in self._backend_of(ctx).tools.values()]
+        cursor = params.cursor if params is not None else None
+        start = 0
+        if cursor is not None:
+            # cursors are the offsets this server issued; anything else is refused, not guessed at
+            if not (cursor.isascii() and cursor.isdigit() and len(cursor) < 10 and int(cursor) < len(tools)):
+                raise MCPError(
+                    types.INVALID_PARAMS, f"invalid cursor {_clip(cursor)}: list again from the start"
+                )
+            start = int(cursor)
+        end = start + self.settings.page_size
+        return types.ListToolsResult(
+            tools=tools[start:end], next_cursor=str(end) if end < len(tools) else None
+        )
+
+    async def call_tool(
+        self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        backend = self._backend_of(ctx)
+        tool = backend.tools.get(params.name)
+        if tool is None:
+            return _tool_error(
+                f"unknown tool {_clip(params.name)}: server {backend.server!r} has no such tool"
+            )
+        arguments = params.arguments or {}
+        problem = argument_problem(tool[1], arguments)
+        if problem is not None:
+            return _tool_error(f"invalid arguments for {params.name}: {problem}")
+        result = {"tool": params.name, "server": backend.server, "arguments": arguments}
+        text = json.dumps(result, ensure_ascii=False)
+        return types.CallToolResult(
+            content=[types.TextContent(type="text", text=text)], structured_content=result
+        )
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """ASGI for `/servers/{slug}/mcp`: refuse what this server would not serve, then serve it."""
+        slug = scope["path_params"]["slug"]
+        backend = self.backends.get(slug)
+        if backend is None:
+            rejection: Response | None = _rpc_error(
+                404, f"unknown server {_clip(slug)}: no server has that slug"
+            )
+        else:
+            await anyio.sleep(backend.delay)
+            rejection = self._rejection(backend, Headers(scope=scope))
+        if rejection is not None:
+            await rejection(scope, receive, send)
+        else:
+            await self.manager.handle_request(scope, receive, send)
+
+    def _rejection(self, backend: _Backend, headers: Headers) -> Response | None:
+        if backend.down:
+            return _rpc_error(503, f"server {backend.server!r} is down (set through the control API)")
+        if not backend.requires_jwt:
+            return None
+        scheme, _, token = headers.get("authorization", "").partition(" ")
+        if not scheme:
+            return _unauthorized("this server requires Authorization: Bearer <JWT>")
+        if scheme.lower() != "bearer" or not token.strip():
+            return _unauthorized("the Authorization header must be Bearer <JWT>", "invalid_request")
+        settings = self.settings
+        try:
+            claims = jwt.decode(
+                token.strip(),
+                settings.jwt_secret or "",  # never empty here: the settings refuse that
+                algorithms=["HS256"],
+                audience=settings.jwt_audience,
+                options={"verify_aud": settings.jwt_audience is not None},
+            )
+        except jwt.InvalidTokenError as exc:
+            problem = next((text for kind, text in _TOKEN_PROBLEMS if isinstance(exc, kind)), None)
+            return _unauthorized(problem or "the token is invalid", "invalid_token")
+        if settings.allowed_subjects is not None and claims.get("sub") not in settings.allowed_subjects:
+            message = f"subject {_clip(claims.get('sub'))} may not use server {backend.server!r}"
+            return _rpc_error(403, message, {"WWW-Authenticate": 'Bearer error="insufficient_scope"'})
+        return None
+
+    async def control_state(self, request: Request) -> Response:
+        return JSONResponse({"servers": [backend.state() for backend in self.backends.values()]})
+
+    async def control(self, request: Request) -> Response:
+        """`POST /control/servers/{slug}/{down,up,slow,tools}`."""
+        backend = self.backends.get(request.path_params["slug"])
+        if backend is None:
+            raise HTTPException(404, f"unknown server {_clip(request.path_params['slug'])}")
+        action = request.path_params["action"]
+        if action in ("down", "up"):
+            backend.down = action == "down"
+        elif action == "slow":
+            try:
+                seconds = float(request.query_params["seconds"])
+            except (KeyError, ValueError):
+                raise HTTPException(400, "give the delay as ?seconds=X") from None
+            if not math.isfinite(seconds) or not 0 <= seconds <= MAX_DELAY_SECONDS:
+                raise HTTPException(400, f"seconds must be between 0 and {MAX_DELAY_SECONDS:g}")
+            backend.delay = seconds
+        elif action == "tools":
+            backend.tools = await _posted_tools(request, backend.server)
+        else:
+            raise HTTPException(404, f"unknown control action {_clip(action)}: down, up, slow or tools")
+        return JSONResponse(backend.state())
+
+
+async def _posted_tools(request: Request, server: str) -> dict[str, tuple[types.Tool, Any]]:
+    """The tools of a control request's body: a list of definitions, or a tools/list result."""
+    try:
+        body = json.loads(await request.body())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise HTTPException(400, f"the body must be JSON ({exc})") from None
+    if isinstance(body, dict) and isinstance(body.get("tools"), list):
+        body = body["tools"]
+    if not isinstance(body, list) or not all(isinstance(item, dict) for item in body):
+        raise HTTPException(400, "the body must be a JSON list of tool definitions")
+    try:
+        return _prepare(
+            [parse_tool(json.dumps({**item, "server": server}), f"tools[{i}]") for i, item in enumerate(body)]
+        )
+    except CatalogError as exc:
+        raise HTTPException(400, str(exc)) from None
+
+
+async def _json_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)  # the only exception class it is registered for
+    return JSONResponse({"error": exc.detail}, status_code=exc.status_code, headers=exc.headers)
+
+
+def create_app(catalog: list[CatalogTool], settings: CatalogServerSettings) -> Starlette:
+    """The ASGI app serving every server of `catalog`; raises CatalogError for a bad catalog."""
+    service = _CatalogService(catalog, settings)
+
+    async def healthz(request: Request) -> Response:
+        tools = sum(len(backend.tools) for backend in service.backends.values())
+        return JSONResponse({"status": "ok", "servers": len(service.backends), "tools": tools})
+
+    # `service` is an object, not a function, so Starlette hands it the raw ASGI call
+    routes = [Route("/healthz", healthz, methods=["GET"]), Route("/servers/{slug}/mcp", service)]
+    if settings.control:
+        routes.append(Route("/control/servers", service.control_state, methods=["GET"]))
+        routes.append(Route("/control/servers/{slug}/{action}", service.control, methods=["POST"]))
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        async with service.manager.run():
+            yield
+
+    return Starlette(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: _json_error})
+
+
+class _Uvicorn(uvicorn.Server):
+    """uvicorn that says where it listens once its socket is bound (port 0 picks a free one)."""
+
+    def __init__(self, config: uvicorn.Config, banner: str) -> None:
+        super().__init__(config)
+        self._banner = banner
+
+    async def startup(self, sockets: list[Any] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started:
+            host, port = self.servers[0].sockets[0].getsockname()[:2]
+            url = f"http://{f'[{host}]' if ':' in host else host}:{port}"
+            print(f"catalog server listening on {url} ({self._banner})", file=sys.stderr, flush=True)
+
+
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register `toolsearch catalog-server`."""
+    parser = subparsers.add_parser(
+        "catalog-server",
+        help="serve every server of a catalog file as an MCP endpoint",
+        description="Serve each server of a catalog (JSON Lines of MCP tools) at /servers/<slug>/mcp; "
+        "tool calls validate their arguments and echo them back.",
+    )
+    add = parser.add_argument
+    add("--catalog", type=Path, required=True, help="the catalog file (JSON Lines)")
+    add("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
+    add("--port", type=int, default=9100, help="port to listen on, 0 for any free one (default: 9100)")
+    add("--page-size", type=int, default=100, help="tools per tools/list page (default: 100)")
+    jwt_help = "servers (names or slugs, * for all) that require Authorization: Bearer <JWT>, HS256"
+    add("--require-jwt", nargs="+", action="extend", default=[], metavar="SERVER", help=jwt_help)
+    secret_help = f"environment variable holding the HS256 secret (default: {DEFAULT_SECRET_ENV})"
+    add("--jwt-secret-env", default=DEFAULT_SECRET_ENV, metavar="NAME", help=secret_help)
+    add("--jwt-audience", help="audience tokens must name in aud (default: not checked)")
+    add("--allowed-subjects", nargs="+", action="extend", metavar="SUB", help="the only subjects let in")
+    add("--control", action="store_true", help="serve the /control API (testing and demos; no auth)")
+    add("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
+    parser.set_defaults(func=run_cli)
+
+
+def run_cli(args: argparse.Namespace) -> int:
+    """Run `toolsearch catalog-server`; returns the exit code."""
+    secret = os.environ.get(args.jwt_secret_env) if args.require_jwt else None
+    try:
+        if args.require_jwt and not secret:
+            raise ValueError(
+                f"--require-jwt needs the HS256 secret in the environment variable {args.jwt_secret_env}"
+            )
+        catalog = load_catalog(args.catalog)
+        if not catalog:
+            raise CatalogError(f"{args.catalog}: the catalog has no tools")
+        subjects = args.allowed_subjects
+        settings = CatalogServerSettings(
+            page_size=args.page_size,
+            require_jwt=frozenset(args.require_jwt),
+            jwt_secret=secret,
+            jwt_audience=args.jwt_audience,
+            allowed_subjects=frozenset(subjects) if subjects is not None else None,
+            control=args.control,
+        )
+        app = create_app(catalog, settings)
+    except ValueError as exc:  # CatalogError is one
+        print(f"toolsearch catalog-server: {exc}", file=sys.stderr)
+        return 2
+    if args.control and args.host not in ("127.0.0.1", "localhost", "::1"):
+        print("toolsearch catalog-server: warning: the control API has no authentication", file=sys.stderr)
+    config = uvicorn.Config(
+        app, host=args.host, port=args.port, log_level=args.log_level, timeout_graceful_shutdown=5
+    )
+    server = _Uvicorn(config, f"{len(group_by_server(catalog))} servers, {len(catalog)} tools")
+    server.run()
+    return 0 if server.started else 1
