@@ -78,7 +78,8 @@ class CatalogServer(_Model):
     catalog: Path
     listen: str = "127.0.0.1:9100"
     register_backends: bool = True  # add each server of the catalog as a backend
-    require_jwt: list[str] = []  # servers that require a bearer JWT (issue-wide: see catalog server docs)
+    require_jwt: list[str] = []  # servers that require a bearer JWT; their backends use passthrough auth
+    backend_timeout: float = Field(default=30.0, gt=0)  # the registered backends' call timeout
 
     _listen = field_validator("listen")(classmethod(lambda cls, v: _check_listen(v)))
 
@@ -249,6 +250,7 @@ def parse_config(raw: object, path: Path, env: Mapping[str, str] | None = None) 
                     id=slug[:64],
                     url=f"http://{server.listen}/servers/{slug}/mcp",
                     auth=auth if slug in server.require_jwt else BackendAuth(),
+                    timeout=server.backend_timeout,
                 )
             )
     try:

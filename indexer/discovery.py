@@ -1,0 +1,110 @@
+"""Listing a backend's tools over MCP: every page, with given credentials, within a deadline.
+
+The SDK reports an HTTP error status only as a generic JSON-RPC error, so a response hook records
+the status of every answer; a 401 or 403 becomes `BackendRejected`, which decides whether a session
+leaves the backend out or ends.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import httpx2
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+
+from indexer.errors import BackendRejected, BackendUnavailable
+
+# A server that pages forever must not hang discovery.
+MAX_PAGES = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class Listing:
+    """What one `tools/list` walk found."""
+
+    tools: tuple[Mapping[str, Any], ...]  # MCP tool definitions, as the backend named them
+    protocol_version: str
+    latency: float  # seconds for the whole walk
+
+
+class _StatusRecorder:
+    """Remembers the last rejecting HTTP status a backend answered with."""
+
+    def __init__(self) -> None:
+        self.rejected: int | None = None
+
+    async def __call__(self, response: httpx2.Response) -> None:
+        if response.status_code in (401, 403):
+            self.rejected = response.status_code
+
+
+def _leaf_errors(exc: BaseException) -> list[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for sub in exc.exceptions for leaf in _leaf_errors(sub)]
+    return [exc]
+
+
+def _describe(exc: BaseException) -> str:
+    leaves = _leaf_errors(exc)
+    first = leaves[0] if leaves else exc
+    if isinstance(first, httpx2.ConnectError):
+        return "connection refused"
+    if isinstance(first, httpx2.TimeoutException):
+        return "timed out"
+    if isinstance(first, MCPError):
+        return f"MCP error: {first.error.message}"
+    return f"{type(first).__name__}: {first}"[:200]
+
+
+async def list_tools(
+    backend_id: str,
+    url: str,
+    headers: Mapping[str, str],
+    timeout: float,
+    transport: httpx2.AsyncBaseTransport | None = None,
+    mode: str = "auto",
+) -> Listing:
+    """List every tool of one backend; raises `BackendRejected` or `BackendUnavailable`."""
+    recorder = _StatusRecorder()
+    started = time.perf_counter()
+    http = httpx2.AsyncClient(
+        headers=dict(headers),
+        timeout=httpx2.Timeout(timeout),
+        transport=transport,
+        event_hooks={"response": [recorder]},
+    )
+    tools: list[Mapping[str, Any]] = []
+    try:
+        with anyio.fail_after(timeout):
+            async with Client(streamable_http_client(url, http_client=http), mode=mode) as client:
+                cursor: str | None = None
+                for _ in range(MAX_PAGES):
+                    page = await client.list_tools(cursor=cursor, cache_mode="bypass")
+                    tools.extend(
+                        tool.model_dump(mode="json", by_alias=True, exclude_none=True) for tool in page.tools
+                    )
+                    cursor = page.next_cursor
+                    if not cursor:
+                        break
+                else:
+                    raise BackendUnavailable(backend_id, f"more than {MAX_PAGES} pages of tools")
+                version = client.protocol_version
+    except TimeoutError:
+        raise BackendUnavailable(backend_id, f"did not answer tools/list within {timeout:g}s") from None
+    except (BackendUnavailable, BackendRejected):
+        raise
+    except Exception as exc:
+        if recorder.rejected is not None:
+            raise BackendRejected(backend_id, recorder.rejected) from None
+        raise BackendUnavailable(backend_id, _describe(exc)) from None
+    finally:
+        if transport is None:
+            with anyio.CancelScope(shield=True):
+                await http.aclose()
+    return Listing(tools=tuple(tools), protocol_version=version, latency=time.perf_counter() - started)

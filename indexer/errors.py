@@ -1,0 +1,83 @@
+"""The indexer's errors, translated to gRPC status codes in one place (`indexer/service.py`).
+
+IndexerError
+├── SessionNotFound        NOT_FOUND (toolsearch-error: session-not-found)
+├── ToolNotFound           NOT_FOUND (toolsearch-error: tool-not-found)
+├── InvalidRequest         INVALID_ARGUMENT
+├── TooManySessions        RESOURCE_EXHAUSTED
+├── NotReady               UNAVAILABLE
+└── BackendError           (never leaves the indexer: a failing backend is left out of a catalog)
+    ├── BackendUnavailable
+    └── BackendRejected
+EmbedderError              (indexer.embedder: the model cannot be loaded or run)
+"""
+
+from __future__ import annotations
+
+from indexer.embedder.base import EmbedderError
+
+__all__ = [
+    "BackendError",
+    "BackendRejected",
+    "BackendUnavailable",
+    "EmbedderError",
+    "IndexerError",
+    "InvalidRequest",
+    "NotReady",
+    "SessionNotFound",
+    "TooManySessions",
+    "ToolNotFound",
+]
+
+
+class IndexerError(Exception):
+    """Raised when the indexer cannot answer a request; the base of every indexer error."""
+
+
+class SessionNotFound(IndexerError):
+    """Raised when a session id is unknown, ended, or bound to another principal."""
+
+    def __init__(self, session_id: str) -> None:
+        # only a prefix: the id is a bearer capability and must not land whole in logs
+        super().__init__(f"session not found: {session_id[:8]}...")
+
+
+class ToolNotFound(IndexerError):
+    """Raised when a tool name is not in the session's current index version."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"tool not found: {name}")
+        self.name = name
+
+
+class InvalidRequest(IndexerError):
+    """Raised when a request breaks a limit or has a malformed field; the message says which."""
+
+
+class TooManySessions(IndexerError):
+    """Raised when a principal already holds as many sessions as the configuration allows."""
+
+
+class NotReady(IndexerError):
+    """Raised when a request arrives before the indexer has loaded its model and catalogs."""
+
+
+class BackendError(IndexerError):
+    """Raised when a backend cannot be listed; the session or probe leaves it out."""
+
+    def __init__(self, backend_id: str, reason: str) -> None:
+        super().__init__(f"backend {backend_id}: {reason}")
+        self.backend_id = backend_id
+        self.reason = reason
+
+
+class BackendUnavailable(BackendError):
+    """Raised when a backend refuses the connection, times out, or answers with an error."""
+
+
+class BackendRejected(BackendError):
+    """Raised when a backend answers 401 or 403 to the credentials it was given."""
+
+    def __init__(self, backend_id: str, status: int) -> None:
+        super().__init__(backend_id, f"rejected the credentials (HTTP {status})")
+        self.status = status

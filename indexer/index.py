@@ -1,0 +1,151 @@
+"""Index versions: immutable, content-addressed, shared by every session with the same tool set.
+
+A version is built once per distinct tool set (its fingerprint) and never changes afterwards, so a
+request that read a session's current version can use it to the end while a newer one is swapped
+in. The pool hands out one instance per fingerprint and forgets it when no session holds it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import weakref
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+
+from indexer.search import Hit, SearchIndex, SearchSettings, build_tool_index
+from indexer.tools import Tool
+
+Method = Literal["hybrid", "dense", "lexical"]
+
+
+def fingerprint(tools: Sequence[Tool]) -> str:
+    """A hash of a tool set: the same tools under the same names give the same fingerprint."""
+    digest = hashlib.sha256()
+    for tool in sorted(tools, key=lambda t: t.name):
+        digest.update(tool.backend_id.encode())
+        digest.update(b"\0")
+        digest.update(tool.definition_json.encode())
+        digest.update(b"\0")
+    return digest.hexdigest()[:32]
+
+
+@dataclass(frozen=True, eq=False)
+class IndexVersion:
+    """One built index over one tool set. Immutable after construction."""
+
+    fingerprint: str
+    tools: tuple[Tool, ...]
+    by_name: dict[str, Tool] = field(repr=False)
+    search_index: SearchIndex | None = field(repr=False)  # None for an empty tool set
+    baseline_tokens: int
+    backends: frozenset[str]
+
+    def find(
+        self,
+        query: str,
+        query_vector: np.ndarray,
+        keywords: Sequence[str],
+        limit: int,
+        method: Method = "hybrid",
+    ) -> list[tuple[Tool, float]]:
+        """The best `limit` tools for a query, best first."""
+        if self.search_index is None:
+            return []
+        hits: list[Hit] = self.search_index.search(query, query_vector, keywords, limit, method)
+        return [(self.tools[hit.position], hit.score) for hit in hits]
+
+    def resolve(self, name: str) -> Tool | None:
+        """The tool advertised under `name`, if this version holds it."""
+        return self.by_name.get(name)
+
+
+def _aliases(tool: Tool, separator: str) -> list[str]:
+    """Other exact names a query may use for a tool: its own name and its prefixed form."""
+    names = {tool.original_name, f"{tool.backend_id}{separator}{tool.original_name}"}
+    names.discard(tool.name)
+    return sorted(names)
+
+
+@dataclass(frozen=True)
+class Builder:
+    """What building a version needs: the embedder's document path and the search settings."""
+
+    embed_documents: Callable[[Sequence[str]], np.ndarray]
+    count_tokens: Callable[[str], int]
+    max_tokens: int
+    settings: SearchSettings
+    separator: str = "_"
+
+
+def build_version(tools: Sequence[Tool], builder: Builder) -> IndexVersion:
+    """Build a version (blocking: embeds what the cache lacks and builds both indexes)."""
+    ordered = tuple(sorted(tools, key=lambda t: t.name))
+    search_index = None
+    if ordered:
+        search_index = build_tool_index(
+            definitions=[tool.definition for tool in ordered],
+            backends=[tool.backend_id for tool in ordered],
+            names=[tool.name for tool in ordered],
+            aliases=[_aliases(tool, builder.separator) for tool in ordered],
+            embed_documents=builder.embed_documents,
+            settings=builder.settings,
+            count_tokens=builder.count_tokens,
+            max_tokens=builder.max_tokens,
+        )
+    return IndexVersion(
+        fingerprint=fingerprint(ordered),
+        tools=ordered,
+        by_name={tool.name: tool for tool in ordered},
+        search_index=search_index,
+        baseline_tokens=sum(tool.tokens for tool in ordered),
+        backends=frozenset(tool.backend_id for tool in ordered),
+    )
+
+
+class VersionPool:
+    """Built versions by fingerprint; one build per fingerprint, however many ask at once."""
+
+    def __init__(self, builder: Builder) -> None:
+        self._builder = builder
+        # Weak values: a version lives exactly as long as a session (or a request) holds it.
+        self._versions: weakref.WeakValueDictionary[str, IndexVersion] = weakref.WeakValueDictionary()
+        self._building: dict[str, asyncio.Future[IndexVersion]] = {}
+        self.builds = 0
+
+    def __len__(self) -> int:
+        return len(self._versions)
+
+    def versions(self) -> list[IndexVersion]:
+        """The versions alive now."""
+        return list(self._versions.values())
+
+    def lookup(self, key: str) -> IndexVersion | None:
+        return self._versions.get(key)
+
+    async def get(self, tools: Sequence[Tool], key: str | None = None) -> IndexVersion:
+        """The version for a tool set whose fingerprint is `key` (if known): shared, or built off the loop."""
+        key = key or fingerprint(tools)
+        existing = self._versions.get(key)
+        if existing is not None:
+            return existing
+        pending = self._building.get(key)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        future: asyncio.Future[IndexVersion] = asyncio.get_running_loop().create_future()
+        self._building[key] = future
+        try:
+            version = await asyncio.to_thread(build_version, tools, self._builder)
+            self.builds += 1
+            self._versions[key] = version
+            future.set_result(version)
+            return version
+        except BaseException as exc:
+            future.set_exception(exc)
+            future.exception()  # mark retrieved: waiters re-raise it themselves
+            raise
+        finally:
+            del self._building[key]

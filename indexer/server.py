@@ -1,0 +1,211 @@
+"""The indexer process: its parts wired together, the gRPC server, and `toolsearch indexer`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import os
+import signal
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+import httpx2
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1._async import HealthServicer
+from grpc_reflection.v1alpha import reflection
+
+from indexer.embedder import Embedder
+from indexer.embeddings import Embeddings
+from indexer.errors import EmbedderError
+from indexer.fanout import Rebuilder
+from indexer.finder import Finder
+from indexer.health import HealthMonitor
+from indexer.index import Builder, VersionPool
+from indexer.registry import Registry
+from indexer.reload import apply_changes, backend_changes
+from indexer.search import SearchSettings
+from indexer.service import IndexerService
+from indexer.sessions import SessionManager
+from toolsearch.config import Config, ConfigError, load_config
+from toolsearch.v1 import indexer_pb2, indexer_pb2_grpc
+
+logger = logging.getLogger(__name__)
+
+SERVICE_NAME = indexer_pb2.DESCRIPTOR.services_by_name["Indexer"].full_name
+GRACE_SECONDS = 5.0
+
+
+def search_settings(config: Config) -> SearchSettings:
+    """The search settings an operator configured, over the tuned defaults."""
+    search = config.indexer.search
+    overrides = {
+        "dense_weight": search.dense_weight,
+        "lexical_weight": search.lexical_weight,
+        "min_score": search.min_score,
+    }
+    return dataclasses.replace(SearchSettings(), **{k: v for k, v in overrides.items() if v is not None})
+
+
+@dataclass
+class Indexer:
+    """Every long-lived part of one indexer process."""
+
+    config: Config
+    embeddings: Embeddings
+    registry: Registry
+    pool: VersionPool
+    sessions: SessionManager
+    finder: Finder
+    transport: httpx2.AsyncHTTPTransport
+    monitor: HealthMonitor | None = None  # None when health monitoring is switched off
+    rebuilder: Rebuilder | None = None
+    _reloading: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
+
+    @classmethod
+    def build(cls, config: Config, embedder: Embedder, secrets: Mapping[str, str]) -> Indexer:
+        settings = search_settings(config)
+        cache_dir = config.indexer.cache_dir if config.indexer.state == "memory" else None
+        embeddings = Embeddings(embedder, cache_dir)
+        # one pooled transport for every discovery and probe: connections are reused across backends
+        transport = httpx2.AsyncHTTPTransport()
+        registry = Registry(config.backends, secrets, config.indexer.discovery_timeout, transport)
+        builder = Builder(
+            embed_documents=embeddings.embed_documents,
+            count_tokens=embedder.count_tokens,
+            max_tokens=embedder.max_tokens,
+            settings=settings,
+            separator=config.indexer.naming.separator,
+        )
+        pool = VersionPool(builder)
+        sessions = SessionManager(registry, pool, config.indexer.naming)
+        finder = Finder(embeddings, registry, pool, config.indexer.search)
+        health = config.indexer.health
+        monitor = HealthMonitor(registry, health) if health.enabled else None
+        rebuilder = Rebuilder(sessions.rebuild_all)
+        registry.subscribe(rebuilder.request)
+        return cls(config, embeddings, registry, pool, sessions, finder, transport, monitor, rebuilder)
+
+    async def start(self) -> None:
+        """Discover every backend (failures are left out until they recover), then start probing."""
+        await self.registry.discover_all()
+        for state in self.registry.states.values():
+            tools = len(state.listing.tools) if state.listing else 0
+            logger.info("backend %s: %s, %d tools %s", state.config.id, state.status, tools, state.last_error)
+        # embed every tool before serving, so the first session opens as fast as the next
+        await self.sessions.warm()
+        if self.monitor is not None:
+            self.monitor.start()
+
+    async def reload(self, config: Config) -> None:
+        """Apply a reread configuration's backend list; other settings need a restart."""
+        async with self._reloading:
+            changes = backend_changes(self.config.backends, config.backends)
+            if config.model_copy(update={"backends": self.config.backends}) != self.config:
+                logger.warning("config reload: only the backend list changes without a restart")
+            await apply_changes(changes, self.registry, self.sessions, self.monitor)
+            self.config = self.config.model_copy(update={"backends": config.backends})
+
+    async def close(self) -> None:
+        if self.monitor is not None:
+            await self.monitor.close()
+        if self.rebuilder is not None:
+            await self.rebuilder.close()
+        self.embeddings.close()
+        await self.transport.aclose()
+
+
+async def create_server(indexer: Indexer, listen: str | None = None) -> tuple[grpc.aio.Server, int]:
+    """A gRPC server with the indexer, health and reflection services; binds, does not start."""
+    server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+    service = IndexerService(indexer.sessions, indexer.registry, indexer.finder, indexer.embeddings.identity)
+    indexer_pb2_grpc.add_IndexerServicer_to_server(service, server)
+    health = HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health, server)
+    reflection.enable_server_reflection(
+        (SERVICE_NAME, reflection.SERVICE_NAME, "grpc.health.v1.Health"), server
+    )
+    port = server.add_insecure_port(listen or indexer.config.indexer.listen)
+    if port == 0:
+        raise OSError(f"cannot listen on {listen or indexer.config.indexer.listen}")
+    # SERVING from the start: the server is only started once the indexer is ready
+    for name in ("", SERVICE_NAME):
+        await health.set(name, health_pb2.HealthCheckResponse.SERVING)
+    return server, port
+
+
+def load_embedder(model_dir: Path) -> Embedder:
+    """The sentence-transformers model of a directory (imported here: the router never loads torch)."""
+    from indexer.embedder.sentence import SentenceTransformerEmbedder
+
+    return SentenceTransformerEmbedder(model_dir)
+
+
+async def _reload_from(indexer: Indexer, path: Path, env: Mapping[str, str]) -> None:
+    """Reread the configuration file and apply it; a bad file is reported and changes nothing."""
+    try:
+        config = await asyncio.to_thread(load_config, path, env)
+    except ConfigError as exc:
+        logger.error("config reload ignored: %s", exc)
+        return
+    await indexer.reload(config)
+
+
+async def serve(config: Config, secrets: Mapping[str, str], config_path: Path | None = None) -> None:
+    """Run the indexer until SIGTERM or SIGINT, then drain in-flight calls; SIGHUP rereads `config_path`."""
+    embedder = await asyncio.to_thread(load_embedder, config.indexer.model)
+    indexer = Indexer.build(config, embedder, secrets)
+    await indexer.start()
+    server, port = await create_server(indexer)
+    await server.start()
+    host = config.indexer.listen.rpartition(":")[0]
+    print(f"indexer listening on {host}:{port}", file=sys.stderr, flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    reloads: set[asyncio.Task[None]] = set()  # held so a running reload is not garbage-collected
+    if config_path is not None:
+
+        def on_hangup() -> None:
+            task = loop.create_task(_reload_from(indexer, config_path, secrets), name="config-reload")
+            reloads.add(task)
+            task.add_done_callback(reloads.discard)
+
+        loop.add_signal_handler(signal.SIGHUP, on_hangup)
+    try:
+        await stop.wait()
+    finally:
+        for task in list(reloads):
+            task.cancel()
+        await server.stop(GRACE_SECONDS)
+        await indexer.close()
+
+
+def run_cli(args: argparse.Namespace) -> int:
+    config = load_config(Path(args.config), os.environ)
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(serve(config, os.environ, Path(args.config)))
+    except EmbedderError as exc:
+        print(f"indexer: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"indexer: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser("indexer", help="run the indexer (gRPC)")
+    parser.add_argument("--config", required=True, help="the YAML configuration file")
+    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    parser.set_defaults(func=run_cli)

@@ -1,0 +1,199 @@
+"""The gRPC servicer of `toolsearch.v1.Indexer`: the one place indexer errors become status codes."""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import grpc
+
+from indexer.errors import (
+    IndexerError,
+    InvalidRequest,
+    NotReady,
+    SessionNotFound,
+    ToolNotFound,
+    TooManySessions,
+)
+from indexer.finder import Finder
+from indexer.registry import Registry
+from indexer.sessions import Principal, Session, SessionManager
+from toolsearch.v1 import indexer_pb2 as pb
+from toolsearch.v1 import indexer_pb2_grpc as pb_grpc
+
+logger = logging.getLogger(__name__)
+
+_Req = TypeVar("_Req")
+_Resp = TypeVar("_Resp")
+
+_STATUS: dict[type, tuple[grpc.StatusCode, str]] = {
+    SessionNotFound: (grpc.StatusCode.NOT_FOUND, "session-not-found"),
+    ToolNotFound: (grpc.StatusCode.NOT_FOUND, "tool-not-found"),
+    InvalidRequest: (grpc.StatusCode.INVALID_ARGUMENT, "invalid-request"),
+    TooManySessions: (grpc.StatusCode.RESOURCE_EXHAUSTED, "too-many-sessions"),
+    NotReady: (grpc.StatusCode.UNAVAILABLE, "not-ready"),
+}
+
+
+def _status_for(exc: IndexerError) -> tuple[grpc.StatusCode, str]:
+    for cls in type(exc).__mro__:
+        if cls in _STATUS:
+            return _STATUS[cls]
+    return grpc.StatusCode.INTERNAL, "internal"
+
+
+def translated(
+    method: Callable[[Any, _Req, grpc.aio.ServicerContext], Awaitable[_Resp]],
+) -> Callable[[Any, _Req, grpc.aio.ServicerContext], Awaitable[_Resp]]:
+    """Turn indexer errors into status codes, and anything unexpected into INTERNAL without details."""
+
+    @functools.wraps(method)
+    async def wrapper(self: Any, request: _Req, context: grpc.aio.ServicerContext) -> _Resp:
+        try:
+            return await method(self, request, context)
+        except IndexerError as exc:
+            code, kind = _status_for(exc)
+            context.set_trailing_metadata((("toolsearch-error", kind),))
+            await context.abort(code, str(exc))
+        except grpc.aio.AbortError:
+            raise
+        except Exception:
+            logger.exception("%s failed", method.__name__)
+            context.set_trailing_metadata((("toolsearch-error", "internal"),))
+            await context.abort(grpc.StatusCode.INTERNAL, "internal error in the indexer (logged)")
+        raise AssertionError("unreachable: abort raises")
+
+    return wrapper
+
+
+def _principal(message: pb.Principal) -> Principal:
+    return (message.issuer, message.subject)
+
+
+def _version_ref(session: Session) -> pb.IndexVersionRef:
+    current = session.current
+    return pb.IndexVersionRef(number=current.number, fingerprint=current.version.fingerprint)
+
+
+class IndexerService(pb_grpc.IndexerServicer):
+    """Answers the router: sessions, searches, resolutions and status."""
+
+    def __init__(self, sessions: SessionManager, registry: Registry, finder: Finder, model: str) -> None:
+        self._sessions = sessions
+        self._registry = registry
+        self._finder = finder
+        self._model = model
+
+    @translated
+    async def OpenSession(
+        self, request: pb.OpenSessionRequest, context: grpc.aio.ServicerContext
+    ) -> pb.OpenSessionResponse:
+        session = await self._sessions.open(
+            _principal(request.principal), request.credentials.bearer_token or None, implied=request.implied
+        )
+        return pb.OpenSessionResponse(
+            session_id=session.id,
+            version=_version_ref(session),
+            backends=sorted(session.accepted),
+            rejected_backends=sorted(session.rejected_at_creation),
+        )
+
+    @translated
+    async def GetSession(
+        self, request: pb.GetSessionRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetSessionResponse:
+        session = self._sessions.get(request.session_id, _principal(request.principal))
+        return pb.GetSessionResponse(session_id=session.id, version=_version_ref(session))
+
+    @translated
+    async def CloseSession(
+        self, request: pb.CloseSessionRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CloseSessionResponse:
+        self._sessions.close(request.session_id, _principal(request.principal))
+        return pb.CloseSessionResponse()
+
+    @translated
+    async def FindTools(
+        self, request: pb.FindToolsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.FindToolsResponse:
+        session = self._sessions.get(request.session_id, _principal(request.principal))
+        return await self._finder.find(session, request.query, list(request.keywords), request.limit)
+
+    @translated
+    async def ResolveTool(
+        self, request: pb.ResolveToolRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ResolveToolResponse:
+        session = self._sessions.get(request.session_id, _principal(request.principal))
+        snapshot = session.current
+        tool = snapshot.version.resolve(request.name)
+        if tool is None:
+            raise ToolNotFound(request.name)
+        state = self._registry.get(tool.backend_id)
+        backend = state.config
+        return pb.ResolveToolResponse(
+            name=tool.name,
+            original_name=tool.original_name,
+            backend_id=tool.backend_id,
+            backend_url=backend.url,
+            input_schema_json=tool.input_schema_json,
+            auth=pb.BackendAuth(
+                type=backend.auth.type, header=backend.auth.header, value_env=backend.auth.value_env or ""
+            ),
+            version=pb.IndexVersionRef(number=snapshot.number, fingerprint=snapshot.version.fingerprint),
+            protocol_version=state.protocol_version,
+            timeout_seconds=backend.timeout,
+        )
+
+    @translated
+    async def Status(
+        self, request: pb.StatusRequest, context: grpc.aio.ServicerContext
+    ) -> pb.StatusResponse:
+        response = pb.StatusResponse(model=self._model)
+        for state in self._registry.states.values():
+            response.backends.append(
+                pb.BackendStatus(
+                    id=state.config.id,
+                    url=state.config.url,
+                    status=state.status,
+                    tool_count=len(state.listing.tools) if state.listing else 0,
+                    latency_ms=state.latency * 1000,
+                    last_error=state.last_error,
+                    consecutive_failures=state.consecutive_failures,
+                    circuit=state.circuit,
+                )
+            )
+        shared: dict[str, int] = {}
+        for session in self._sessions.sessions():
+            shared[session.current.version.fingerprint] = (
+                shared.get(session.current.version.fingerprint, 0) + 1
+            )
+            status = pb.SessionStatus(
+                session_id=session.id[:8],
+                principal=pb.Principal(issuer=session.principal[0], subject=session.principal[1]),
+                version=_version_ref(session),
+                backends=sorted(session.accepted),
+                rejected_backends=sorted(session.rejected_at_creation),
+            )
+            for swap in session.swaps:
+                status.swaps.append(
+                    pb.SwapRecord(
+                        previous=pb.IndexVersionRef(number=swap.previous[0], fingerprint=swap.previous[1])
+                        if swap.previous
+                        else None,
+                        current=pb.IndexVersionRef(number=swap.current[0], fingerprint=swap.current[1]),
+                        reason=swap.reason,
+                        at_unix=swap.at,
+                    )
+                )
+            response.sessions.append(status)
+        for version in self._finder.versions():
+            response.versions.append(
+                pb.VersionStatus(
+                    fingerprint=version.fingerprint,
+                    tool_count=len(version.tools),
+                    sessions=shared.get(version.fingerprint, 0),
+                )
+            )
+        return response

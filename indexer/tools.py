@@ -1,0 +1,88 @@
+"""Tools under the names a session advertises them by, made unique across backends."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+# A rough count of what a definition costs a model: about four characters a token for JSON-ish
+# English. It is an estimate for the savings figure, not a bill; a real tokenizer would need the
+# client's model, which the router does not know.
+CHARS_PER_TOKEN = 4
+
+
+@dataclass(frozen=True, slots=True)
+class Tool:
+    """One backend tool, as a session sees it."""
+
+    name: str  # the advertised name: unique within a session's catalog
+    original_name: str  # the backend's own name, used when calling it
+    backend_id: str
+    definition: Mapping[str, Any]  # the backend's definition, as it listed it
+    definition_json: str  # the advertised definition (name replaced), serialised once
+    input_schema_json: str
+    tokens: int
+
+    @property
+    def input_schema(self) -> Mapping[str, Any]:
+        schema = self.definition.get("inputSchema")
+        return schema if isinstance(schema, Mapping) else {"type": "object"}
+
+
+def estimate_tokens(text: str) -> int:
+    """Estimated model tokens of a serialised definition."""
+    return math.ceil(len(text) / CHARS_PER_TOKEN)
+
+
+def make_tool(backend_id: str, definition: Mapping[str, Any], name: str) -> Tool:
+    """A tool advertised under `name`."""
+    advertised = dict(definition)
+    advertised["name"] = name
+    text = json.dumps(advertised, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+    schema = definition.get("inputSchema")
+    return Tool(
+        name=name,
+        original_name=str(definition["name"]),
+        backend_id=backend_id,
+        definition=definition,
+        definition_json=text,
+        input_schema_json=json.dumps(schema if isinstance(schema, Mapping) else {"type": "object"}),
+        tokens=estimate_tokens(text),
+    )
+
+
+def advertise(
+    listings: Mapping[str, Sequence[Mapping[str, Any]]],
+    prefix: Literal["on_collision", "always"] = "on_collision",
+    separator: str = "_",
+) -> list[Tool]:
+    """Name every tool of the given backends uniquely, in backend order then listing order.
+
+    With `on_collision`, a name that only one backend uses keeps it; every backend's copy of a
+    shared name becomes `<backend><separator><name>`. Names are decided per catalog, so adding a
+    backend can rename another's tool; `call_tool` resolves within the session's current version,
+    and the backend's own name is always an exact-match alias for `find_tool`.
+    """
+    counts = Counter(
+        str(d["name"])
+        for definitions in listings.values()
+        for d in {str(x["name"]): x for x in definitions}.values()
+    )
+    tools: list[Tool] = []
+    taken: set[str] = set()
+    for backend_id in sorted(listings):
+        for definition in listings[backend_id]:
+            original = str(definition["name"])
+            name = original
+            if prefix == "always" or counts[original] > 1:
+                name = f"{backend_id}{separator}{original}"
+            if name in taken:
+                # a backend that lists one name twice, or a prefixed name that equals another tool's
+                continue
+            taken.add(name)
+            tools.append(make_tool(backend_id, definition, name))
+    return tools

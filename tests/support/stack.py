@@ -1,0 +1,188 @@
+"""The whole stack as real processes on loopback: a catalog server, an indexer and routers."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+import httpx2
+import yaml
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from tests.support.processes import Proc, free_port, start_process
+
+ROOT = Path(__file__).resolve().parents[2]
+DEMO_CATALOG = ROOT / "examples" / "catalog.jsonl"
+MODEL = ROOT / "models" / "all-MiniLM-L6-v2"
+CLI = [sys.executable, "-m", "toolsearch.cli"]
+START_TIMEOUT = 180.0  # a cold indexer embeds every tool before it serves
+
+
+def grpc_ready(address: str, timeout: float = 1.0) -> bool:
+    """Whether the indexer's standard health service says SERVING."""
+    with grpc.insecure_channel(address) as channel:
+        try:
+            reply = health_pb2_grpc.HealthStub(channel).Check(
+                health_pb2.HealthCheckRequest(), timeout=timeout
+            )
+        except grpc.RpcError:
+            return False
+    return bool(reply.status == health_pb2.HealthCheckResponse.SERVING)
+
+
+@dataclass
+class Stack:
+    """Addresses and processes of a running stack."""
+
+    workdir: Path
+    config_path: Path
+    config: dict[str, Any]
+    catalog_url: str
+    indexer_address: str
+    router_urls: list[str]
+    procs: dict[str, Proc] = field(default_factory=dict)
+
+    @property
+    def mcp_url(self) -> str:
+        return f"{self.router_urls[0]}/mcp"
+
+    def backend_url(self, server: str) -> str:
+        return f"{self.catalog_url}/servers/{server}/mcp"
+
+    def control(self, server: str, action: str, **params: Any) -> None:
+        """Drive the catalog server's test controls: down, up, slow."""
+        response = httpx2.post(
+            f"{self.catalog_url}/control/servers/{server}/{action}", params=params, timeout=5
+        )
+        response.raise_for_status()
+
+    def start_indexer(self) -> Proc:
+        proc = start_process(
+            [*CLI, "indexer", "--config", str(self.config_path)],
+            ready_url=None,
+        )
+        self.procs["indexer"] = proc
+        wait_until(lambda: grpc_ready(self.indexer_address), START_TIMEOUT, proc)
+        return proc
+
+    def stop_indexer(self) -> str:
+        return self.procs.pop("indexer").stop()
+
+
+def wait_until(condition: Any, timeout: float, proc: Proc | None = None) -> None:
+    """Poll `condition` until true; fail with the process output on timeout or exit."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if proc is not None and proc.returncode is not None:
+            raise RuntimeError(f"process exited with {proc.returncode}:\n{proc.output()}")
+        if time.monotonic() > deadline:
+            raise TimeoutError(
+                f"condition not met within {timeout}s" + (f":\n{proc.output()}" if proc else "")
+            )
+        time.sleep(0.05)
+
+
+def write_config(
+    workdir: Path,
+    catalog: Path,
+    catalog_port: int,
+    indexer_port: int,
+    router_port: int,
+    extra: dict[str, Any] | None = None,
+    backend_timeout: float = 30.0,
+) -> tuple[Path, dict[str, Any]]:
+    config: dict[str, Any] = {
+        "router": {"listen": f"127.0.0.1:{router_port}", "indexer": [f"127.0.0.1:{indexer_port}"]},
+        "indexer": {
+            "listen": f"127.0.0.1:{indexer_port}",
+            "model": str(MODEL),
+            "cache_dir": str(workdir / "cache"),
+            "discovery_timeout": 10.0,
+        },
+        "catalog_servers": [
+            {
+                "catalog": str(catalog),
+                "listen": f"127.0.0.1:{catalog_port}",
+                "backend_timeout": backend_timeout,
+            }
+        ],
+    }
+    for section, values in (extra or {}).items():
+        if isinstance(values, dict):
+            config.setdefault(section, {}).update(values)
+        else:
+            config[section] = values
+    path = workdir / "toolsearch.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path, config
+
+
+@contextmanager
+def running_stack(
+    workdir: Path,
+    catalog: Path = DEMO_CATALOG,
+    routers: int = 1,
+    extra: dict[str, Any] | None = None,
+    catalog_args: Sequence[str] = (),
+    env: dict[str, str] | None = None,
+    backend_timeout: float = 30.0,
+) -> Iterator[Stack]:
+    """Start a catalog server (with test controls), an indexer and `routers` routers; stop them after."""
+    catalog_port, indexer_port = free_port(), free_port()
+    router_ports = [free_port() for _ in range(routers)]
+    config_path, config = write_config(
+        workdir, catalog, catalog_port, indexer_port, router_ports[0], extra, backend_timeout
+    )
+    stack = Stack(
+        workdir=workdir,
+        config_path=config_path,
+        config=config,
+        catalog_url=f"http://127.0.0.1:{catalog_port}",
+        indexer_address=f"127.0.0.1:{indexer_port}",
+        router_urls=[f"http://127.0.0.1:{port}" for port in router_ports],
+    )
+    with ExitStack() as cleanup:
+        catalog_proc = start_process(
+            [
+                *CLI,
+                "catalog-server",
+                "--catalog",
+                str(catalog),
+                "--port",
+                str(catalog_port),
+                "--control",
+                *catalog_args,
+            ],
+            f"{stack.catalog_url}/healthz",
+            env=env,
+        )
+        cleanup.callback(catalog_proc.stop)
+        stack.procs["catalog"] = catalog_proc
+        stack.start_indexer()
+        cleanup.callback(lambda: stack.procs["indexer"].stop() if "indexer" in stack.procs else None)
+        for number, port in enumerate(router_ports):
+            proc = start_process(
+                [*CLI, "router", "--config", str(config_path)],
+                f"http://127.0.0.1:{port}/readyz",
+                timeout=60,
+                env={"TOOLSEARCH_ROUTER_LISTEN": f"127.0.0.1:{port}", **(env or {})},
+            )
+            stack.procs[f"router{number}"] = proc
+            cleanup.callback(proc.stop)
+        yield stack
+
+
+def structured(result: Any) -> dict[str, Any]:
+    """The structured content of a tool result, checked against its text block."""
+    data = result.structured_content
+    assert isinstance(data, dict), result
+    assert json.loads(result.content[0].text) == data
+    return data
