@@ -1,0 +1,183 @@
+"""The router application: MCP Streamable HTTP at `/mcp`, health at `/healthz` and `/readyz`.
+
+`create_app` builds the FastAPI app; its lifespan opens what every request shares (the gRPC channel
+to the indexer, the HTTP connection pool to the backends, the SDK's stateless session manager) and
+closes them on shutdown. `toolsearch router --config FILE` runs it under uvicorn.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import socket
+import sys
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from mcp.server.caching import CacheHint
+from mcp.server.lowlevel.server import Server
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp_types import INTERNAL_ERROR, CallToolRequestParams
+from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from router.backends import BackendCaller, create_transport
+from router.indexer_client import IndexerClient
+from router.meta_tools import MetaTools
+from router.session_layer import AnonymousAuthenticator, Authenticator, SessionLayer, jsonrpc_error
+from toolsearch.config import Config, load_config
+
+__all__ = ["add_parser", "build_server", "create_app"]
+
+logger = logging.getLogger(__name__)
+
+INSTRUCTIONS = (
+    "This server fronts many tools through two: find_tool searches them by what you need done and "
+    "returns the best matches with their input schemas; call_tool runs one of them by name."
+)
+# The two meta-tools never change while the router runs, so clients may keep the list a while.
+_TOOLS_LIST_HINT = CacheHint(ttl_ms=600_000, scope="public")
+
+
+def build_server(tools: MetaTools) -> Server[Any]:
+    """The MCP server behind `/mcp`: `tools/list` and `tools/call` answered by the meta-tools."""
+    server: Server[Any] = Server(
+        "toolsearch",
+        version="0.1.0",
+        instructions=INSTRUCTIONS,
+        cache_hints={"tools/list": _TOOLS_LIST_HINT},
+        get_tool_input_schema=tools.input_schema,
+        on_list_tools=tools.list_tools,
+    )
+    # Registered directly so the handler may return the wire dict it built (find_tool's answer).
+    server.add_request_handler("tools/call", CallToolRequestParams, tools.call_tool)
+    return server
+
+
+class _Endpoint:
+    """The `/mcp` route: delegates to the session layer the lifespan builds."""
+
+    def __init__(self) -> None:
+        self.app: ASGIApp | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.app is None:
+            response = jsonrpc_error(
+                503, INTERNAL_ERROR, "router starting, retry shortly", headers={"Retry-After": "1"}
+            )
+            await response(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
+def create_app(
+    config: Config,
+    secrets: Mapping[str, str],
+    authenticator: Authenticator | None = None,
+    backend_transport: httpx2.AsyncBaseTransport | None = None,
+) -> FastAPI:
+    """The router app for `config`.
+
+    `secrets` holds the values of backends' `header` credentials (entry points pass the environment);
+    `authenticator` decides who callers are (default: everyone is anonymous); `backend_transport`
+    replaces the pooled HTTP transport to the backends (the app then leaves closing it to the caller).
+    """
+    settings = config.router
+    endpoint = _Endpoint()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        indexer = IndexerClient(settings.indexer, settings.indexer_timeout)
+        transport = backend_transport or create_transport()
+        tools = MetaTools(indexer, BackendCaller(transport), config.indexer.search, secrets)
+        manager = StreamableHTTPSessionManager(
+            build_server(tools),
+            stateless=True,
+            json_response=True,
+            max_request_body_size=settings.max_body_bytes,
+        )
+        app.state.indexer = indexer
+        try:
+            async with manager.run():
+                endpoint.app = SessionLayer(
+                    manager.handle_request,
+                    indexer,
+                    authenticator or AnonymousAuthenticator(),
+                    settings.max_body_bytes,
+                )
+                yield
+        finally:
+            endpoint.app = None
+            if backend_transport is None:
+                await transport.aclose()
+            await indexer.close()
+
+    app = FastAPI(
+        title="toolsearch router", lifespan=lifespan, openapi_url=None, docs_url=None, redoc_url=None
+    )
+    app.router.routes.append(Route("/mcp", endpoint=endpoint))
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/readyz")
+    async def readyz(request: Request) -> JSONResponse:
+        indexer: IndexerClient = request.app.state.indexer
+        statuses = await indexer.check_health()
+        if "SERVING" in statuses.values():
+            return JSONResponse({"status": "ready", "indexer": statuses})
+        reason = "no indexer answers the health check with SERVING"
+        return JSONResponse({"status": "not ready", "reason": reason, "indexer": statuses}, status_code=503)
+
+    return app
+
+
+class _Server(uvicorn.Server):
+    """uvicorn, saying where it listens once it does."""
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started:
+            host, port = self.servers[0].sockets[0].getsockname()[:2]
+            print(f"router listening on http://{host}:{port}/mcp", file=sys.stderr, flush=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    """`toolsearch router`: serve until interrupted."""
+    config = load_config(Path(args.config), os.environ)
+    level = "debug" if args.log_level == "trace" else args.log_level
+    logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    host, _, port = config.router.listen.rpartition(":")
+    server = _Server(
+        uvicorn.Config(
+            create_app(config, os.environ),
+            host=host,
+            port=int(port),
+            log_level=args.log_level,
+            access_log=args.log_level in ("debug", "trace"),
+            timeout_graceful_shutdown=5,
+        )
+    )
+    server.run()
+    return 0 if server.started else 1
+
+
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register `toolsearch router`."""
+    parser = subparsers.add_parser("router", help="serve find_tool and call_tool over MCP at /mcp")
+    parser.add_argument("--config", required=True, help="the YAML configuration file")
+    parser.add_argument(
+        "--log-level",
+        default="warning",
+        choices=["critical", "error", "warning", "info", "debug", "trace"],
+        help="log level; requests are logged from debug on (default: warning)",
+    )
+    parser.set_defaults(func=run)

@@ -1,0 +1,316 @@
+"""`find_tool` and `call_tool`: the only two tools a client sees, their schemas and their handlers.
+
+Router errors become MCP answers here and only here: a mistake the model can correct (a wrong
+argument, an unknown tool, a failing backend) is a tool result with `isError` and a message saying
+how to correct it; a fault of the router's own (the indexer down) is a JSON-RPC error.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import mcp_types as types
+from mcp.server.context import HandlerResult, ServerRequestContext
+from mcp.shared.exceptions import MCPError
+from mcp_types import INTERNAL_ERROR, INVALID_REQUEST
+
+from router.backends import BackendCaller, SchemaValidators, outgoing_headers
+from router.errors import BackendError, InvalidRequest, RouterError, SessionNotFound, ToolNotFound
+from router.indexer_client import IndexerClient
+from router.session_layer import STATE_KEY, Caller
+from toolsearch.config import Search
+
+__all__ = [
+    "CALL_TOOL",
+    "FIND_TOOL",
+    "INDEX_META_KEY",
+    "CallToolArgs",
+    "FindToolArgs",
+    "MetaTools",
+    "parse_call_tool",
+    "parse_find_tool",
+]
+
+logger = logging.getLogger(__name__)
+
+FIND_TOOL = "find_tool"
+CALL_TOOL = "call_tool"
+INDEX_META_KEY = "toolsearch/index"
+CALL_TOOL_DESCRIPTION = (
+    "Run a tool that find_tool returned: pass its name as tool_name and its arguments, matching the "
+    "tool's inputSchema, as the parameters object."
+)
+CALL_TOOL_INPUT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "tool_name": {"type": "string", "description": "The name of a tool find_tool returned."},
+        "parameters": {
+            "type": "object",
+            "description": "The tool's arguments, as its inputSchema describes.",
+        },
+    },
+    "required": ["tool_name", "parameters"],
+}
+FIND_TOOL_OUTPUT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "tools": {"type": "array", "items": {"type": "object"}, "description": "Full MCP tool definitions."},
+        "token_metrics": {
+            "type": "object",
+            "properties": {
+                "baseline_tokens": {"type": "integer"},
+                "returned_tokens": {"type": "integer"},
+                "savings_percent": {"type": "number"},
+            },
+        },
+        "message": {"type": "string", "description": "Why no tool was returned."},
+    },
+    "required": ["tools", "token_metrics"],
+}
+_DEFAULT_BACKEND_TIMEOUT = 30.0  # seconds, when the indexer does not say
+
+
+def find_tool_input_schema(search: Search) -> dict[str, Any]:
+    """find_tool's input schema; the limit bounds come from the indexer's search settings."""
+    return {
+        "type": "object",
+        "properties": {
+            "tool_description": {"type": "string", "description": "What the tool should do, in plain words."},
+            "tool_keywords": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": "Optional keywords: names, domains, technical terms.",
+            },
+            "limit": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": search.max_limit,
+                "default": search.default_limit,
+                "description": "The most tools to return.",
+            },
+        },
+        "required": ["tool_description"],
+    }
+
+
+def _json_type(value: Any) -> str:
+    names = {bool: "a boolean", int: "an integer", float: "a number", str: "a string", dict: "an object"}
+    return names.get(type(value), "an array" if isinstance(value, list) else "null")
+
+
+def _keywords(values: Sequence[str]) -> tuple[str, ...]:
+    return tuple(v.strip() for v in values if v.strip())
+
+
+@dataclass(frozen=True, slots=True)
+class FindToolArgs:
+    """find_tool's arguments, checked."""
+
+    description: str
+    keywords: tuple[str, ...]
+    limit: int  # 0: the indexer's default
+
+
+@dataclass(frozen=True, slots=True)
+class CallToolArgs:
+    """call_tool's arguments, checked."""
+
+    name: str
+    parameters: dict[str, Any]
+
+
+def parse_find_tool(arguments: Mapping[str, Any] | None, max_limit: int) -> FindToolArgs:
+    """Check find_tool's arguments; raises `InvalidRequest` naming the field and how to fix it."""
+    arguments = arguments or {}
+    description = arguments.get("tool_description")
+    if not isinstance(description, str) or not description.strip():
+        got = "it is missing" if description is None else f"got {_json_type(description)}"
+        if isinstance(description, str):
+            got = "it is empty"
+        raise InvalidRequest(
+            f"find_tool needs tool_description, a non-empty string saying in plain words what the tool "
+            f"should do ({got})."
+        )
+    raw_keywords = arguments.get("tool_keywords")
+    if raw_keywords is None:
+        keywords: tuple[str, ...] = ()
+    elif isinstance(raw_keywords, str):
+        keywords = _keywords([raw_keywords])
+    elif isinstance(raw_keywords, list) and all(isinstance(k, str) for k in raw_keywords):
+        keywords = _keywords(raw_keywords)
+    else:
+        raise InvalidRequest(
+            f'tool_keywords must be an array of strings, e.g. ["weather", "forecast"] '
+            f"(got {_json_type(raw_keywords)}). Leave it out if you have no keywords."
+        )
+    raw_limit = arguments.get("limit")
+    limit = 0
+    if raw_limit is not None:
+        if isinstance(raw_limit, float) and raw_limit.is_integer():
+            raw_limit = int(raw_limit)
+        if isinstance(raw_limit, bool) or not isinstance(raw_limit, int) or not 1 <= raw_limit <= max_limit:
+            shown = (
+                json.dumps(raw_limit) if isinstance(raw_limit, int | float | str) else _json_type(raw_limit)
+            )
+            raise InvalidRequest(
+                f"limit must be an integer from 1 to {max_limit} (got {shown}). Leave it out for the default."
+            )
+        limit = raw_limit
+    return FindToolArgs(description, keywords, limit)
+
+
+def parse_call_tool(arguments: Mapping[str, Any] | None) -> CallToolArgs:
+    """Check call_tool's arguments; raises `InvalidRequest` naming the field and how to fix it.
+
+    Lenient where the intent is plain: `parameters` may be left out (no arguments) or sent as a
+    JSON string of an object, and `tool_name` may sit inside `parameters`.
+    """
+    arguments = arguments or {}
+    parameters = arguments.get("parameters")
+    if parameters is None:
+        parameters = {}
+    elif isinstance(parameters, str):
+        with contextlib.suppress(ValueError):
+            parameters = json.loads(parameters)
+    if not isinstance(parameters, dict):
+        raise InvalidRequest(
+            f'parameters must be an object holding the tool\'s arguments, e.g. {{"city": "Paris"}} '
+            f"(got {_json_type(parameters)}). Send {{}} for a tool that takes no arguments."
+        )
+    name = arguments.get("tool_name")
+    if name is None and isinstance(parameters.get("tool_name"), str):
+        parameters = dict(parameters)
+        name = parameters.pop("tool_name")
+    if not isinstance(name, str) or not name.strip():
+        got = "it is missing" if name is None else f"got {_json_type(name)}"
+        raise InvalidRequest(f"call_tool needs tool_name, the name of a tool find_tool returned ({got}).")
+    return CallToolArgs(name.strip(), parameters)
+
+
+def _text_result(text: str, *, is_error: bool) -> dict[str, Any]:
+    return {"content": [{"type": "text", "text": text}], "isError": is_error, "resultType": "complete"}
+
+
+def tool_result_for(exc: RouterError) -> dict[str, Any]:
+    """The tool result for an error the model can act on; raises `MCPError` for the router's own faults."""
+    if isinstance(exc, ToolNotFound):
+        return _text_result(
+            f"tool not found: {exc.name}. Use find_tool to search for the tool you need.", is_error=True
+        )
+    if isinstance(exc, InvalidRequest | BackendError):
+        return _text_result(str(exc), is_error=True)
+    if isinstance(exc, SessionNotFound):
+        raise MCPError(INVALID_REQUEST, "session not found: re-initialize")
+    raise MCPError(INTERNAL_ERROR, str(exc))
+
+
+def _caller(ctx: ServerRequestContext[Any, Any]) -> Caller:
+    request = ctx.request
+    caller = request.scope.get("state", {}).get(STATE_KEY) if request is not None else None
+    if not isinstance(caller, Caller):
+        raise MCPError(INTERNAL_ERROR, "request did not come through the session layer")
+    return caller
+
+
+class MetaTools:
+    """The handlers behind `tools/list` and `tools/call`."""
+
+    def __init__(
+        self, indexer: IndexerClient, backends: BackendCaller, search: Search, secrets: Mapping[str, str]
+    ) -> None:
+        self.indexer = indexer
+        self.backends = backends
+        self.max_limit = search.max_limit
+        self.secrets = secrets
+        self.validators = SchemaValidators()
+        self.schemas = {FIND_TOOL: find_tool_input_schema(search), CALL_TOOL: CALL_TOOL_INPUT_SCHEMA}
+        self.tools = [
+            types.Tool(
+                name=FIND_TOOL,
+                description=search.find_tool_description,
+                input_schema=self.schemas[FIND_TOOL],
+                output_schema=FIND_TOOL_OUTPUT_SCHEMA,
+                annotations=types.ToolAnnotations(read_only_hint=True, open_world_hint=False),
+            ),
+            types.Tool(
+                name=CALL_TOOL, description=CALL_TOOL_DESCRIPTION, input_schema=CALL_TOOL_INPUT_SCHEMA
+            ),
+        ]
+
+    def input_schema(self, name: str) -> Mapping[str, Any] | None:
+        """A meta-tool's input schema by name (the SDK checks `Mcp-Param-*` headers against it)."""
+        return self.schemas.get(name)
+
+    async def list_tools(
+        self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=self.tools)
+
+    async def call_tool(
+        self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
+    ) -> HandlerResult:
+        """`tools/call`: run find_tool or call_tool for the caller the session layer identified."""
+        caller = _caller(ctx)
+        try:
+            if params.name == FIND_TOOL:
+                return await self.find_tool(caller, params.arguments)
+            if params.name == CALL_TOOL:
+                return await self.run(caller, params.arguments)
+        except RouterError as exc:
+            return tool_result_for(exc)
+        return _text_result(
+            f"unknown tool {params.name}: this server has two tools, find_tool and call_tool. To run "
+            f"{params.name}, call call_tool with tool_name {json.dumps(params.name)}.",
+            is_error=True,
+        )
+
+    async def find_tool(self, caller: Caller, arguments: Mapping[str, Any] | None) -> dict[str, Any]:
+        """Search the caller's session; the answer is the same JSON as structured content and as text."""
+        args = parse_find_tool(arguments, self.max_limit)
+        found = await self.indexer.find_tools(
+            caller.session_id, caller.identity.principal, args.description, args.keywords, args.limit
+        )
+        metrics = {
+            "baseline_tokens": found.token_metrics.baseline_tokens,
+            "returned_tokens": found.token_metrics.returned_tokens,
+            "savings_percent": round(found.token_metrics.savings_percent, 2),
+        }
+        definitions = [tool.definition_json for tool in found.tools]
+        structured: dict[str, Any] = {"tools": [json.loads(d) for d in definitions], "token_metrics": metrics}
+        # The definitions arrive as JSON text: join them rather than encode them a second time.
+        text = '{"tools": [' + ", ".join(definitions) + '], "token_metrics": ' + json.dumps(metrics)
+        if not definitions:
+            structured["message"] = found.empty_reason or "no tool matched the description"
+            text += ', "message": ' + json.dumps(structured["message"])
+        result = _text_result(text + "}", is_error=False)
+        result["structuredContent"] = structured
+        result["_meta"] = {
+            INDEX_META_KEY: {"version": found.version.number, "fingerprint": found.version.fingerprint}
+        }
+        return result
+
+    async def run(self, caller: Caller, arguments: Mapping[str, Any] | None) -> types.CallToolResult:
+        """call_tool: resolve the name in the caller's session, check the arguments, call the backend."""
+        args = parse_call_tool(arguments)
+        tool = await self.indexer.resolve_tool(caller.session_id, caller.identity.principal, args.name)
+        problem = self.validators.problem(tool.input_schema_json, args.parameters)
+        if problem is not None:
+            raise InvalidRequest(
+                f"invalid parameters for {args.name}: {problem}. Fix the parameters to match the tool's "
+                "inputSchema (find_tool shows it) and call again."
+            )
+        headers = outgoing_headers(tool.backend_id, tool.auth, self.secrets, caller.identity.bearer_token)
+        return await self.backends.call_tool(
+            backend_id=tool.backend_id,
+            url=tool.backend_url,
+            protocol_version=tool.protocol_version,
+            timeout_seconds=tool.timeout_seconds or _DEFAULT_BACKEND_TIMEOUT,
+            name=tool.original_name or args.name,
+            arguments=args.parameters,
+            headers=headers,
+        )
