@@ -1,0 +1,196 @@
+"""Fuzzing the router with generated bad requests: no 5xx for a client's mistake, no crash, no hang.
+
+Each test sends its examples to one real router (with the real indexer and catalog server behind
+it); the last test checks how many requests went out in all and that a normal request still works.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import httpx2
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.support.stack import Stack, running_stack
+
+EXAMPLES = 900  # per test; six tests make more than 5,000 requests
+TIMEOUT = 15.0  # seconds: a request that takes longer counts as a hang
+FUZZ = settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    derandomize=True,  # the same requests every run: a failure here is reproducible
+)
+sent = {"requests": 0}
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=40),
+    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=12), inner, max_size=5),
+    max_leaves=20,
+)
+methods = st.sampled_from(
+    ["tools/call", "tools/list", "initialize", "ping", "resources/list", "prompts/get", "", "tools/explode"]
+) | st.text(max_size=30)
+# printable ASCII without surrounding blanks: what an HTTP client can send at all
+header_values = st.text(alphabet=st.characters(min_codepoint=32, max_codepoint=126), max_size=80).map(
+    str.strip
+)
+ids = st.none() | st.integers() | st.text(max_size=10) | st.floats(allow_nan=False) | st.lists(st.integers())
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    with running_stack(tmp_path_factory.mktemp("fuzz")) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def http() -> Iterator[httpx2.Client]:
+    with httpx2.Client(timeout=TIMEOUT) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def session_id(stack: Stack, http: httpx2.Client) -> str:
+    init = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {},
+            "clientInfo": {"name": "f", "version": "1"},
+        },
+    }
+    response = http.post(stack.mcp_url, json=init, headers={"Accept": "application/json, text/event-stream"})
+    return response.headers["mcp-session-id"]
+
+
+def send(
+    http: httpx2.Client, url: str, content: bytes, headers: dict[str, str], method: str = "POST"
+) -> httpx2.Response:
+    sent["requests"] += 1
+    response = http.request(method, url, content=content, headers=headers)
+    assert response.status_code < 500, (response.status_code, content[:200], headers, response.text[:300])
+    if response.status_code >= 400 and response.content:
+        body = response.json()  # every error has a JSON-RPC body that says what was wrong
+        assert body["error"]["message"], body
+    return response
+
+
+def base_headers(session_id: str) -> dict[str, str]:
+    return {
+        "Accept": "application/json, text/event-stream",
+        "Content-Type": "application/json",
+        "MCP-Protocol-Version": "2025-11-25",
+        "Mcp-Session-Id": session_id,
+    }
+
+
+@FUZZ
+@given(body=st.binary(max_size=300))
+def test_random_bytes_get_a_clear_error(
+    stack: Stack, http: httpx2.Client, session_id: str, body: bytes
+) -> None:
+    send(http, stack.mcp_url, body, base_headers(session_id))
+
+
+@FUZZ
+@given(value=json_values)
+def test_json_that_is_not_jsonrpc_gets_a_clear_error(
+    stack: Stack, http: httpx2.Client, session_id: str, value: Any
+) -> None:
+    send(http, stack.mcp_url, json.dumps(value).encode(), base_headers(session_id))
+
+
+@FUZZ
+@given(method=methods, request_id=ids, params=json_values, version=st.sampled_from(["2.0", "1.0", 2, None]))
+def test_wrong_jsonrpc_shapes_and_unknown_methods_get_a_clear_error(
+    stack: Stack,
+    http: httpx2.Client,
+    session_id: str,
+    method: Any,
+    request_id: Any,
+    params: Any,
+    version: Any,
+) -> None:
+    message = {"jsonrpc": version, "id": request_id, "method": method, "params": params}
+    send(http, stack.mcp_url, json.dumps(message).encode(), base_headers(session_id))
+
+
+@FUZZ
+@given(
+    tool=st.sampled_from(["find_tool", "call_tool", "Search_by_name", ""]) | st.text(max_size=20),
+    arguments=st.dictionaries(
+        st.sampled_from(["tool_description", "tool_keywords", "limit", "tool_name", "parameters", "x"]),
+        json_values,
+        max_size=5,
+    )
+    | json_values,
+)
+def test_wrong_meta_tool_arguments_are_answered(
+    stack: Stack, http: httpx2.Client, session_id: str, tool: str, arguments: Any
+) -> None:
+    message = {
+        "jsonrpc": "2.0",
+        "id": 9,
+        "method": "tools/call",
+        "params": {"name": tool, "arguments": arguments},
+    }
+    response = send(http, stack.mcp_url, json.dumps(message).encode(), base_headers(session_id))
+    assert response.status_code == 200, response.text
+    assert "result" in response.json() or "error" in response.json()
+
+
+@FUZZ
+@given(
+    content_type=st.sampled_from(["text/plain", "application/xml", "", "application/json; charset=latin-1"])
+    | header_values,
+    accept=st.sampled_from(["", "text/html", "*/*", "application/json"]),
+    session=header_values,
+    version=st.sampled_from(["", "2025-11-25", "2026-07-28", "1999-01-01", "garbage"]),
+    http_method=st.sampled_from(["POST", "DELETE", "GET", "PUT", "PATCH"]),
+)
+def test_bad_headers_and_session_ids_get_a_clear_error(
+    stack: Stack,
+    http: httpx2.Client,
+    content_type: str,
+    accept: str,
+    session: str,
+    version: str,
+    http_method: str,
+) -> None:
+    headers = {"Content-Type": content_type, "Accept": accept, "Mcp-Session-Id": session}
+    if version:
+        headers["MCP-Protocol-Version"] = version
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}).encode()
+    send(http, stack.mcp_url, body, {k: v for k, v in headers.items() if v}, http_method)
+
+
+@FUZZ
+@given(depth=st.integers(min_value=1, max_value=100_000), size=st.integers(min_value=0, max_value=3_000_000))
+def test_huge_and_deeply_nested_bodies_are_refused_or_answered(
+    stack: Stack, http: httpx2.Client, session_id: str, depth: int, size: int
+) -> None:
+    nested = "[" * depth + "]" * depth
+    padding = "x" * size
+    body = f'{{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{{"a":{nested},"b":"{padding}"}}}}'
+    send(http, stack.mcp_url, body.encode(), base_headers(session_id))
+
+
+def test_the_router_still_answers_a_normal_request_after_the_fuzzing(
+    stack: Stack, http: httpx2.Client, session_id: str
+) -> None:
+    assert sent["requests"] >= 5000
+    message = {
+        "jsonrpc": "2.0",
+        "id": 2,
+        "method": "tools/call",
+        "params": {"name": "find_tool", "arguments": {"tool_description": "cocktail recipes", "limit": 2}},
+    }
+    response = send(http, stack.mcp_url, json.dumps(message).encode(), base_headers(session_id))
+    assert len(response.json()["result"]["structuredContent"]["tools"]) == 2
