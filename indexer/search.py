@@ -1,0 +1,264 @@
+"""Hybrid retrieval over one index version: dense (FAISS) and lexical (BM25), fused by standardised score.
+
+Each arm scores every tool: the dense arm as the best inner product between the query and the
+tool's views (FAISS over normalised vectors), the lexical arm with BM25 (bm25s) over the tool text
+plus any keywords. Each arm's scores are standardised over the catalog (z-scores) and combined with
+the configured weights, so a tool far ahead in one arm stays ahead after fusion whatever the other
+arm says, and every tool gets a score: the answer is always filled to `limit`. Exact names go first.
+docs/retrieval.md has the measurements behind the defaults.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import bm25s
+import faiss
+import numpy as np
+import numpy.typing as npt
+
+from indexer.text import document_views, estimate_tokens, lexical_text, lexical_tokens, name_key
+
+Method = Literal["hybrid", "dense", "lexical"]
+FloatArray = npt.NDArray[np.float32]
+MAX_NAME_CHARS = 200  # longer queries are descriptions, never looked up as names
+BLOCK_VIEWS = 512  # vectors per block (768 kB at 384 dimensions): small enough to stay in cache
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    """How the arms are weighed; the defaults are tuned (docs/retrieval.md)."""
+
+    dense_weight: float = 0.7
+    lexical_weight: float = 0.3
+    min_score: float | None = None  # hits below it are dropped, but never the best one
+    sentence_weight: float = 0.6  # share of a multi-sentence query's dense score from its best sentence
+    backend_weight: float = 0.2  # lift toward the tools of the backends that match best
+    bm25_k1: float = 1.2
+    bm25_b: float = 0.75
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    """One search result: the tool's position in the index and its fused score."""
+
+    position: int
+    score: float
+
+
+def _standardise(scores: FloatArray) -> FloatArray:
+    """Scores as z-scores over the catalog; all zeros when they do not vary (nothing to tell apart)."""
+    std = float(scores.std())
+    if not np.isfinite(std) or std < 1e-9:
+        return np.zeros_like(scores)
+    standard: FloatArray = ((scores - scores.mean()) / std).astype(np.float32)
+    return standard
+
+
+def _run_starts(labels: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """Where each run of equal labels starts in a sorted label array."""
+    starts: npt.NDArray[np.int64] = np.flatnonzero(np.r_[True, labels[1:] != labels[:-1]]).astype(np.int64)
+    return starts
+
+
+class _Backends:
+    """Tools grouped by backend, for lifting the siblings of a backend's best-scoring tool."""
+
+    def __init__(self, backends: Sequence[str], weight: float) -> None:
+        labels = {backend: label for label, backend in enumerate(sorted(set(backends)))}
+        self.of = np.array([labels[b] for b in backends], dtype=np.int64)
+        self.order = np.argsort(self.of, kind="stable")
+        self.starts = _run_starts(self.of[self.order])
+        self.weight = np.float32(weight)
+
+    def lift(self, scores: FloatArray) -> FloatArray:
+        """Add a share of each backend's best score to each of its tools."""
+        best = np.maximum.reduceat(scores[self.order], self.starts)
+        lifted: FloatArray = (scores + self.weight * best[self.of]).astype(np.float32, copy=False)
+        return lifted
+
+
+class SearchIndex:
+    """Both arms over one tool set. Immutable after `build`; safe to search from several threads."""
+
+    def __init__(
+        self,
+        settings: SearchSettings,
+        size: int,
+        dense: Any,
+        view_starts: npt.NDArray[np.int64],
+        lexical: Any,
+        exact: Mapping[str, tuple[int, ...]],
+        backends: _Backends | None,
+    ) -> None:
+        """Use `build`; this only stores what it made."""
+        self.settings = settings
+        self.size = size
+        self._dense = dense
+        # the vectors FAISS holds, as an array without a copy: valid as long as `dense` lives
+        self._stored: FloatArray = faiss.rev_swig_ptr(dense.get_xb(), dense.ntotal * dense.d).reshape(
+            dense.ntotal, dense.d
+        )
+        self._view_starts = view_starts
+        self._lexical = lexical
+        self._vocabulary: dict[str, int] = dict(lexical.vocab_dict) if lexical is not None else {}
+        self._exact = exact
+        self._backends = backends
+
+    @classmethod
+    def build(
+        cls,
+        texts: Sequence[str],
+        names: Sequence[str],
+        aliases: Sequence[Sequence[str]],
+        vectors: np.ndarray,
+        settings: SearchSettings,
+        owners: np.ndarray | None = None,
+        backends: Sequence[str] | None = None,
+    ) -> SearchIndex:
+        """Index tools: `texts[i]` (lexical text), `names[i]` and `aliases[i]` belong to tool i.
+
+        `vectors` has one row per view; `owners[r]` is the tool of row r (default: one row per tool,
+        in order). `backends[i]`, when given, is tool i's backend, for the backend lift.
+        """
+        size = len(texts)
+        if len(names) != size or len(aliases) != size or (backends is not None and len(backends) != size):
+            raise ValueError("texts, names, aliases and backends must have one entry per tool")
+        matrix = np.ascontiguousarray(vectors, dtype=np.float32)
+        rows = np.arange(size) if owners is None else np.asarray(owners, dtype=np.int64)
+        if matrix.ndim != 2 or matrix.shape[0] != rows.shape[0]:
+            raise ValueError(f"vectors has shape {matrix.shape}; expected one row per view ({rows.shape[0]})")
+        order = np.argsort(rows, kind="stable")
+        rows = rows[order]
+        if size and not np.array_equal(rows[_run_starts(rows)], np.arange(size)):
+            raise ValueError("every tool needs at least one vector, and owners must be tool positions")
+        dense = faiss.IndexFlatIP(matrix.shape[1])
+        dense.add(matrix[order])
+        lexical = None
+        if size:
+            lexical = bm25s.BM25(k1=settings.bm25_k1, b=settings.bm25_b, method="lucene")
+            lexical.index([lexical_tokens([text]) for text in texts], show_progress=False)
+        exact: dict[str, list[int]] = {}
+        for position, (name, others) in enumerate(zip(names, aliases, strict=True)):
+            for key in {name_key(name), *(name_key(alias) for alias in others)} - {""}:
+                exact.setdefault(key, []).append(position)
+        grouped = None
+        if backends is not None and settings.backend_weight and len(set(backends)) > 1:
+            grouped = _Backends(backends, settings.backend_weight)
+        return cls(
+            settings,
+            size,
+            dense,
+            _run_starts(rows) if size else np.zeros(0, dtype=np.int64),
+            lexical,
+            {key: tuple(positions) for key, positions in exact.items()},
+            grouped,
+        )
+
+    def dense_scores(self, query_vector: np.ndarray) -> FloatArray:
+        """Per tool, the best inner product over its views; for a multi-row query (the whole query,
+        then its sentences) a mix of the whole query's score and the best sentence's."""
+        queries = np.ascontiguousarray(np.atleast_2d(query_vector), dtype=np.float32)
+        if queries.shape[1] != self._dense.d:
+            raise ValueError(f"query vector has dimension {queries.shape[1]}; the index has {self._dense.d}")
+        # Fusion needs every tool's score, so the arm takes every inner product (a top-k search with
+        # k=ntotal would also sort them) with FAISS's single-threaded kernel over the index's own
+        # storage: a threaded BLAS product is faster on an idle machine but stalls on a busy one.
+        # Rows of a multi-row query read the vectors block by block, each block once from memory.
+        count, dimension = self._stored.shape
+        by_view = np.empty((queries.shape[0], count), dtype=np.float32)
+        step = count if queries.shape[0] == 1 else BLOCK_VIEWS
+        for start in range(0, count, step):
+            size = min(step, count - start)
+            block = faiss.swig_ptr(self._stored[start : start + size])
+            for row, query in enumerate(queries):
+                faiss.fvec_inner_products_ny(  # type: ignore[attr-defined]  # the SWIG kernel has no stub
+                    faiss.swig_ptr(by_view[row, start:]), faiss.swig_ptr(query), block, dimension, size
+                )
+        whole: FloatArray = np.maximum.reduceat(by_view[0], self._view_starts)
+        if queries.shape[0] == 1:
+            return whole
+        best_sentence: FloatArray = np.maximum.reduceat(by_view[1:].max(axis=0), self._view_starts)
+        share = np.float32(self.settings.sentence_weight)
+        return (np.float32(1.0) - share) * whole + share * best_sentence
+
+    def lexical_scores(self, query: str, keywords: Sequence[str]) -> FloatArray:
+        """BM25 of every tool for the query's terms and the keywords' terms."""
+        terms = [self._vocabulary[t] for t in lexical_tokens([query, *keywords]) if t in self._vocabulary]
+        if not terms or self._lexical is None:
+            return np.zeros(self.size, dtype=np.float32)
+        return np.asarray(self._lexical.get_scores(terms), dtype=np.float32)
+
+    def scores(
+        self, query: str, query_vector: np.ndarray, keywords: Sequence[str], method: Method
+    ) -> FloatArray:
+        """Every tool's score for a query under one method."""
+        if method == "dense":
+            return _standardise(self.dense_scores(query_vector))
+        if method == "lexical":
+            return _standardise(self.lexical_scores(query, keywords))
+        if method != "hybrid":
+            raise ValueError(f"unknown search method {method!r}")
+        fused = self.settings.dense_weight * _standardise(self.dense_scores(query_vector))
+        fused += self.settings.lexical_weight * _standardise(self.lexical_scores(query, keywords))
+        return fused if self._backends is None else self._backends.lift(fused)
+
+    def search(
+        self,
+        query: str,
+        query_vector: np.ndarray,
+        keywords: Sequence[str],
+        limit: int,
+        method: Method = "hybrid",
+    ) -> list[Hit]:
+        """The best `limit` tools, best first: tools named exactly by the query, then by score.
+
+        `query_vector` is the embedded `query_text` (shape (d,)) or the embedded `query_texts`
+        (shape (m, d), whole query first). Empty only for an empty catalog or an empty query.
+        """
+        keywords = [k for k in keywords if k.strip()]
+        if not self.size or limit < 1 or (not query.strip() and not keywords):
+            return []
+        scores = self.scores(query, query_vector, keywords, method)
+        named: tuple[int, ...] = ()
+        if len(query) <= MAX_NAME_CHARS:
+            named = self._exact.get(name_key(query), ())
+        named = tuple(sorted(named, key=lambda p: (-scores[p], p)))[:limit]
+        ranked = scores.copy()
+        ranked[list(named)] = -np.inf
+        wanted = min(limit, self.size) - len(named)
+        best = np.arange(self.size)
+        if 0 < wanted < self.size:
+            best = np.argpartition(-ranked, wanted - 1)[:wanted]
+        best = best[np.lexsort((best, -ranked[best]))][: max(wanted, 0)]
+        top = float(scores.max())
+        hits = [Hit(p, top + 1.0) for p in named] + [Hit(int(p), float(scores[p])) for p in best]
+        if self.settings.min_score is not None:
+            kept = [h for h in hits if h.score >= self.settings.min_score]
+            hits = kept or hits[:1]
+        return hits
+
+
+def build_tool_index(
+    definitions: Sequence[Mapping[str, Any]],
+    backends: Sequence[str],
+    names: Sequence[str],
+    aliases: Sequence[Sequence[str]],
+    embed_documents: Callable[[Sequence[str]], np.ndarray],
+    settings: SearchSettings,
+    count_tokens: Callable[[str], int] = estimate_tokens,
+    max_tokens: int = 256,
+) -> SearchIndex:
+    """Text, views, embeddings and index for tools: the one way the indexer and `toolsearch eval` build.
+
+    `count_tokens` and `max_tokens` are the embedder's, so that views are cut to what it reads.
+    """
+    texts = [lexical_text(d, b) for d, b in zip(definitions, backends, strict=True)]
+    views = [
+        document_views(d, b, count_tokens, max_tokens) for d, b in zip(definitions, backends, strict=True)
+    ]
+    owners = np.repeat(np.arange(len(views)), [len(v) for v in views])
+    vectors = embed_documents([view for tool_views in views for view in tool_views])
+    return SearchIndex.build(texts, names, aliases, vectors, settings, owners=owners, backends=backends)

@@ -1,0 +1,184 @@
+"""The text a tool is embedded and matched by, and how queries and names are normalised.
+
+A tool is read through its backend's name, its own name split into words, its title, its
+description and its parameters (names and descriptions): `tool_text`. The lexical arm indexes all
+of it, the head (backend and name) counted twice (`lexical_text`). The dense arm embeds several
+views of it (`document_views`): a short head view (backend, name and description) and the full
+text cut into chunks the model reads whole, so that nothing past the model's window is silently
+dropped. A query is embedded whole and, when it has several sentences, sentence by sentence as well
+(`query_texts`): a request for two things matches each tool through the sentence that asks for it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from bm25s.stopwords import STOPWORDS_EN
+
+MAX_QUERY_PARTS = 8  # sentences embedded beside the whole query: a cap on a find_tool's model work
+CHUNK_OVERLAP_WORDS = 16  # words repeated across chunk boundaries, so no phrase is only ever cut
+_SPECIAL_TOKENS = 2  # [CLS] and [SEP], counted by the model but not part of the text
+
+_ACRONYM = re.compile(r"([A-Z]+)([A-Z][a-z])")  # HTTPServer -> HTTP Server
+_CAMEL = re.compile(r"([a-z0-9])([A-Z])")  # getForecast -> get Forecast
+_SEPARATORS = re.compile(r"[\W_]+")
+_MARKUP = re.compile(r"[*`#|>]+|<[^>]{1,40}>")  # markdown emphasis, code ticks, short html tags
+_SPACE = re.compile(r"\s+")
+_WORD = re.compile(r"[a-z0-9]+")
+_SENTENCE_END = re.compile(r"(?<=[.?!;])\s+|\n+")
+_STOPWORDS = frozenset(STOPWORDS_EN)
+
+
+def split_identifier(name: str) -> str:
+    """An identifier as words: `get_forecast`, `getForecast` and `get-forecast` all give `get forecast`."""
+    spaced = _CAMEL.sub(r"\1 \2", _ACRONYM.sub(r"\1 \2", name))
+    return " ".join(_SEPARATORS.sub(" ", spaced).split())
+
+
+def name_key(name: str) -> str:
+    """The form names are compared in for exact lookups: lower-case words joined by underscores."""
+    return "_".join(split_identifier(name).lower().split())
+
+
+def clean(text: str) -> str:
+    """Description text without markup noise, on one line."""
+    return _SPACE.sub(" ", _MARKUP.sub(" ", text)).strip()
+
+
+def _parameters(definition: Mapping[str, Any]) -> list[tuple[str, str]]:
+    schema = definition.get("inputSchema")
+    properties = schema.get("properties") if isinstance(schema, Mapping) else None
+    if not isinstance(properties, Mapping):
+        return []
+    out: list[tuple[str, str]] = []
+    for key, spec in properties.items():
+        description = spec.get("description") if isinstance(spec, Mapping) else None
+        out.append((str(key), clean(description) if isinstance(description, str) else ""))
+    return out
+
+
+def _head(definition: Mapping[str, Any], backend: str) -> str:
+    """Backend, name and title (when it says more than the name), as words."""
+    name = split_identifier(str(definition.get("name", "")))
+    title = definition.get("title")
+    title_words = split_identifier(title) if isinstance(title, str) else ""
+    parts = [split_identifier(backend), name]
+    if title_words.lower() != name.lower():
+        parts.append(clean(title) if isinstance(title, str) else "")
+    return " ".join(part for part in parts if part)
+
+
+def _description(definition: Mapping[str, Any]) -> str:
+    description = definition.get("description")
+    return clean(description) if isinstance(description, str) else ""
+
+
+def tool_text(definition: Mapping[str, Any], backend: str) -> str:
+    """The full text of a tool: head, description, then each parameter's name and description."""
+    head, description = _head(definition, backend), _description(definition)
+    text = f"{head}: {description}" if description else head
+    parameters = _parameters(definition)
+    if parameters:
+        listed = "; ".join(
+            split_identifier(key) + (f" ({about})" if about else "") for key, about in parameters
+        )
+        text += f" Parameters: {listed}"
+    return text
+
+
+def lexical_text(definition: Mapping[str, Any], backend: str) -> str:
+    """What BM25 indexes: the full text with the head (backend and name) once more, as a field weight."""
+    return f"{_head(definition, backend)} {tool_text(definition, backend)}"
+
+
+def estimate_tokens(text: str) -> int:
+    """Word pieces of a text, estimated (a word of English is about 1.3 pieces; symbols are more)."""
+    return _SPECIAL_TOKENS + max(len(text.split()) * 4 // 3, len(text) // 4)
+
+
+def document_chunks(
+    text: str, prefix: str = "", count_tokens: Callable[[str], int] = estimate_tokens, max_tokens: int = 256
+) -> list[str]:
+    """`text` in overlapping pieces the model reads whole; every piece after the first starts with `prefix`.
+
+    One tokenizer call measures the text; pieces are then cut by words at the measured word-piece
+    rate, with a margin, so each stays inside `max_tokens`.
+    """
+    total = count_tokens(text)
+    if total <= max_tokens:
+        return [text]
+    words = text.split()
+    prefix_cost = count_tokens(prefix) if prefix else 0
+    budget = max(32, int((max_tokens - prefix_cost - _SPECIAL_TOKENS) * 0.9))
+    per_chunk = max(8, budget * len(words) // max(total, 1))
+    step = max(1, per_chunk - CHUNK_OVERLAP_WORDS)
+    chunks: list[str] = []
+    for start in range(0, len(words), step):
+        piece = " ".join(words[start : start + per_chunk])
+        chunks.append(piece if not chunks or not prefix else f"{prefix}: {piece}")
+        if start + per_chunk >= len(words):
+            break
+    return chunks
+
+
+def document_views(
+    definition: Mapping[str, Any],
+    backend: str,
+    count_tokens: Callable[[str], int] = estimate_tokens,
+    max_tokens: int = 256,
+) -> list[str]:
+    """The texts the dense arm embeds for one tool; the tool scores as its best-matching view.
+
+    The head view (backend, name, description) keeps what a tool is for from being diluted by
+    its parameters; the full text, chunked to the model's window, covers everything else.
+    """
+    head, description = _head(definition, backend), _description(definition)
+    short = f"{head}: {description}" if description else head
+    views = document_chunks(short, head, count_tokens, max_tokens)[:1]
+    for chunk in document_chunks(tool_text(definition, backend), head, count_tokens, max_tokens):
+        if chunk not in views:
+            views.append(chunk)
+    return views
+
+
+def query_text(query: str, keywords: Sequence[str] = ()) -> str:
+    """The whole query as it is embedded; keywords feed the lexical arm, and stand in for an empty query."""
+    text = _SPACE.sub(" ", query).strip()
+    return text or " ".join(k.strip() for k in keywords if k.strip())
+
+
+def query_texts(query: str, keywords: Sequence[str] = ()) -> list[str]:
+    """What to embed for a query: the whole query first, then each of its sentences when it has several."""
+    whole = query_text(query, keywords)
+    parts = [p for p in (s.strip() for s in _SENTENCE_END.split(query)) if len(p) > 3]
+    if len(parts) < 2:
+        return [whole]
+    return [whole, *(_SPACE.sub(" ", p) for p in parts[:MAX_QUERY_PARTS])]
+
+
+_local = threading.local()
+
+
+def _stemmer() -> Any:
+    """This thread's Snowball stemmer: a PyStemmer object must not be shared between threads."""
+    stemmer = getattr(_local, "stemmer", None)
+    if stemmer is None:
+        # PyStemmer ships no type information; imported by name so the checker treats it as Any
+        stemmer = _local.stemmer = importlib.import_module("Stemmer").Stemmer("english")
+    return stemmer
+
+
+def lexical_tokens(texts: Iterable[str]) -> list[str]:
+    """BM25 terms of some texts: identifiers split, lower-cased, stop words dropped, Snowball-stemmed."""
+    words = [
+        word
+        for text in texts
+        for word in _WORD.findall(split_identifier(text).lower())
+        if word not in _STOPWORDS
+    ]
+    stems: list[str] = _stemmer().stemWords(words)
+    return stems

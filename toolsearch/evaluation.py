@@ -1,0 +1,296 @@
+"""`toolsearch eval`: retrieval quality of the indexer's own search over a catalog and labelled queries.
+
+The catalog is named and indexed the way the indexer does it (`indexer.tools.advertise`, then
+`indexer.search.build_tool_index`), every backend being a server of the catalog file; queries are
+embedded in batches and searched one by one with `SearchIndex.search`. Metrics are in percent:
+R@k (share of a query's relevant tools in the top k), nDCG@10 (binary relevance), MRR@10 and
+completeness@5 (share of queries whose relevant tools are all in the top 5).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal, get_args
+
+import numpy as np
+
+from indexer.embedder import Embedder
+from indexer.embeddings import Embeddings
+from indexer.search import SearchIndex, SearchSettings, build_tool_index
+from indexer.text import query_texts
+from indexer.tools import advertise
+from toolsearch.catalog import CatalogTool, load_catalog
+
+Method = Literal["hybrid", "dense", "lexical"]
+METHODS: tuple[Method, ...] = get_args(Method)
+DATA = Path(__file__).resolve().parent / "data" / "eval"
+SHIPPED_SETS = {  # name -> (catalog, queries)
+    "stabletoolbench": (DATA / "stabletoolbench" / "tools.jsonl", DATA / "stabletoolbench" / "queries.jsonl"),
+    "metatool multi": (DATA / "metatool" / "tools.jsonl", DATA / "metatool" / "queries_multi.jsonl"),
+    "metatool single": (DATA / "metatool" / "tools.jsonl", DATA / "metatool" / "queries.jsonl"),
+}
+METRICS = ("R@1", "R@5", "R@8", "R@10", "nDCG@10", "MRR@10", "completeness@5")
+DEPTH = 10  # the deepest rank any metric reads
+QUERY_BATCH = 64
+PROGRESS_AFTER = 500  # queries: shorter runs need no progress bar
+
+
+class EvalError(ValueError):
+    """Raised when a queries file cannot be read or names tools the catalog lacks."""
+
+
+@dataclass(frozen=True, slots=True)
+class EvalQuery:
+    """One labelled query: its text and the ids of the tools that answer it."""
+
+    id: str
+    query: str
+    relevant: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class EvalReport:
+    """The figures of one method over one catalog and query set."""
+
+    method: str
+    tools: int
+    queries: int
+    metrics: dict[str, float]  # percent, keys as in METRICS
+    queries_per_second: float  # query embedding (batched) and search, end to end
+    search_ms_median: float  # one search, the query embedding excluded
+    name: str = ""
+    rankings: dict[str, list[str]] = field(default_factory=dict, repr=False, compare=False)
+
+
+def load_queries(path: Path) -> list[EvalQuery]:
+    """Read a queries file: JSON Lines of {"id", "query", "relevant": [tool ids]}."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise EvalError(f"{path}: cannot read queries ({exc.strerror})") from None
+    queries = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            raw = json.loads(line)
+            queries.append(EvalQuery(str(raw["id"]), str(raw["query"]), tuple(map(str, raw["relevant"]))))
+        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            raise EvalError(f"{path}:{number}: not a labelled query ({exc})") from None
+    return queries
+
+
+def score_ranking(ranking: Sequence[str], relevant: Sequence[str]) -> dict[str, float]:
+    """Every metric of one ranked list of tool ids, as fractions."""
+    wanted = set(relevant)
+    if not wanted:
+        raise EvalError("a query needs at least one relevant tool")
+    top = list(ranking[:DEPTH])
+    found = [tool in wanted for tool in top]
+    out = {f"R@{k}": len(wanted & set(top[:k])) / len(wanted) for k in (1, 5, 8, 10)}
+    dcg = sum(1 / math.log2(rank + 2) for rank, hit in enumerate(found) if hit)
+    ideal = sum(1 / math.log2(rank + 2) for rank in range(min(len(wanted), DEPTH)))
+    out["nDCG@10"] = dcg / ideal
+    out["MRR@10"] = next((1 / (rank + 1) for rank, hit in enumerate(found) if hit), 0.0)
+    out["completeness@5"] = float(wanted <= set(top[:5]))
+    return out
+
+
+def build_index(
+    tools: Sequence[CatalogTool], embeddings: Embeddings, settings: SearchSettings
+) -> tuple[SearchIndex, list[str]]:
+    """The indexer's index over a catalog, each server a backend; returns it and the tool ids by position."""
+    listings: dict[str, list[dict[str, Any]]] = {}
+    owner: dict[tuple[str, str], str] = {}
+    for tool in tools:
+        backend = tool.server_slug[:64] if tool.server else ""
+        listings.setdefault(backend, []).append(tool.definition())
+        owner[(backend, tool.name)] = tool.id
+    advertised = advertise(listings)
+    embedder = embeddings.embedder
+    index = build_tool_index(
+        definitions=[t.definition for t in advertised],
+        backends=[t.backend_id for t in advertised],
+        names=[t.name for t in advertised],
+        aliases=[
+            sorted({t.original_name, f"{t.backend_id}_{t.original_name}"} - {t.name}) for t in advertised
+        ],
+        embed_documents=embeddings.embed_documents,
+        settings=settings,
+        count_tokens=embedder.count_tokens,
+        max_tokens=embedder.max_tokens,
+    )
+    return index, [owner[(t.backend_id, t.original_name)] for t in advertised]
+
+
+def evaluate_methods(
+    tools: Sequence[CatalogTool],
+    queries: Sequence[EvalQuery],
+    embedder: Embedder,
+    methods: Sequence[Method] = METHODS,
+    settings: SearchSettings | None = None,
+    cache_dir: Path | None = None,
+    progress: bool | None = None,
+    name: str = "",
+) -> list[EvalReport]:
+    """One report per method; documents are embedded once (cached in `cache_dir`), queries once."""
+    known = {tool.id for tool in tools}
+    for query in queries:
+        if missing := set(query.relevant) - known:
+            raise EvalError(f"query {query.id} names tools the catalog lacks: {sorted(missing)[:3]}")
+    settings = settings or SearchSettings()
+    index, ids = build_index(tools, Embeddings(embedder, cache_dir), settings)
+    show = len(queries) >= PROGRESS_AFTER if progress is None else progress
+    texts = [query_texts(q.query) for q in queries]
+    started = time.perf_counter()
+    vectors: list[np.ndarray] = []
+    with _bar(len(queries), f"embedding {name or 'queries'}", show) as bar:
+        for start in range(0, len(texts), QUERY_BATCH):
+            batch = texts[start : start + QUERY_BATCH]
+            flat = embedder.embed([text for group in batch for text in group])
+            offsets = np.cumsum([0, *map(len, batch)])
+            vectors.extend(flat[a:b] for a, b in itertools.pairwise(offsets))
+            bar.update(len(batch))
+    embed_seconds = time.perf_counter() - started
+    reports = []
+    for method in methods:
+        totals = dict.fromkeys(METRICS, 0.0)
+        timings: list[float] = []
+        rankings: dict[str, list[str]] = {}
+        with _bar(len(queries), f"searching {name or ''} ({method})".replace("  ", " "), show) as bar:
+            for query, vector in zip(queries, vectors, strict=True):
+                began = time.perf_counter()
+                hits = index.search(query.query, vector, (), DEPTH, method)
+                timings.append(time.perf_counter() - began)
+                ranking = rankings[query.id] = [ids[hit.position] for hit in hits]
+                for metric, value in score_ranking(ranking, query.relevant).items():
+                    totals[metric] += value
+                bar.update(1)
+        count = max(len(queries), 1)
+        reports.append(
+            EvalReport(
+                method=method,
+                tools=len(tools),
+                queries=len(queries),
+                metrics={metric: round(100 * total / count, 2) for metric, total in totals.items()},
+                queries_per_second=round(len(queries) / max(embed_seconds + sum(timings), 1e-9), 1),
+                search_ms_median=round(1000 * float(np.median(timings)) if timings else 0.0, 3),
+                name=name,
+                rankings=rankings,
+            )
+        )
+    return reports
+
+
+def evaluate(
+    tools: Sequence[CatalogTool],
+    queries: Sequence[EvalQuery],
+    embedder: Embedder,
+    method: Method = "hybrid",
+    settings: SearchSettings | None = None,
+    cache_dir: Path | None = None,
+    progress: bool | None = None,
+) -> EvalReport:
+    """The figures of one method over one catalog and query set."""
+    return evaluate_methods(tools, queries, embedder, (method,), settings, cache_dir, progress)[0]
+
+
+def _bar(total: int, label: str, show: bool) -> Any:
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=label, disable=not show, file=sys.stderr, unit="q", leave=False)
+
+
+def _table(reports: Sequence[EvalReport]) -> str:
+    header = ["set", "method", "tools", "queries", *METRICS, "q/s", "search ms"]
+    rows = [
+        [r.name or "-", r.method, str(r.tools), str(r.queries)]
+        + [f"{r.metrics[m]:.1f}" for m in METRICS]
+        + [f"{r.queries_per_second:.0f}", f"{r.search_ms_median:.2f}"]
+        for r in reports
+    ]
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    lines = [
+        "  ".join(
+            cell.rjust(width) if i >= 2 else cell.ljust(width)
+            for i, (cell, width) in enumerate(zip(row, widths, strict=True))
+        )
+        for row in [header, *rows]
+    ]
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register `toolsearch eval`."""
+    parser = subparsers.add_parser(
+        "eval",
+        help="measure retrieval quality over a catalog and labelled queries",
+        description="Run the indexer's search over a catalog file and labelled queries and print "
+        "R@1, R@5, R@8, R@10, nDCG@10, MRR@10, completeness@5 (percent) and throughput.",
+    )
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--catalog", type=Path, help="the catalog file (JSON Lines of MCP tools)")
+    source.add_argument("--all", action="store_true", help="run the shipped sets and print one table")
+    parser.add_argument("--queries", type=Path, help="the labelled queries (JSON Lines); with --catalog")
+    parser.add_argument(
+        "--method",
+        choices=[*METHODS, "all"],
+        help="search method (default: hybrid; with --all, every method)",
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument(
+        "--model",
+        type=Path,
+        default=Path("models") / "all-MiniLM-L6-v2",
+        help="sentence-transformers model folder",
+    )
+    parser.add_argument("--limit-queries", type=int, metavar="N", help="only the first N queries of each set")
+    parser.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=Path(".toolsearch") / "cache",
+        help="embedding cache for tool texts (default: .toolsearch/cache)",
+    )
+    parser.set_defaults(func=run_cli)
+
+
+def run_cli(args: argparse.Namespace) -> int:
+    """Run `toolsearch eval`; returns the exit code."""
+    from indexer.embedder import EmbedderError, SentenceTransformerEmbedder
+    from toolsearch.catalog import CatalogError
+
+    if args.catalog is not None and args.queries is None:
+        print("toolsearch eval: --catalog needs --queries", file=sys.stderr)
+        return 2
+    if args.limit_queries is not None and args.limit_queries < 1:
+        print("toolsearch eval: --limit-queries must be at least 1", file=sys.stderr)
+        return 2
+    chosen = args.method or ("all" if args.all else "hybrid")
+    methods = METHODS if chosen == "all" else tuple(m for m in METHODS if m == chosen)
+    sets = SHIPPED_SETS if args.all else {args.catalog.parent.name: (args.catalog, args.queries)}
+    try:
+        embedder = SentenceTransformerEmbedder(args.model)
+        reports: list[EvalReport] = []
+        for name, (catalog, queries_file) in sets.items():
+            queries = load_queries(queries_file)[: args.limit_queries]
+            reports += evaluate_methods(
+                load_catalog(catalog), queries, embedder, methods, cache_dir=args.cache_dir, name=name
+            )
+    except (EmbedderError, CatalogError, EvalError) as exc:
+        print(f"toolsearch eval: {exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        fields = ("name", "method", "tools", "queries", "metrics", "queries_per_second", "search_ms_median")
+        out = [{key: asdict(report)[key] for key in fields} for report in reports]
+        print(json.dumps(out if args.all else out[0] if len(out) == 1 else out, indent=2))
+    else:
+        print(_table(reports))
+    return 0
