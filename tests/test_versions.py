@@ -1,0 +1,287 @@
+"""Index versions following backend health, in process: a real catalog server, the fake embedder.
+
+The indexer's parts run in the test's event loop (`Indexer.build` with `FakeEmbedder`), so sessions,
+the version pool and the embedding counters can be inspected directly; the backends are a real
+catalog server process driven through its control API.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import time
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import jwt
+import pytest
+
+from indexer.discovery import Listing
+from indexer.embedder.fake import FakeEmbedder
+from indexer.embeddings import Embeddings
+from indexer.errors import BackendUnavailable
+from indexer.index import Builder, IndexVersion, VersionPool
+from indexer.registry import Registry
+from indexer.search import SearchSettings
+from indexer.server import Indexer
+from indexer.sessions import ANONYMOUS, SessionManager
+from indexer.tools import Tool
+from tests.support.catalogs import small_catalog
+from tests.support.processes import Proc, free_port, start_process
+from tests.support.stack import CLI
+from toolsearch.config import Backend, Config, Naming, parse_config
+
+WAIT = 15.0  # seconds any condition below may take at most
+SECRET = "a-test-secret-that-is-long-enough-for-hs256"
+SECRET_ENV = "TOOLSEARCH_CATALOG_JWT_SECRET"
+WEATHER = "AI_Weather_by_Meteosource"
+FAST_HEALTH = {"interval": 0.1, "timeout": 2.0, "unhealthy_after": 1}
+REBUILD_BOUND = 1.0  # seconds for 10,000 swaps; about 0.03 s on one idle core
+
+
+class Catalog:
+    """A catalog server process with its control API, and the tools of each server."""
+
+    def __init__(self, url: str, proc: Proc, tools: dict[str, set[str]], path: Path) -> None:
+        self.url, self.proc, self.tools, self.path = url, proc, tools, path
+
+    def control(self, slug: str, action: str) -> None:
+        httpx2.post(f"{self.url}/control/servers/{slug}/{action}", timeout=5).raise_for_status()
+
+    def config(self, health: dict[str, Any], **server: Any) -> Config:
+        raw = {
+            "indexer": {"health": health, "state": "memory", "cache_dir": str(self.path.parent / "cache")},
+            "catalog_servers": [{"catalog": str(self.path), "listen": self.url[7:], **server}],
+        }
+        return parse_config(raw, self.path)
+
+
+@pytest.fixture(scope="module")
+def catalog(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Catalog]:
+    path = tmp_path_factory.mktemp("versions") / "catalog.jsonl"
+    tools = small_catalog(path)
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    args = [*CLI, "catalog-server", "--catalog", str(path), "--port", str(port), "--control"]
+    proc = start_process([*args, "--require-jwt", "Cocktails"], f"{url}/healthz", env={SECRET_ENV: SECRET})
+    try:
+        yield Catalog(url, proc, tools, path)
+    finally:
+        proc.stop()
+
+
+@pytest.fixture
+def up_again(catalog: Catalog) -> Iterator[None]:
+    """Every server is up again after the test, whatever it did."""
+    yield
+    for slug in catalog.tools:
+        catalog.control(slug, "up")
+
+
+@asynccontextmanager
+async def running(config: Config) -> AsyncIterator[Indexer]:
+    indexer = Indexer.build(config, FakeEmbedder(), {SECRET_ENV: SECRET})
+    await indexer.start()
+    try:
+        yield indexer
+    finally:
+        await indexer.close()
+
+
+async def wait_for(condition: Callable[[], bool]) -> None:
+    async with asyncio.timeout(WAIT):
+        while True:
+            if condition():
+                return
+            await asyncio.sleep(0.02)  # polling: the conditions are plain attributes, nothing to await
+
+
+def token(expires_in: int = 300) -> str:
+    now = int(time.time())
+    return jwt.encode({"sub": "alice", "iat": now, "exp": now + expires_in}, SECRET, algorithm="HS256")
+
+
+def our_tasks() -> list[asyncio.Task[Any]]:
+    return [t for t in asyncio.all_tasks() if t.get_name().startswith(("health-probe", "index-fan-out"))]
+
+
+async def test_a_thousand_sessions_share_one_index_and_follow_a_flip_with_no_embedding(
+    catalog: Catalog, up_again: None
+) -> None:
+    async with running(catalog.config(FAST_HEALTH)) as indexer:
+        sessions = [await indexer.sessions.open(ANONYMOUS, None) for _ in range(1000)]
+        first = sessions[0].current.version
+        assert all(s.current.version is first for s in sessions)
+        assert indexer.pool.builds == 1 and len(indexer.pool) == 1
+        model_calls = indexer.embeddings.model_calls
+
+        catalog.control(WEATHER, "down")
+        await wait_for(lambda: all(s.current.number == 2 for s in sessions))
+        second = sessions[0].current.version
+        assert WEATHER not in second.backends and second.fingerprint != first.fingerprint
+        assert all(s.current.version is second for s in sessions)
+        assert indexer.pool.builds == 2
+        assert indexer.embeddings.model_calls == model_calls
+        assert [s.swaps[-1].reason for s in sessions[:2]] == [f"backend {WEATHER} unhealthy"] * 2
+        first_fingerprint, second_fingerprint = first.fingerprint, second.fingerprint
+        del first, second
+        gc.collect()
+        # nothing but the startup warm-up (if any) holds the first version: swaps keep only references
+        retained = indexer.pool.lookup(first_fingerprint) is not None
+        alive = {v.fingerprint for v in indexer.pool.versions()}
+        assert alive == {second_fingerprint} | ({first_fingerprint} if retained else set())
+
+        catalog.control(WEATHER, "up")
+        await wait_for(lambda: all(s.current.number == 3 for s in sessions))
+        third = sessions[0].current.version
+        assert third.fingerprint == first_fingerprint and WEATHER in third.backends
+        assert all(s.current.version is third for s in sessions)
+        assert indexer.pool.builds == (2 if retained else 3)  # rebuilt, if at all, from cached embeddings
+        assert indexer.embeddings.model_calls == model_calls
+        assert sessions[0].swaps[-1].reason == f"backend {WEATHER} recovered"
+        assert indexer.rebuilder is not None and indexer.rebuilder.passes == 2
+        gc.collect()
+        assert {v.fingerprint for v in indexer.pool.versions()} == {first_fingerprint}  # the second freed
+
+
+async def test_with_monitoring_off_sessions_keep_their_tools_and_no_probe_runs(
+    catalog: Catalog, up_again: None
+) -> None:
+    async with running(catalog.config({"enabled": False, "interval": 0.05})) as indexer:
+        session = await indexer.sessions.open(ANONYMOUS, None)
+        assert indexer.monitor is None
+        assert not [t for t in our_tasks() if t.get_name().startswith("health-probe")]
+        catalog.control(WEATHER, "down")
+        # the backend really is down, and nothing that could notice it exists
+        backend = indexer.registry.get(WEATHER).config
+        with pytest.raises(BackendUnavailable):
+            await indexer.registry.list_backend(backend, timeout=2.0)
+        assert not our_tasks()
+        assert indexer.registry.get(WEATHER).status == "healthy"
+        assert session.current.number == 1 and WEATHER in session.current.version.backends
+    assert not our_tasks()
+
+
+async def test_a_session_opened_while_a_passthrough_backend_is_down_gains_it_on_recovery(
+    catalog: Catalog, up_again: None
+) -> None:
+    config = catalog.config(FAST_HEALTH, require_jwt=["Cocktails"])
+    catalog.control("Cocktails", "down")
+    async with running(config) as indexer:
+        assert indexer.registry.get("Cocktails").status == "unhealthy"
+        good = await indexer.sessions.open(("issuer", "alice"), token())
+        stale = await indexer.sessions.open(("issuer", "bob"), token(expires_in=-60))
+        assert "Cocktails" not in good.current.version.backends
+
+        catalog.control("Cocktails", "up")
+        await wait_for(lambda: good.current.number == 2)
+        assert "Cocktails" in good.current.version.backends
+        assert good.swaps[-1].reason == "backend Cocktails recovered"
+        # the stored token is refused now: that session ends, so its client reconnects
+        assert indexer.sessions.sessions() == [good]
+        assert stale.id not in {s.id for s in indexer.sessions.sessions()}
+        assert indexer.registry.get("Cocktails").status in ("degraded", "healthy")
+
+
+async def test_a_changed_tool_list_reaches_live_sessions_and_embeds_only_the_new_tool(
+    catalog: Catalog, up_again: None
+) -> None:
+    async with running(catalog.config(FAST_HEALTH)) as indexer:
+        session = await indexer.sessions.open(ANONYMOUS, None)
+        listing = indexer.registry.get("Free_NBA").listing
+        assert listing is not None
+        embedded = indexer.embeddings.texts_embedded
+        referees = {"name": "Get_All_Referees", "description": "List the referees of the season."}
+        tools_url = f"{catalog.url}/control/servers/Free_NBA/tools"
+        httpx2.post(tools_url, json=[*listing.tools, referees], timeout=5).raise_for_status()
+        try:
+            await wait_for(lambda: session.current.number == 2)
+            assert session.current.version.resolve("Get_All_Referees") is not None
+            assert session.swaps[-1].reason == "backend Free_NBA tool list changed"
+            # the new tool's text(s) only: every other tool's embedding comes from the cache
+            assert 0 < indexer.embeddings.texts_embedded - embedded < len(listing.tools)
+        finally:
+            httpx2.post(tools_url, json=list(listing.tools), timeout=5).raise_for_status()
+
+
+async def test_a_config_reload_adds_and_removes_backends_of_live_sessions(catalog: Catalog) -> None:
+    everything = catalog.config(FAST_HEALTH, require_jwt=["Cocktails"])
+    by_id = {b.id: b for b in everything.backends}
+    before = everything.model_copy(update={"backends": [by_id["Free_NBA"], by_id[WEATHER]]})
+    after = everything.model_copy(update={"backends": [by_id[WEATHER], by_id["Cocktails"]]})
+    async with running(before) as indexer:
+        alice = await indexer.sessions.open(("issuer", "alice"), token())
+        anonymous = await indexer.sessions.open(ANONYMOUS, None)
+        assert alice.current.version.backends == {"Free_NBA", WEATHER}
+        await indexer.reload(after)
+        await wait_for(lambda: alice.current.number == 2 and anonymous.current.number == 2)
+        # a passthrough backend added by a reload is listed with each session's token, as at creation
+        assert alice.current.version.backends == {WEATHER, "Cocktails"}
+        assert anonymous.current.version.backends == {WEATHER}
+        assert anonymous.rejected_at_creation == {"Cocktails"}
+        assert alice.swaps[-1].reason == "config reload: added Cocktails; removed Free_NBA"
+        assert set(indexer.registry.states) == {WEATHER, "Cocktails"}
+        assert indexer.monitor is not None and sorted(indexer.monitor.tracked) == [WEATHER, "Cocktails"]
+
+
+async def test_ten_thousand_sessions_sharing_a_catalog_swap_in_one_fast_pass(catalog: Catalog) -> None:
+    async with running(catalog.config({"enabled": False})) as indexer:
+        registry, manager = indexer.registry, indexer.sessions
+        sessions = [await manager.open(ANONYMOUS, None) for _ in range(10_000)]
+        listing = registry.get(WEATHER).listing
+        assert listing is not None
+        both = [sessions[0].current.version]  # both versions held: the timings measure swaps, not builds
+        registry.record_failure(WEATHER, BackendUnavailable(WEATHER, "down"), "unhealthy")
+        await manager.rebuild_all(f"backend {WEATHER} unhealthy")
+        both.append(sessions[0].current.version)
+        builds = indexer.pool.builds
+        timings = []
+        for status in ("healthy", "unhealthy", "healthy", "unhealthy"):
+            if status == "healthy":
+                registry.record_listing(WEATHER, listing)
+            else:
+                registry.record_failure(WEATHER, BackendUnavailable(WEATHER, "down"), "unhealthy")
+            started = time.perf_counter()
+            assert await manager.rebuild_all(f"backend {WEATHER} {status}") == 10_000
+            timings.append(time.perf_counter() - started)
+        assert indexer.pool.builds == builds
+        assert all(s.current.version is both[1] for s in sessions)
+        assert min(timings) < REBUILD_BOUND, timings
+
+
+class GatedPool(VersionPool):
+    """A version pool whose next lookup waits until the test opens the gate."""
+
+    gate: asyncio.Event | None = None
+
+    async def get(self, tools: Sequence[Tool], key: str | None = None) -> IndexVersion:
+        if (gate := self.gate) is not None:
+            self.gate = None
+            await gate.wait()
+        return await super().get(tools, key)
+
+
+async def test_a_session_opened_during_a_health_change_catches_up_with_it() -> None:
+    backends = [Backend(id=b, url=f"http://127.0.0.1:9/{b}") for b in ("nba", "weather")]
+    registry = Registry(backends, {}, timeout=5.0)
+    for backend in backends:
+        registry.record_listing(backend.id, Listing(({"name": f"{backend.id}_tool"},), "2025-11-25", 0.0))
+    embedder = FakeEmbedder()
+    embeddings = Embeddings(embedder, None)
+    builder = Builder(
+        embeddings.embed_documents, embedder.count_tokens, embedder.max_tokens, SearchSettings()
+    )
+    pool = GatedPool(builder)
+    manager = SessionManager(registry, pool, Naming())
+    gate = pool.gate = asyncio.Event()
+    opening = asyncio.create_task(manager.open(ANONYMOUS, None))
+    await wait_for(lambda: pool.gate is None)  # the new session's version is being looked up
+    registry.record_failure("weather", BackendUnavailable("weather", "down"), "unhealthy")
+    assert await manager.rebuild_all("backend weather unhealthy") == 0  # not registered yet: missed
+    gate.set()
+    session = await opening
+    assert session.current.version.backends == {"nba"}
+    assert [swap.reason for swap in session.swaps] == ["created", "backends changed while the session opened"]
