@@ -1,0 +1,112 @@
+"""`toolsearch health grpc|http`: exit 0 exactly when the service says it is healthy."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from concurrent import futures
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import grpc
+import pytest
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from tests.support.processes import free_port
+from toolsearch.cli import build_parser, main
+
+
+@pytest.fixture(scope="module")
+def grpc_health() -> Iterator[tuple[str, health.HealthServicer]]:
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    servicer = health.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        yield f"127.0.0.1:{port}", servicer
+    finally:
+        server.stop(None)
+
+
+class _Answers(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        status = int(self.path.strip("/") or 200)
+        self.send_response(status)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def http_base() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Answers)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_grpc_serving_exits_0(grpc_health: tuple[str, health.HealthServicer]) -> None:
+    address, servicer = grpc_health
+    servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+    assert main(["health", "grpc", address]) == 0
+
+
+def test_grpc_not_serving_exits_1_and_says_so(
+    grpc_health: tuple[str, health.HealthServicer], capsys: pytest.CaptureFixture[str]
+) -> None:
+    address, servicer = grpc_health
+    servicer.set("toolsearch.v1.Indexer", health_pb2.HealthCheckResponse.NOT_SERVING)
+    assert main(["health", "grpc", address, "--service", "toolsearch.v1.Indexer"]) == 1
+    assert "NOT_SERVING" in capsys.readouterr().err
+
+
+def test_grpc_nothing_listening_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["health", "grpc", f"127.0.0.1:{free_port()}", "--timeout", "0.5"]) == 1
+    assert "no answer (UNAVAILABLE)" in capsys.readouterr().err
+
+
+def test_http_200_exits_0(http_base: str) -> None:
+    assert main(["health", "http", f"{http_base}/200"]) == 0
+
+
+@pytest.mark.parametrize("status", [503, 404, 204])
+def test_http_anything_but_200_exits_1(
+    http_base: str, status: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["health", "http", f"{http_base}/{status}"]) == 1
+    assert f"HTTP {status}" in capsys.readouterr().err
+
+
+def test_http_nothing_listening_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["health", "http", f"http://127.0.0.1:{free_port()}/readyz", "--timeout", "0.5"]) == 1
+    assert "no answer" in capsys.readouterr().err
+
+
+def test_http_needs_an_http_url(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["health", "http", "127.0.0.1:8000/readyz"]) == 1
+    assert "not an http:// or https:// URL" in capsys.readouterr().err
+
+
+def test_a_kind_is_required() -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        build_parser("health").parse_args(["health"])
+    assert exit_info.value.code == 2
+
+
+def test_the_health_command_loads_no_service() -> None:
+    # a healthcheck runs every few seconds: only the health module is imported for it
+    code = (
+        "import sys; from toolsearch.cli import build_parser; build_parser('health'); "
+        "print(sorted(m for m in ('torch', 'indexer.server', 'router.app', 'fastapi') if m in sys.modules))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[]"

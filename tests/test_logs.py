@@ -1,0 +1,95 @@
+"""Structured logs: one JSON object per line, with the bound request id and only a session id's prefix."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+from toolsearch.logs import (
+    JsonFormatter,
+    bind_session,
+    bound,
+    clean_request_id,
+    configure_logging,
+    current_request_id,
+    current_session,
+)
+
+SESSION_ID = "s3cr3t-session-id-that-is-a-capability"
+
+
+def record(message: str = "hello %s", *args: object) -> logging.LogRecord:
+    return logging.LogRecord("router.test", logging.WARNING, __file__, 1, message, args or ("world",), None)
+
+
+def test_a_record_is_one_json_object_with_the_standard_fields() -> None:
+    line = JsonFormatter().format(record())
+    entry = json.loads(line)
+    assert "\n" not in line
+    assert entry["level"] == "warning" and entry["logger"] == "router.test"
+    assert entry["message"] == "hello world"
+    assert entry["time"].endswith("Z") and "T" in entry["time"]
+    assert "request_id" not in entry and "session_id" not in entry
+
+
+def test_the_bound_request_and_session_prefix_are_added_then_restored() -> None:
+    with bound(request="req-1", session=SESSION_ID):
+        entry = json.loads(JsonFormatter().format(record()))
+    assert entry["request_id"] == "req-1"
+    assert entry["session_id"] == SESSION_ID[:8]
+    assert current_request_id() == "" and current_session() == ""
+
+
+def test_binding_a_session_keeps_only_its_prefix() -> None:
+    with bound(request="req-2"):
+        bind_session(SESSION_ID)
+        assert current_session() == SESSION_ID[:8]
+        assert SESSION_ID not in JsonFormatter().format(record("%s", SESSION_ID[:8]))
+    assert current_session() == ""
+
+
+@pytest.mark.parametrize("value", ["", "a b", "x\ny", '{"forged": 1}', "é", "a" * 65, None])
+def test_an_unsafe_request_id_is_dropped(value: str | None) -> None:
+    assert clean_request_id(value) == ""
+
+
+def test_a_safe_request_id_is_kept() -> None:
+    assert clean_request_id("deploy-7.check:1_a") == "deploy-7.check:1_a"
+
+
+def test_an_exception_is_one_field_of_the_same_line() -> None:
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        failing = logging.LogRecord("x", logging.ERROR, __file__, 1, "failed", (), sys.exc_info())
+    line = JsonFormatter().format(failing)
+    assert line.count("\n") == 0
+    assert "ValueError: boom" in json.loads(line)["exception"]
+
+
+@pytest.fixture
+def root_restored() -> Iterator[None]:
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+
+
+@pytest.mark.usefixtures("root_restored")
+def test_configure_logging_switches_the_root_handler_format(monkeypatch: pytest.MonkeyPatch) -> None:
+    stream = io.StringIO()
+    monkeypatch.setattr("sys.stderr", stream)
+    configure_logging("info", "json")
+    logging.getLogger("indexer.test").debug("not shown")
+    logging.getLogger("indexer.test").info("shown")
+    configure_logging("info", "text")
+    logging.getLogger("indexer.test").info("as text")
+    first, second = stream.getvalue().splitlines()
+    assert json.loads(first)["message"] == "shown"
+    assert second.endswith("INFO indexer.test: as text")

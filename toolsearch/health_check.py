@@ -1,0 +1,88 @@
+"""`toolsearch health`: one health check of a running service, as an exit code, for container healthchecks.
+
+    toolsearch health grpc 127.0.0.1:50051      # the standard gRPC health service says SERVING
+    toolsearch health http http://127.0.0.1:8000/readyz   # the URL answers 200
+
+Exit code 0 means healthy, 1 unhealthy (with one line on stderr saying why), 2 a usage error. It
+imports neither torch nor the services, so a check every few seconds stays cheap.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import urllib.error
+import urllib.request
+
+__all__ = ["add_parser", "check_grpc", "check_http"]
+
+DEFAULT_TIMEOUT = 3.0
+# Inside a container a proxy from the environment must not answer for the service itself.
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def check_grpc(target: str, service: str = "", timeout: float = DEFAULT_TIMEOUT) -> str | None:
+    """None when `target` answers the gRPC health check for `service` with SERVING, else why not."""
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    with grpc.insecure_channel(target) as channel:
+        try:
+            reply = health_pb2_grpc.HealthStub(channel).Check(
+                health_pb2.HealthCheckRequest(service=service), timeout=timeout
+            )
+        except grpc.RpcError as exc:
+            code = exc.code() if isinstance(exc, grpc.Call) else None
+            return f"{target}: no answer ({code.name if code else exc})"
+    if reply.status != health_pb2.HealthCheckResponse.SERVING:
+        return f"{target}: {health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)}"
+    return None
+
+
+def check_http(url: str, timeout: float = DEFAULT_TIMEOUT) -> str | None:
+    """None when a GET of `url` answers 200, else why not."""
+    if not url.startswith(("http://", "https://")):
+        return f"{url}: not an http:// or https:// URL"
+    try:
+        with _DIRECT.open(url, timeout=timeout) as response:
+            status = int(response.status)
+    except urllib.error.HTTPError as exc:
+        status = exc.code
+    except (urllib.error.URLError, OSError) as exc:
+        reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+        return f"{url}: no answer ({reason})"
+    return None if status == 200 else f"{url}: HTTP {status}"
+
+
+def run_cli(args: argparse.Namespace) -> int:
+    """Run one check; 0 when healthy, 1 when not."""
+    if args.kind == "grpc":
+        problem = check_grpc(args.target, args.service, args.timeout)
+    else:
+        problem = check_http(args.target, args.timeout)
+    if problem is not None:
+        print(f"unhealthy: {problem}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register `toolsearch health grpc|http TARGET`."""
+    parser = subparsers.add_parser(
+        "health",
+        help="check a running service once: exit 0 when healthy (for container healthchecks)",
+        description="Check a running service once. Exit code 0: healthy; 1: not (the reason on stderr).",
+    )
+    kinds = parser.add_subparsers(dest="kind", metavar="KIND", required=True)
+    grpc_parser = kinds.add_parser("grpc", help="the standard gRPC health service answers SERVING")
+    grpc_parser.add_argument("target", metavar="HOST:PORT", help="the gRPC address (or a dns:/// target)")
+    grpc_parser.add_argument(
+        "--service", default="", help="the service name to ask about (default: the server)"
+    )
+    http_parser = kinds.add_parser("http", help="a GET of the URL answers 200")
+    http_parser.add_argument("target", metavar="URL", help="e.g. http://127.0.0.1:8000/readyz")
+    for sub in (grpc_parser, http_parser):
+        sub.add_argument(
+            "--timeout", type=float, default=DEFAULT_TIMEOUT, help=f"seconds (default: {DEFAULT_TIMEOUT:g})"
+        )
+        sub.set_defaults(func=run_cli)
