@@ -11,6 +11,7 @@ run: setup
 	$(BIN)/toolsearch up --config $(CONFIG)
 
 test: setup
+	scripts/ensure-redis
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy

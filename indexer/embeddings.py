@@ -3,14 +3,16 @@
 Vectors are keyed by sha256(identity + "\\0" + text), so a cache never mixes models or weights, and
 a health flip or a restart re-embeds nothing already seen.
 
-The disk tier is one SQLite file per model identity in `cache_dir`, in WAL mode, written one
-transaction per model call. SQLite rather than our own segment files because it already is what
-those would have to become: a kill at any point leaves the last committed transaction, never a torn
-record; lookups by key need no in-memory index of the whole cache; and several processes can share
-one folder. What SQLite cannot rule out (a file damaged outside it, a disk that lies) is checked on
-open (`PRAGMA quick_check`) and on every read (a stored vector must have the model's dimension and
-unit norm): a damaged file is moved aside to `*.corrupt` and started anew, a bad row is re-embedded
-and overwritten. The disk tier is best effort: when it cannot be used, the cache runs from memory.
+The second tier is an `EmbeddingStore`. By default it is one SQLite file per model identity in
+`cache_dir`, in WAL mode, written one transaction per model call. SQLite rather than our own segment
+files because it already is what those would have to become: a kill at any point leaves the last
+committed transaction, never a torn record; lookups by key need no in-memory index of the whole
+cache; and several processes can share one folder. What SQLite cannot rule out (a file damaged
+outside it, a disk that lies) is checked on open (`PRAGMA quick_check`) and on every read (a stored
+vector must have the model's dimension and unit norm): a damaged file is moved aside to `*.corrupt`
+and started anew, a bad row is re-embedded and overwritten. The disk tier is best effort: when it
+cannot be used, the cache runs from memory. Replicas that share state through Redis keep this tier
+there instead (`indexer.state`), with the same keys and the same checks on read.
 
 Model calls are serialised by a gate that lets a waiting query go before the next chunk of a large
 document batch, so `find_tool` latency stays low while an index builds.
@@ -29,6 +31,7 @@ from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -43,11 +46,27 @@ _SQL_VARIABLES = 500  # keys per SELECT, under SQLite's bound-parameter limit
 _CORRUPTION_CODES = {sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB}
 
 
+class EmbeddingStore(Protocol):
+    """The second tier behind the memory cache: key -> vector bytes. Thread-safe; never raises."""
+
+    def get(self, keys: Sequence[bytes]) -> dict[bytes, bytes]:
+        """The stored vectors of those `keys` that are stored."""
+        ...
+
+    def put(self, items: Sequence[tuple[bytes, bytes]]) -> None:
+        """Store `items`; a failure loses only cached work."""
+        ...
+
+    def close(self) -> None:
+        """Release what the store holds open."""
+        ...
+
+
 class _Corrupt(Exception):
     """Raised when a cache file opens but is not one of ours, or fails its integrity check."""
 
 
-class _DiskCache:
+class DiskCache:
     """Key -> vector bytes in one SQLite file; every method is thread-safe and never raises."""
 
     def __init__(self, folder: Path, identity: str, dimension: int) -> None:
@@ -203,7 +222,8 @@ class Embeddings:
     """Cached, batched access to an embedder: documents from threads, queries from the event loop.
 
     `embed_documents` is blocking (run it in a worker thread); `embed_query` is a coroutine whose
-    model calls run in one dedicated thread. The coroutine side belongs to one event loop.
+    model calls run in one dedicated thread. The coroutine side belongs to one event loop. The second
+    tier is `store` when given, else a SQLite file in `cache_dir`, else none.
     """
 
     def __init__(
@@ -214,6 +234,7 @@ class Embeddings:
         *,
         query_items: int = 4096,
         document_batch: int = 256,
+        store: EmbeddingStore | None = None,
     ) -> None:
         if document_batch < 1:
             raise ValueError("document_batch must be at least 1")
@@ -225,7 +246,9 @@ class Embeddings:
         self._document_batch = document_batch
         self._lock = threading.Lock()
         self._memory: OrderedDict[bytes, Vectors] = OrderedDict()
-        self._disk = _DiskCache(cache_dir, embedder.identity, self._dimension) if cache_dir else None
+        self._disk: EmbeddingStore | None = store
+        if store is None and cache_dir is not None:
+            self._disk = DiskCache(cache_dir, embedder.identity, self._dimension)
         self._gate = _ModelGate()
         self._queries: OrderedDict[str, Vectors] = OrderedDict()
         self._pending: dict[str, asyncio.Future[Vectors]] = {}

@@ -6,6 +6,7 @@ IndexerError
 ├── InvalidRequest         INVALID_ARGUMENT
 ├── TooManySessions        RESOURCE_EXHAUSTED
 ├── NotReady               UNAVAILABLE
+├── StateUnavailable       UNAVAILABLE (the shared state, Redis, cannot be reached)
 └── BackendError           (never leaves the indexer: a failing backend is left out of a catalog)
     ├── BackendUnavailable
     └── BackendRejected
@@ -25,6 +26,7 @@ __all__ = [
     "InvalidRequest",
     "NotReady",
     "SessionNotFound",
+    "StateUnavailable",
     "TooManySessions",
     "ToolNotFound",
 ]
@@ -60,6 +62,10 @@ class TooManySessions(IndexerError):
 
 class NotReady(IndexerError):
     """Raised when a request arrives before the indexer has loaded its model and catalogs."""
+
+
+class StateUnavailable(IndexerError):
+    """Raised when the shared state (Redis) does not answer in time; another replica may, later."""
 
 
 class BackendError(IndexerError):

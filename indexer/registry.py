@@ -45,10 +45,19 @@ class BackendState:
     consecutive_failures: int = 0
     circuit: str = ""
     checked_at: float = field(default=0.0)
+    # +1 each time the backend becomes advertised: what was listed before may be stale (its tools,
+    # or whether a stored token is still accepted), so sessions relist passthrough backends then
+    epoch: int = 0
 
     @property
     def advertised(self) -> bool:
         return self.status in ADVERTISED
+
+    def set_status(self, status: Status) -> None:
+        """Record a verdict; becoming advertised starts a new epoch."""
+        if status in ADVERTISED and not self.advertised:
+            self.epoch += 1
+        self.status = status
 
 
 class MissingCredentials(InvalidRequest):
@@ -137,7 +146,7 @@ class Registry:
         state.digest = digest
         state.protocol_version = listing.protocol_version
         state.latency = listing.latency
-        state.status = status
+        state.set_status(status)
         state.last_error = ""
         state.consecutive_failures = 0
         state.checked_at = time.time()
@@ -146,7 +155,7 @@ class Registry:
     def record_answer(self, backend_id: str, latency: float, status: Status) -> None:
         """Store that a backend answered, without a listing to keep (passthrough backends)."""
         state = self.states[backend_id]
-        state.status = status
+        state.set_status(status)
         state.latency = latency
         state.last_error = ""
         state.consecutive_failures = 0
@@ -154,7 +163,7 @@ class Registry:
 
     def record_failure(self, backend_id: str, error: BackendError, status: Status) -> None:
         state = self.states[backend_id]
-        state.status = status
+        state.set_status(status)
         state.last_error = error.reason
         state.consecutive_failures += 1
         state.checked_at = time.time()

@@ -10,7 +10,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,12 +27,14 @@ from indexer.fanout import Rebuilder
 from indexer.finder import Finder
 from indexer.health import HealthMonitor
 from indexer.index import Builder, VersionPool
+from indexer.metrics import IndexerMetrics, snapshot_reader
 from indexer.registry import Registry
 from indexer.reload import apply_changes, backend_changes
 from indexer.search import SearchSettings
 from indexer.service import IndexerService
 from indexer.sessions import SessionManager
 from toolsearch.config import Config, ConfigError, load_config
+from toolsearch.logs import add_log_format_argument, configure_logging
 from toolsearch.v1 import indexer_pb2, indexer_pb2_grpc
 
 logger = logging.getLogger(__name__)
@@ -120,9 +122,11 @@ class Indexer:
         await self.transport.aclose()
 
 
-async def create_server(indexer: Indexer, listen: str | None = None) -> tuple[grpc.aio.Server, int]:
+async def create_server(
+    indexer: Indexer, listen: str | None = None, interceptors: Sequence[grpc.aio.ServerInterceptor] = ()
+) -> tuple[grpc.aio.Server, int]:
     """A gRPC server with the indexer, health and reflection services; binds, does not start."""
-    server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+    server = grpc.aio.server(options=[("grpc.so_reuseport", 0)], interceptors=list(interceptors) or None)
     service = IndexerService(indexer.sessions, indexer.registry, indexer.finder, indexer.embeddings.identity)
     indexer_pb2_grpc.add_IndexerServicer_to_server(service, server)
     health = HealthServicer()
@@ -161,8 +165,11 @@ async def serve(config: Config, secrets: Mapping[str, str], config_path: Path | 
     embedder = await asyncio.to_thread(load_embedder, config.indexer.model)
     indexer = Indexer.build(config, embedder, secrets)
     await indexer.start()
-    server, port = await create_server(indexer)
+    parts = (indexer.sessions, indexer.pool, indexer.registry, indexer.embeddings)
+    metrics = IndexerMetrics(snapshot_reader(*parts, asyncio.get_running_loop()))
+    server, port = await create_server(indexer, interceptors=[metrics.interceptor()])
     await server.start()
+    exporter = None
     host = config.indexer.listen.rpartition(":")[0]
     print(f"indexer listening on {host}:{port}", file=sys.stderr, flush=True)
     stop = asyncio.Event()
@@ -179,19 +186,21 @@ async def serve(config: Config, secrets: Mapping[str, str], config_path: Path | 
 
         loop.add_signal_handler(signal.SIGHUP, on_hangup)
     try:
+        if config.indexer.metrics_listen:
+            exporter = metrics.serve(config.indexer.metrics_listen)
         await stop.wait()
     finally:
         for task in list(reloads):
             task.cancel()
         await server.stop(GRACE_SECONDS)
+        if exporter is not None:
+            await asyncio.to_thread(exporter.close)  # waits for its serving thread
         await indexer.close()
 
 
 def run_cli(args: argparse.Namespace) -> int:
     config = load_config(Path(args.config), os.environ)
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    configure_logging(args.log_level, args.log_format)
     try:
         with contextlib.suppress(KeyboardInterrupt):
             asyncio.run(serve(config, os.environ, Path(args.config)))
@@ -208,4 +217,5 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser = subparsers.add_parser("indexer", help="run the indexer (gRPC)")
     parser.add_argument("--config", required=True, help="the YAML configuration file")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    add_log_format_argument(parser)
     parser.set_defaults(func=run_cli)

@@ -15,17 +15,27 @@ from collections import OrderedDict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from indexer.credentials import (
+    ANONYMOUS,
+    Principal,
+    authenticated,
+    due_for_listing,
+    list_passthrough,
+    record,
+    stored_token,
+)
 from indexer.discovery import Listing
-from indexer.errors import BackendError, BackendRejected, SessionNotFound, TooManySessions
+from indexer.errors import SessionNotFound, TooManySessions
 from indexer.index import IndexVersion, VersionPool, fingerprint
-from indexer.registry import MissingCredentials, Registry
+from indexer.registry import Registry
 from indexer.tools import Tool, advertise
 from toolsearch.config import Naming
+from toolsearch.logs import bound
+
+__all__ = ["ANONYMOUS", "Principal", "Session", "SessionManager", "Snapshot", "Swap"]
 
 logger = logging.getLogger(__name__)
 
-Principal = tuple[str, str]  # (issuer, subject); ("", "") is anonymous
-ANONYMOUS: Principal = ("", "")
 SWAPS_KEPT = 8
 _CATALOG_MEMO = 64
 _RELIST_CONCURRENCY = 32  # passthrough listings run at once when many sessions need one
@@ -69,12 +79,15 @@ class Session:
 
     id: str
     principal: Principal
-    token: str | None  # the credentials stored at creation, for background rebuilds
+    token: str | None = field(repr=False)  # the credentials stored at creation, for background rebuilds
     implied: bool
     accepted: frozenset[str]
     rejected_at_creation: frozenset[str]
     own_listings: dict[str, Listing]  # passthrough backends, listed with this caller's token
     current: Snapshot
+    listed_epochs: dict[str, int] = field(default_factory=dict)  # passthrough backend -> epoch last listed
+    # backends whose rejection of the stored credentials ends the session, while ending it has failed
+    ending: frozenset[str] = frozenset()
     swaps: deque[Swap] = field(default_factory=lambda: deque(maxlen=SWAPS_KEPT))
     created_at: float = field(default_factory=time.time)
 
@@ -130,25 +143,19 @@ class SessionManager:
         catalog = self._catalog(accepted, own)
         return await self._pool.get(catalog.tools, catalog.fingerprint)
 
-    async def _list_own(
+    async def _list_at_creation(
         self, backend_ids: Sequence[str], token: str | None
-    ) -> tuple[dict[str, Listing], set[str]]:
-        """List the passthrough backends with the caller's token: (listings, backends that rejected it)."""
-        own: dict[str, Listing] = {}
-        rejected: set[str] = set()
+    ) -> tuple[dict[str, Listing], dict[str, int], frozenset[str]]:
+        """List passthrough backends as a new session does: (listings, their epochs, rejected ones).
 
-        async def one(backend_id: str) -> None:
-            backend = self._registry.get(backend_id).config
-            try:
-                own[backend_id] = await self._registry.list_backend(backend, token)
-            except (MissingCredentials, BackendRejected):
-                rejected.add(backend_id)
-            except BackendError as exc:
-                # down now: kept, and its tools appear once it answers again
-                logger.info("backend %s unavailable while opening a session: %s", backend_id, exc.reason)
-
-        await asyncio.gather(*(one(b) for b in backend_ids))
-        return own, rejected
+        A backend that refuses the token (401, 403, or no token) is rejected at creation: left out
+        for the session's life. One that is down is kept, and listed once it answers again.
+        """
+        attempts = await list_passthrough(self._registry, backend_ids, token)
+        listed = {b: a for b, a in attempts.items() if a.listing is not None}
+        rejected = frozenset(b for b, a in attempts.items() if a.verdict in ("rejected", "forbidden"))
+        own = {b: a.listing for b, a in listed.items() if a.listing is not None}
+        return own, {b: a.epoch for b, a in listed.items()}, rejected
 
     async def open(self, principal: Principal, token: str | None, implied: bool = False) -> Session:
         """A new session (or, with `implied`, the principal's implied one), listed with its credentials."""
@@ -156,13 +163,14 @@ class SessionManager:
             existing = self._implied.get(principal)
             if existing in self._sessions:
                 return self._sessions[existing]
-        if self._max_per_principal and principal != ANONYMOUS:
+        if self._max_per_principal and authenticated(principal):  # the others are many callers in one
             held = sum(1 for s in self._sessions.values() if s.principal == principal)
             if held >= self._max_per_principal:
                 raise TooManySessions(f"this caller already holds {held} sessions: close one (DELETE /mcp)")
+        token = stored_token(principal, token, implied)
         states = self._registry.states
         passthrough = [b for b, s in states.items() if s.config.auth.type == "passthrough"]
-        own, rejected = await self._list_own(passthrough, token)
+        own, epochs, rejected = await self._list_at_creation(passthrough, token)
         accepted = frozenset(states) - rejected
         version = await self._version(accepted, own)
         async with self._open_lock:
@@ -175,14 +183,18 @@ class SessionManager:
                 token=token,
                 implied=implied,
                 accepted=accepted,
-                rejected_at_creation=frozenset(rejected),
+                rejected_at_creation=rejected,
                 own_listings=own,
                 current=snapshot,
+                listed_epochs=epochs,
             )
             session.swaps.append(Swap(None, _ref(snapshot), "created", time.time()))
             self._sessions[session.id] = session
             if implied:
                 self._implied[principal] = session.id
+        # A change announced while the version was built found no session to rebuild: catch up now.
+        if self._catalog(accepted, own).fingerprint != version.fingerprint:
+            await self.rebuild(session, "backends changed while the session opened")
         return session
 
     async def warm(self) -> None:
@@ -213,40 +225,51 @@ class SessionManager:
         if session.implied and self._implied.get(session.principal) == session.id:
             del self._implied[session.principal]
 
-    def _missing_own(self, session: Session, passthrough: Sequence[str]) -> list[str]:
-        """Passthrough backends this session may use that answer now but were never listed for it."""
-        return [b for b in passthrough if b in session.accepted and b not in session.own_listings]
+    async def _relist(self, sessions: Sequence[Session]) -> None:
+        """List again, with each session's stored token, the passthrough backends due for it.
 
-    def _passthrough_up(self) -> list[str]:
-        states = self._registry.states
-        return [b for b, s in states.items() if s.config.auth.type == "passthrough" and s.advertised]
-
-    async def _refresh_own(self, session: Session, backend_ids: Sequence[str]) -> None:
-        """List passthrough backends that were down when the session opened, with its stored token.
-
-        A 401 (or no token) from one of them ends the session, so the client reconnects with fresh
-        credentials; a 403 or a failure leaves the backend out until the next rebuild.
+        A rejection (401, or no token) from a backend that accepted the session at creation ends an
+        authenticated session, so its client reconnects with fresh credentials (indexer.credentials).
         """
-        for backend_id in backend_ids:
-            backend = self._registry.get(backend_id).config
-            try:
-                listing = await self._registry.list_backend(backend, session.token)
-            except MissingCredentials:
-                self.end(session)
-                return
-            except BackendRejected as exc:
-                if exc.status == 401:
-                    self.end(session)
-                    return
-            except BackendError as exc:
-                logger.info("backend %s unavailable while rebuilding a session: %s", backend_id, exc.reason)
-            else:
-                session.own_listings[backend_id] = listing
+        gate = asyncio.Semaphore(_RELIST_CONCURRENCY)
+
+        async def one(session: Session, due: list[str]) -> None:
+            async with gate:
+                attempts = await list_passthrough(self._registry, due, session.token)
+            rejected = record(attempts, session.own_listings, session.listed_epochs)
+            # a caller without an issuer has no fresh credentials to reconnect with: the backend stays out
+            if authenticated(session.principal) and (rejected := rejected - session.rejected_at_creation):
+                self._end_rejected(session, rejected)
+
+        for session in sessions:
+            if session.ending:
+                self._end_rejected(session, session.ending)  # ending it failed last time
+        states = self._registry.states.values()
+        if not any(s.config.auth.type == "passthrough" and s.advertised for s in states):
+            return  # nothing to list: skip the per-session check (10,000 sessions cost ~80 ms)
+        due = ((s, due_for_listing(self._registry, s.accepted, s.listed_epochs)) for s in sessions)
+        await asyncio.gather(*(one(s, backends) for s, backends in due if backends and not s.ending))
+
+    def _end_rejected(self, session: Session, backends: frozenset[str]) -> None:
+        """End a session whose stored credentials were rejected; a failure is retried next rebuild."""
+        session.ending = backends
+        if session.id not in self._sessions:
+            return  # closed meanwhile
+        try:
+            self.end(session)
+        except Exception:
+            # a session store can fail: the session keeps its version until the next rebuild retries
+            logger.exception("ending a session whose stored credentials were rejected failed")
+            return
+        with bound(session=session.id):
+            logger.warning(
+                "ended session: backends rejected its stored credentials: %s", ", ".join(sorted(backends))
+            )
 
     def _swap(self, session: Session, version: IndexVersion, reason: str) -> bool:
         previous = session.current
-        if version is previous.version or session.id not in self._sessions:
-            return False
+        if version is previous.version or session.id not in self._sessions or session.ending:
+            return False  # unchanged, ended, or being ended: keeps its version
         current = Snapshot(number=previous.number + 1, version=version)
         session.current = current  # the atomic publish: one reference assignment
         session.swaps.append(Swap(_ref(previous), _ref(current), reason, time.time()))
@@ -254,28 +277,18 @@ class SessionManager:
 
     async def rebuild(self, session: Session, reason: str) -> bool:
         """Give a session the version its backends call for now; returns whether it changed."""
-        if missing := self._missing_own(session, self._passthrough_up()):
-            await self._refresh_own(session, missing)
+        await self._relist([session])
         version = await self._version(session.accepted, session.own_listings)
         return self._swap(session, version, reason)
 
     async def rebuild_all(self, reason: str) -> int:
         """Rebuild every session; sessions with the same catalog share one build. Returns the swaps.
 
-        Sessions are grouped by what decides their catalog (usable backends, own listings), so the
-        catalog and its version are looked up once per group and each member's swap is an assignment.
+        Sessions are grouped by what decides their catalog (usable backends, own listings): the
+        version is looked up once per group, and each member's swap is an assignment.
         """
         sessions = list(self._sessions.values())
-        if passthrough := self._passthrough_up():
-            gate = asyncio.Semaphore(_RELIST_CONCURRENCY)
-
-            async def refresh(session: Session, missing: list[str]) -> None:
-                async with gate:
-                    await self._refresh_own(session, missing)
-
-            await asyncio.gather(
-                *(refresh(s, m) for s in sessions if (m := self._missing_own(s, passthrough)))
-            )
+        await self._relist(sessions)
         groups: dict[tuple[frozenset[str], tuple[tuple[str, int], ...]], list[Session]] = {}
         for session in sessions:
             own = tuple((b, id(listing)) for b, listing in session.own_listings.items())
@@ -294,10 +307,11 @@ class SessionManager:
 
         async def offer(session: Session) -> None:
             async with gate:
-                own, rejected = await self._list_own(passthrough, session.token)
+                own, epochs, rejected = await self._list_at_creation(passthrough, session.token)
             session.accepted = session.accepted | (frozenset(backend_ids) - rejected)
             session.rejected_at_creation = session.rejected_at_creation | rejected
             session.own_listings.update(own)
+            session.listed_epochs.update(epochs)
 
         await asyncio.gather(*(offer(s) for s in list(self._sessions.values())))
 
@@ -309,3 +323,4 @@ class SessionManager:
             session.rejected_at_creation = session.rejected_at_creation - gone
             for backend_id in gone:
                 session.own_listings.pop(backend_id, None)
+                session.listed_epochs.pop(backend_id, None)

@@ -1,4 +1,4 @@
-"""The router application: MCP Streamable HTTP at `/mcp`, health at `/healthz` and `/readyz`.
+"""The router application: MCP Streamable HTTP at `/mcp`, health at `/healthz` and `/readyz`, `/metrics`.
 
 `create_app` builds the FastAPI app; its lifespan opens what every request shares (the gRPC channel
 to the indexer, the HTTP connection pool to the backends, the SDK's stateless session manager) and
@@ -8,6 +8,7 @@ closes them on shutdown. `toolsearch router --config FILE` runs it under uvicorn
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import socket
@@ -20,7 +21,7 @@ from typing import Any
 import httpx2
 import uvicorn
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from mcp.server.caching import CacheHint
 from mcp.server.lowlevel.server import Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
@@ -28,11 +29,15 @@ from mcp_types import INTERNAL_ERROR, CallToolRequestParams
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from router.auth import AnonymousAuthenticator, authenticator_for
 from router.backends import BackendCaller, create_transport
+from router.errors import AuthConfigError
 from router.indexer_client import IndexerClient
 from router.meta_tools import MetaTools
-from router.session_layer import AnonymousAuthenticator, Authenticator, SessionLayer, jsonrpc_error
-from toolsearch.config import Config, load_config
+from router.metrics import RequestObserver, RouterMetrics
+from router.session_layer import Authenticator, SessionLayer, jsonrpc_error
+from toolsearch.config import Config, RouterAuth, load_config
+from toolsearch.logs import add_log_format_argument, configure_logging
 
 __all__ = ["add_parser", "build_server", "create_app"]
 
@@ -46,8 +51,11 @@ INSTRUCTIONS = (
 _TOOLS_LIST_HINT = CacheHint(ttl_ms=600_000, scope="public")
 
 
-def build_server(tools: MetaTools) -> Server[Any]:
-    """The MCP server behind `/mcp`: `tools/list` and `tools/call` answered by the meta-tools."""
+def build_server(tools: MetaTools, metrics: RouterMetrics | None = None) -> Server[Any]:
+    """The MCP server behind `/mcp`: `tools/list` and `tools/call` answered by the meta-tools.
+
+    With `metrics`, every `tools/call` is counted and timed.
+    """
     server: Server[Any] = Server(
         "toolsearch",
         version="0.1.0",
@@ -57,7 +65,8 @@ def build_server(tools: MetaTools) -> Server[Any]:
         on_list_tools=tools.list_tools,
     )
     # Registered directly so the handler may return the wire dict it built (find_tool's answer).
-    server.add_request_handler("tools/call", CallToolRequestParams, tools.call_tool)
+    handler = metrics.observe_tool_calls(tools.call_tool) if metrics is not None else tools.call_tool
+    server.add_request_handler("tools/call", CallToolRequestParams, handler)
     return server
 
 
@@ -91,14 +100,17 @@ def create_app(
     """
     settings = config.router
     endpoint = _Endpoint()
+    metrics = RouterMetrics()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        indexer = IndexerClient(settings.indexer, settings.indexer_timeout)
+        indexer = IndexerClient(
+            settings.indexer, settings.indexer_timeout, interceptors=[metrics.indexer_interceptor()]
+        )
         transport = backend_transport or create_transport()
         tools = MetaTools(indexer, BackendCaller(transport), config.indexer.search, secrets)
         manager = StreamableHTTPSessionManager(
-            build_server(tools),
+            build_server(tools, metrics),
             stateless=True,
             json_response=True,
             max_request_body_size=settings.max_body_bytes,
@@ -123,6 +135,7 @@ def create_app(
         title="toolsearch router", lifespan=lifespan, openapi_url=None, docs_url=None, redoc_url=None
     )
     app.router.routes.append(Route("/mcp", endpoint=endpoint))
+    app.add_middleware(RequestObserver, metrics=metrics)
 
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:
@@ -137,6 +150,11 @@ def create_app(
         reason = "no indexer answers the health check with SERVING"
         return JSONResponse({"status": "not ready", "reason": reason, "indexer": statuses}, status_code=503)
 
+    @app.get("/metrics")
+    async def prometheus_metrics() -> Response:
+        body, content_type = metrics.render()
+        return Response(body, media_type=content_type)
+
     return app
 
 
@@ -150,20 +168,52 @@ class _Server(uvicorn.Server):
             print(f"router listening on http://{host}:{port}/mcp", file=sys.stderr, flush=True)
 
 
+def configured_authenticator(settings: RouterAuth, environ: Mapping[str, str]) -> Authenticator:
+    """The authenticator of `router.auth`, its key material read from `environ` and the JWKS file."""
+    if settings.mode == "anonymous":
+        return AnonymousAuthenticator()
+    secret = None
+    if settings.hs256_secret_env:
+        secret = environ.get(settings.hs256_secret_env)
+        if not secret:
+            name = settings.hs256_secret_env
+            raise AuthConfigError(f"router.auth.hs256_secret_env: the environment variable {name} is not set")
+    jwks = None
+    if settings.jwks_file is not None:
+        try:
+            jwks = json.loads(settings.jwks_file.read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise AuthConfigError(
+                f"router.auth.jwks_file: cannot read {settings.jwks_file} ({exc.strerror})"
+            ) from None
+        except ValueError:
+            raise AuthConfigError(f"router.auth.jwks_file: {settings.jwks_file} is not JSON") from None
+        if not isinstance(jwks, dict):
+            raise AuthConfigError(f"router.auth.jwks_file: {settings.jwks_file} is not a JSON Web Key Set")
+    return authenticator_for(settings, secret, jwks)
+
+
 def run(args: argparse.Namespace) -> int:
     """`toolsearch router`: serve until interrupted."""
     config = load_config(Path(args.config), os.environ)
     level = "debug" if args.log_level == "trace" else args.log_level
-    logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(level, args.log_format)
+    try:
+        authenticator = configured_authenticator(config.router.auth, os.environ)
+    except AuthConfigError as exc:
+        print(f"router: {exc}", file=sys.stderr)
+        return 2
     host, _, port = config.router.listen.rpartition(":")
     server = _Server(
         uvicorn.Config(
-            create_app(config, os.environ),
+            create_app(config, os.environ, authenticator),
             host=host,
             port=int(port),
             log_level=args.log_level,
             access_log=args.log_level in ("debug", "trace"),
             timeout_graceful_shutdown=5,
+            # JSON lines: uvicorn's loggers reach the root handler instead of uvicorn's own text ones
+            log_config=None if args.log_format == "json" else uvicorn.config.LOGGING_CONFIG,
         )
     )
     server.run()
@@ -180,4 +230,5 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         choices=["critical", "error", "warning", "info", "debug", "trace"],
         help="log level; requests are logged from debug on (default: warning)",
     )
+    add_log_format_argument(parser)
     parser.set_defaults(func=run)

@@ -17,11 +17,13 @@ results or JSON-RPC errors, `router/session_layer.py` into HTTP responses.
         ├── BackendTimeout
         ├── BackendRejected
         └── MissingCredentials
+    AuthConfigError                 the router does not start (not a request error)
 """
 
 from __future__ import annotations
 
 __all__ = [
+    "AuthConfigError",
     "BackendError",
     "BackendRejected",
     "BackendTimeout",
@@ -109,3 +111,7 @@ class BackendRejected(BackendError):
 
 class MissingCredentials(BackendError):
     """Raised when a call needs credentials the router does not have: no caller token, no secret."""
+
+
+class AuthConfigError(ValueError):
+    """Raised at start when the auth settings or key material cannot verify tokens."""

@@ -3,13 +3,16 @@
 Every call carries a deadline and fails fast instead of queueing while a channel is down
 (`wait_for_ready=False`); the channel reconnects by itself in the background, so the router
 recovers as soon as an indexer answers again. A call that finds its indexer unreachable or too slow
-is tried once more on the next address, and later calls start from that address. gRPC status codes
-become router errors here and nowhere else.
+is tried once more on the next address, and later calls start from that address. A `dns:///HOST:PORT`
+address is one channel over every address the name resolves to, balanced round-robin (several
+indexer replicas behind one service name); a call that fails over is retried on that same channel,
+which picks another replica. gRPC status codes become router errors here and nowhere else.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -41,6 +44,8 @@ _CHANNEL_OPTIONS: list[tuple[str, Any]] = [
     ("grpc.max_reconnect_backoff_ms", 2000),
     ("grpc.max_receive_message_length", 64 * 1024 * 1024),
 ]
+# Spreads calls over every resolved address; the default (pick_first) would use one replica only.
+_ROUND_ROBIN = json.dumps({"loadBalancingConfig": [{"round_robin": {}}]})
 _FAILOVER = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
 _ERROR_KEY = "toolsearch-error"
 UNAVAILABLE_MESSAGE = "indexer unavailable, retry shortly"
@@ -81,28 +86,46 @@ def translate(exc: grpc.aio.AioRpcError, tool_name: str = "") -> RouterError:
     return IndexerFailed(f"indexer error ({code.name})")
 
 
+def channel_options(address: str) -> list[tuple[str, Any]]:
+    """The channel options for one indexer address: round-robin balancing for a `dns:` target."""
+    if address.startswith("dns:"):
+        return [*_CHANNEL_OPTIONS, ("grpc.service_config", _ROUND_ROBIN)]
+    return list(_CHANNEL_OPTIONS)
+
+
 class IndexerClient:
     """The calls the router makes to the indexer, over one channel per indexer address.
 
     Create it inside the event loop that uses it (the application's lifespan) and `close` it there.
+    `interceptors` see every call on every channel (the router's metrics use one).
     """
 
-    def __init__(self, addresses: Sequence[str], timeout: float) -> None:
+    def __init__(
+        self,
+        addresses: Sequence[str],
+        timeout: float,
+        interceptors: Sequence[grpc.aio.ClientInterceptor] = (),
+    ) -> None:
         if not addresses:
             raise ValueError("IndexerClient needs at least one indexer address")
         self.addresses = list(addresses)
         self.timeout = timeout
-        self._channels = [grpc.aio.insecure_channel(a, options=_CHANNEL_OPTIONS) for a in self.addresses]
+        self._channels = [
+            grpc.aio.insecure_channel(a, options=channel_options(a), interceptors=list(interceptors) or None)
+            for a in self.addresses
+        ]
         self._stubs = [indexer_pb2_grpc.IndexerStub(c) for c in self._channels]
         self._health = [health_pb2_grpc.HealthStub(channel) for channel in self._channels]
         self._current = 0  # the address calls start from; moves on after a failover
+        # a balanced channel counts twice: its retry goes to another of the replicas behind it
+        self._tries = min(2, len(self.addresses) + sum(a.startswith("dns:") for a in self.addresses))
 
     async def close(self) -> None:
         """Close every channel; calls in flight are cancelled."""
         await asyncio.gather(*(channel.close() for channel in self._channels))
 
     async def _call(self, method: str, request: Any, tool_name: str = "") -> Any:
-        tries = min(2, len(self._stubs))
+        tries = self._tries
         start = self._current
         for attempt in range(tries):
             index = (start + attempt) % len(self._stubs)

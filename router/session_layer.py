@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from mcp_types import INTERNAL_ERROR, INVALID_REQUEST, PARSE_ERROR
@@ -33,10 +33,10 @@ from router.errors import (
     Unauthenticated,
 )
 from router.indexer_client import IndexerClient, Principal
+from toolsearch.logs import bind_session
 
 __all__ = [
     "STATE_KEY",
-    "AnonymousAuthenticator",
     "Authenticator",
     "Caller",
     "ClientError",
@@ -61,7 +61,7 @@ class Identity:
     """An authenticated caller: the principal sessions are bound to, and the token it presented."""
 
     principal: Principal
-    bearer_token: str | None
+    bearer_token: str | None = field(repr=False)  # a credential: kept out of every repr and log
 
 
 class Authenticator(Protocol):
@@ -75,13 +75,6 @@ def bearer_token(headers: Headers) -> str | None:
     scheme, _, token = headers.get("authorization", "").partition(" ")
     token = token.strip()
     return token if scheme.lower() == "bearer" and token else None
-
-
-class AnonymousAuthenticator:
-    """Every caller is the anonymous principal; a bearer token, if any, is kept for passthrough."""
-
-    async def authenticate(self, headers: Headers) -> Identity:
-        return Identity(Principal(), bearer_token(headers))
 
 
 @dataclass(frozen=True, slots=True)
@@ -269,6 +262,7 @@ class SessionLayer:
         elif message.method == "tools/call" and headers.get(VERSION_HEADER) in MODERN_PROTOCOL_VERSIONS:
             opened = await self.indexer.open_session(identity.principal, identity.bearer_token, implied=True)
             session_id = opened.session_id
+        bind_session(session_id)  # the logs of the rest of this request name the session (a prefix)
         scope.setdefault("state", {})[STATE_KEY] = Caller(identity, session_id)
         await self.app(scope, receive, send)
 
@@ -284,6 +278,7 @@ class SessionLayer:
         start = held[0] if held and held[0]["type"] == "http.response.start" else None
         if start is not None and start["status"] == 200 and not _is_jsonrpc_error(held[1:]):
             opened = await self.indexer.open_session(identity.principal, identity.bearer_token)
+            bind_session(opened.session_id)
             session_header = (SESSION_HEADER.encode(), opened.session_id.encode())
             held[0] = {**start, "headers": [*start.get("headers", []), session_header]}
         for message in held:
@@ -299,6 +294,7 @@ class SessionLayer:
         session_id = headers.get(SESSION_HEADER, "")
         if not session_id:
             raise ClientError(400, INVALID_REQUEST, MISSING_SESSION)
+        bind_session(session_id)
         await self.indexer.close_session(session_id, identity.principal)
         await Response(status_code=200)(scope, receive, send)
 

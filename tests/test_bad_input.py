@@ -12,19 +12,7 @@ import httpx2
 import pytest
 from mcp import Client
 
-from tests.support.stack import Stack, running_stack, structured, wait_until
-
-HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
-INIT = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-11-25",
-        "capabilities": {},
-        "clientInfo": {"name": "t", "version": "1"},
-    },
-}
+from tests.support.stack import HEADERS, Stack, open_session, running_stack, structured, wait_until
 
 
 @pytest.fixture(scope="module")
@@ -34,9 +22,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 
 
 def session(stack: Stack) -> str:
-    response = httpx2.post(stack.mcp_url, json=INIT, headers=HEADERS, timeout=30)
-    assert response.status_code == 200, response.text
-    return response.headers["mcp-session-id"]
+    return open_session(stack.mcp_url)
 
 
 def post(

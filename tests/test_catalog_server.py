@@ -232,6 +232,26 @@ async def test_a_jwt_server_answers_403_to_a_subject_not_allowed(server: Running
     assert "'mallory'" in response.json()["error"]["message"]
 
 
+async def test_the_subjects_a_jwt_server_lets_in_can_change_while_it_runs(server: Running) -> None:
+    url = f"{server.base}/control/servers/Secure_Notes/subjects"
+    as_bob = {"Authorization": f"Bearer {token('bob')}"}
+    async with httpx2.AsyncClient(timeout=10) as http:
+        try:
+            allowed = (await http.post(url, json=["bob", "alice"])).json()["allowed_subjects"]
+            assert allowed == ["alice", "bob"]
+            assert (await raw_list(server.mcp("Secure_Notes"), as_bob)).status_code == 200
+            assert (await http.post(url, json=["alice"])).status_code == 200
+            assert (await raw_list(server.mcp("Secure_Notes"), as_bob)).status_code == 403
+            assert (await http.post(url, content="null")).json()["allowed_subjects"] is None
+            assert (await raw_list(server.mcp("Secure_Notes"), as_bob)).status_code == 200
+            other = await http.post(f"{server.base}/control/servers/Flaky_Maps/subjects", json=["bob"])
+            assert other.status_code == 400 and "requires no JWT" in other.json()["error"]
+            bad = await http.post(url, json={"sub": "bob"})
+            assert bad.status_code == 400 and "list of subjects" in bad.json()["error"]
+        finally:
+            await http.post(url, json=["alice"])  # as the fixture started it
+
+
 @pytest.mark.parametrize("mode", ["legacy", "auto"])
 async def test_a_jwt_server_serves_a_good_token(server: Running, mode: Literal["legacy", "auto"]) -> None:
     async with connect(server.mcp("Secure_Notes"), bearer=token(), mode=mode) as client:

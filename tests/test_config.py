@@ -81,3 +81,21 @@ def test_a_catalog_server_registers_one_backend_per_server(tmp_path: Path) -> No
     assert set(by_id) == {"Weather_Co", "mail"}
     assert by_id["Weather_Co"].url == "http://127.0.0.1:9100/servers/Weather_Co/mcp"
     assert by_id["mail"].auth.type == "passthrough"
+
+
+def test_an_indexer_address_may_be_a_dns_target_of_several_replicas(tmp_path: Path) -> None:
+    addresses = '["dns:///indexer:50051", "dns://10.0.0.2/indexer-b:50051", "10.0.0.3:50051"]'
+    text = f"router:\n  indexer: {addresses}\n"
+    assert load_config(write(tmp_path, text)).router.indexer[0] == "dns:///indexer:50051"
+    for wrong in ("dns:indexer:50051", "dns:///indexer", "dns:///indexer:port"):
+        with pytest.raises(ConfigError, match=r"router\.indexer"):
+            load_config(write(tmp_path, f'router:\n  indexer: ["{wrong}"]\n'))
+
+
+def test_the_indexer_metrics_endpoint_is_off_unless_configured(tmp_path: Path) -> None:
+    path = write(tmp_path, "")
+    assert load_config(path).indexer.metrics_listen is None
+    env = {"TOOLSEARCH_INDEXER_METRICS_LISTEN": "0.0.0.0:9464"}
+    assert load_config(path, env).indexer.metrics_listen == "0.0.0.0:9464"
+    with pytest.raises(ConfigError, match=r"indexer\.metrics_listen"):
+        load_config(write(tmp_path, "indexer:\n  metrics_listen: 9464\n"))

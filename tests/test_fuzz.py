@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.support.stack import Stack, running_stack
+from tests.support.stack import Stack, open_session, running_stack
 
 EXAMPLES = 900  # per test; six tests make more than 5,000 requests
 TIMEOUT = 15.0  # seconds: a request that takes longer counts as a hang
@@ -55,19 +55,8 @@ def http() -> Iterator[httpx2.Client]:
 
 
 @pytest.fixture(scope="module")
-def session_id(stack: Stack, http: httpx2.Client) -> str:
-    init = {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": "2025-11-25",
-            "capabilities": {},
-            "clientInfo": {"name": "f", "version": "1"},
-        },
-    }
-    response = http.post(stack.mcp_url, json=init, headers={"Accept": "application/json, text/event-stream"})
-    return response.headers["mcp-session-id"]
+def session_id(stack: Stack) -> str:
+    return open_session(stack.mcp_url)
 
 
 def send(

@@ -13,7 +13,8 @@ the tool's inputSchema and echoes them back. It stands in for real backends in d
   503) and `/up`, `POST /control/servers/<slug>/slow?seconds=X` (delay every MCP response; 0 ends
   it), and `POST /control/servers/<slug>/tools` with a JSON list of tool definitions that replaces
   the server's tool list (stateless, so no list_changed notification: clients see it on their next
-  tools/list).
+  tools/list), and `POST /control/servers/<slug>/subjects` with a JSON list of the subjects that
+  server lets in from now on (`null`: every subject), for a server that requires a JWT.
 """
 
 from __future__ import annotations
@@ -104,6 +105,7 @@ class _Backend:
     # name -> (definition, argument validator); replaced as a whole, so a request sees one list
     tools: dict[str, tuple[types.Tool, Any]]
     requires_jwt: bool
+    allowed_subjects: frozenset[str] | None = None  # when set, the only `sub` values let in
     down: bool = False
     delay: float = 0.0
 
@@ -115,6 +117,7 @@ class _Backend:
             "down": self.down,
             "delay_seconds": self.delay,
             "requires_jwt": self.requires_jwt,
+            "allowed_subjects": None if self.allowed_subjects is None else sorted(self.allowed_subjects),
         }
 
 
@@ -169,6 +172,8 @@ class _CatalogService:
             slug: _Backend(slug, tools[0].server, _prepare(tools), ALL_SERVERS in wanted or slug in wanted)
             for slug, tools in groups.items()
         }
+        for backend in self.backends.values():
+            backend.allowed_subjects = settings.allowed_subjects if backend.requires_jwt else None
         mcp: Server[Any] = Server(
             "toolsearch-catalog", on_list_tools=self.list_tools, on_call_tool=self.call_tool
         )
@@ -257,7 +262,7 @@ class _CatalogService:
         except jwt.InvalidTokenError as exc:
             problem = next((text for kind, text in _TOKEN_PROBLEMS if isinstance(exc, kind)), None)
             return _unauthorized(problem or "the token is invalid", "invalid_token")
-        if settings.allowed_subjects is not None and claims.get("sub") not in settings.allowed_subjects:
+        if backend.allowed_subjects is not None and claims.get("sub") not in backend.allowed_subjects:
             message = f"subject {_clip(claims.get('sub'))} may not use server {backend.server!r}"
             return _rpc_error(403, message, {"WWW-Authenticate": 'Bearer error="insufficient_scope"'})
         return None
@@ -266,7 +271,7 @@ class _CatalogService:
         return JSONResponse({"servers": [backend.state() for backend in self.backends.values()]})
 
     async def control(self, request: Request) -> Response:
-        """`POST /control/servers/{slug}/{down,up,slow,tools}`."""
+        """`POST /control/servers/{slug}/{down,up,slow,tools,subjects}`."""
         backend = self.backends.get(request.path_params["slug"])
         if backend is None:
             raise HTTPException(404, f"unknown server {_clip(request.path_params['slug'])}")
@@ -283,9 +288,30 @@ class _CatalogService:
             backend.delay = seconds
         elif action == "tools":
             backend.tools = await _posted_tools(request, backend.server)
+        elif action == "subjects":
+            if not backend.requires_jwt:
+                raise HTTPException(
+                    400, f"server {backend.server!r} requires no JWT: it has no subjects to allow"
+                )
+            backend.allowed_subjects = await _posted_subjects(request)
         else:
-            raise HTTPException(404, f"unknown control action {_clip(action)}: down, up, slow or tools")
+            raise HTTPException(
+                404, f"unknown control action {_clip(action)}: down, up, slow, tools or subjects"
+            )
         return JSONResponse(backend.state())
+
+
+async def _posted_subjects(request: Request) -> frozenset[str] | None:
+    """The subjects of a control request's body: a JSON list of strings, or null for every subject."""
+    try:
+        body = json.loads(await request.body())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise HTTPException(400, f"the body must be JSON ({exc})") from None
+    if body is None:
+        return None
+    if not isinstance(body, list) or not all(isinstance(item, str) for item in body):
+        raise HTTPException(400, "the body must be a JSON list of subjects, or null to let every subject in")
+    return frozenset(body)
 
 
 async def _posted_tools(request: Request, server: str) -> dict[str, tuple[types.Tool, Any]]:

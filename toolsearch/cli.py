@@ -23,6 +23,7 @@ _COMMANDS = {
     "toolsearch.evaluation": ("eval",),
     "toolsearch.status": ("status",),
     "toolsearch.bench": ("bench",),
+    "toolsearch.health_check": ("health",),
 }
 
 

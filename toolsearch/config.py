@@ -42,6 +42,17 @@ def _check_listen(value: str) -> str:
     return value
 
 
+def _check_indexer_address(value: str) -> str:
+    # dns:///HOST:PORT (or dns://AUTHORITY/HOST:PORT) asks gRPC to resolve every A record and balance
+    if value.startswith("dns:"):
+        rest = value.removeprefix("dns:")
+        if not rest.startswith("//") or "/" not in rest[2:]:
+            raise ValueError(f"must be HOST:PORT or dns:///HOST:PORT, got {value!r}")
+        _check_listen(rest[2:].partition("/")[2])
+        return value
+    return _check_listen(value)
+
+
 class BackendAuth(_Model):
     """How the indexer and router authenticate to one backend."""
 
@@ -132,12 +143,16 @@ class Indexer(_Model):
     model: Path = Path("models/all-MiniLM-L6-v2")
     cache_dir: Path = Path(".toolsearch/cache")
     state: str = "memory"
+    metrics_listen: str | None = None  # HOST:PORT of the Prometheus endpoint; None serves none
     discovery_timeout: float = Field(default=10.0, gt=0)
     naming: Naming = Naming()
     search: Search = Search()
     health: Health = Health()
 
     _listen = field_validator("listen")(classmethod(lambda cls, v: _check_listen(v)))
+    _metrics_listen = field_validator("metrics_listen")(
+        classmethod(lambda cls, v: None if v is None else _check_listen(v))
+    )
 
     @field_validator("state")
     @classmethod
@@ -147,11 +162,62 @@ class Indexer(_Model):
         return value
 
 
+JwtAlgorithm = Literal[
+    "HS256", "RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512"
+]
+
+
+class RouterAuth(_Model):
+    """Who callers are: nobody is authenticated (`anonymous`), or bearer JWTs verified locally (`jwt`)."""
+
+    mode: Literal["anonymous", "jwt"] = "anonymous"
+    issuer: str | None = None  # the `iss` every token must carry
+    audience: str | None = None  # a value the token's `aud` must contain
+    # empty: HS256 when hs256_secret_env is set, RS256 and ES256 when jwks_file is
+    algorithms: list[JwtAlgorithm] = []
+    hs256_secret_env: str | None = None  # the environment variable holding the HS256 secret
+    jwks_file: Path | None = None  # a JSON Web Key Set of public keys (RS*, PS*, ES*)
+    leeway: float = Field(default=30.0, ge=0, le=300)  # seconds of clock skew tolerated on exp, nbf, iat
+
+    @model_validator(mode="after")
+    def _consistent(self) -> RouterAuth:
+        jwt_only = {
+            "issuer": self.issuer,
+            "audience": self.audience,
+            "algorithms": self.algorithms,
+            "hs256_secret_env": self.hs256_secret_env,
+            "jwks_file": self.jwks_file,
+        }
+        if self.mode == "anonymous":
+            # Without this, keys written for jwt but no `mode: jwt` would leave the router open.
+            if given := [key for key, value in jwt_only.items() if value]:
+                raise ValueError(f"{', '.join(given)}: for mode jwt only (set mode: jwt to authenticate)")
+            return self
+        if not self.issuer or not self.audience:
+            raise ValueError("mode jwt needs issuer and audience: tokens are checked against both")
+        if not self.hs256_secret_env and self.jwks_file is None:
+            raise ValueError("mode jwt needs hs256_secret_env (HS256) or jwks_file (RS256, ES256, ...)")
+        algorithms = self.effective_algorithms()
+        if ("HS256" in algorithms) != bool(self.hs256_secret_env):
+            raise ValueError("HS256 and hs256_secret_env go together: list HS256 to use the secret")
+        if any(a != "HS256" for a in algorithms) != (self.jwks_file is not None):
+            raise ValueError("RS*, PS* and ES* algorithms and jwks_file go together")
+        return self
+
+    def effective_algorithms(self) -> list[str]:
+        """The algorithms tokens may be signed with: as listed, or implied by the keys given."""
+        if self.algorithms:
+            return list(dict.fromkeys(self.algorithms))
+        implied = ["HS256"] if self.hs256_secret_env else []
+        return implied + (["RS256", "ES256"] if self.jwks_file is not None else [])
+
+
 class Router(_Model):
     listen: str = "127.0.0.1:8000"
     indexer: list[str] = ["127.0.0.1:50051"]  # indexer addresses, tried in turn
     indexer_timeout: float = Field(default=5.0, gt=0)
     max_body_bytes: int = Field(default=1_048_576, ge=1024)
+    auth: RouterAuth = RouterAuth()
 
     _listen = field_validator("listen")(classmethod(lambda cls, v: _check_listen(v)))
 
@@ -160,7 +226,7 @@ class Router(_Model):
     def _addresses(cls, value: list[str]) -> list[str]:
         if not value:
             raise ValueError("needs at least one indexer address")
-        return [_check_listen(v) for v in value]
+        return [_check_indexer_address(v) for v in value]
 
 
 class Config(_Model):
@@ -200,6 +266,7 @@ def _apply_env(raw: dict[str, object], env: Mapping[str, str]) -> None:
         "TOOLSEARCH_INDEXER_STATE": ("indexer", "state"),
         "TOOLSEARCH_INDEXER_CACHE_DIR": ("indexer", "cache_dir"),
         "TOOLSEARCH_INDEXER_MODEL": ("indexer", "model"),
+        "TOOLSEARCH_INDEXER_METRICS_LISTEN": ("indexer", "metrics_listen"),
     }
     for name, (section, key) in overrides.items():
         if name in env:
@@ -235,6 +302,10 @@ def parse_config(raw: object, path: Path, env: Mapping[str, str] | None = None) 
         }
     )
     servers = [s.model_copy(update={"catalog": _resolve(base, s.catalog)}) for s in config.catalog_servers]
+    router = config.router
+    if router.auth.jwks_file is not None:
+        keys = _resolve(base, router.auth.jwks_file)
+        router = router.model_copy(update={"auth": router.auth.model_copy(update={"jwks_file": keys})})
     backends = list(config.backends)
     for index, server in enumerate(servers):
         if not server.register_backends:
@@ -256,7 +327,7 @@ def parse_config(raw: object, path: Path, env: Mapping[str, str] | None = None) 
     try:
         return Config.model_validate(
             {
-                "router": config.router.model_dump(),
+                "router": router.model_dump(),
                 "indexer": indexer.model_dump(),
                 "backends": [b.model_dump() for b in backends],
                 "catalog_servers": [s.model_dump() for s in servers],

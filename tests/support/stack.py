@@ -22,6 +22,24 @@ DEMO_CATALOG = ROOT / "examples" / "catalog.jsonl"
 MODEL = ROOT / "models" / "all-MiniLM-L6-v2"
 CLI = [sys.executable, "-m", "toolsearch.cli"]
 START_TIMEOUT = 180.0  # a cold indexer embeds every tool before it serves
+HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "test", "version": "1"},
+    },
+}
+
+
+def open_session(mcp_url: str, headers: dict[str, str] | None = None) -> str:
+    """A handshake-era session opened with a raw initialize; returns its Mcp-Session-Id."""
+    response = httpx2.post(mcp_url, json=INITIALIZE, headers={**HEADERS, **(headers or {})}, timeout=30)
+    assert response.status_code == 200, response.text
+    return str(response.headers["mcp-session-id"])
 
 
 def grpc_ready(address: str, timeout: float = 1.0) -> bool:
@@ -47,6 +65,7 @@ class Stack:
     indexer_address: str
     router_urls: list[str]
     procs: dict[str, Proc] = field(default_factory=dict)
+    service_args: list[str] = field(default_factory=list)  # e.g. --log-level debug, for indexer and routers
 
     @property
     def mcp_url(self) -> str:
@@ -64,7 +83,7 @@ class Stack:
 
     def start_indexer(self) -> Proc:
         proc = start_process(
-            [*CLI, "indexer", "--config", str(self.config_path)],
+            [*CLI, "indexer", "--config", str(self.config_path), *self.service_args],
             ready_url=None,
         )
         self.procs["indexer"] = proc
@@ -98,6 +117,7 @@ def write_config(
     router_port: int,
     extra: dict[str, Any] | None = None,
     backend_timeout: float = 30.0,
+    require_jwt: Sequence[str] = (),
 ) -> tuple[Path, dict[str, Any]]:
     config: dict[str, Any] = {
         "router": {"listen": f"127.0.0.1:{router_port}", "indexer": [f"127.0.0.1:{indexer_port}"]},
@@ -112,6 +132,7 @@ def write_config(
                 "catalog": str(catalog),
                 "listen": f"127.0.0.1:{catalog_port}",
                 "backend_timeout": backend_timeout,
+                "require_jwt": list(require_jwt),
             }
         ],
     }
@@ -134,12 +155,18 @@ def running_stack(
     catalog_args: Sequence[str] = (),
     env: dict[str, str] | None = None,
     backend_timeout: float = 30.0,
+    require_jwt: Sequence[str] = (),
+    service_args: Sequence[str] = (),
 ) -> Iterator[Stack]:
-    """Start a catalog server (with test controls), an indexer and `routers` routers; stop them after."""
+    """Start a catalog server (with test controls), an indexer and `routers` routers; stop them after.
+
+    `require_jwt` names catalog servers that demand a JWT (their backends use passthrough auth; the
+    catalog server reads the secret from `env`); `service_args` go to the indexer and the routers.
+    """
     catalog_port, indexer_port = free_port(), free_port()
     router_ports = [free_port() for _ in range(routers)]
     config_path, config = write_config(
-        workdir, catalog, catalog_port, indexer_port, router_ports[0], extra, backend_timeout
+        workdir, catalog, catalog_port, indexer_port, router_ports[0], extra, backend_timeout, require_jwt
     )
     stack = Stack(
         workdir=workdir,
@@ -148,7 +175,9 @@ def running_stack(
         catalog_url=f"http://127.0.0.1:{catalog_port}",
         indexer_address=f"127.0.0.1:{indexer_port}",
         router_urls=[f"http://127.0.0.1:{port}" for port in router_ports],
+        service_args=list(service_args),
     )
+    jwt_args = ["--require-jwt", *require_jwt] if require_jwt else []
     with ExitStack() as cleanup:
         catalog_proc = start_process(
             [
@@ -159,6 +188,7 @@ def running_stack(
                 "--port",
                 str(catalog_port),
                 "--control",
+                *jwt_args,
                 *catalog_args,
             ],
             f"{stack.catalog_url}/healthz",
@@ -170,7 +200,7 @@ def running_stack(
         cleanup.callback(lambda: stack.procs["indexer"].stop() if "indexer" in stack.procs else None)
         for number, port in enumerate(router_ports):
             proc = start_process(
-                [*CLI, "router", "--config", str(config_path)],
+                [*CLI, "router", "--config", str(config_path), *service_args],
                 f"http://127.0.0.1:{port}/readyz",
                 timeout=60,
                 env={"TOOLSEARCH_ROUTER_LISTEN": f"127.0.0.1:{port}", **(env or {})},

@@ -1,0 +1,114 @@
+"""Session catalogs: the tools a session may see now, and the index version a stored catalog names.
+
+A catalog is the advertised tools of a session's usable backends, built from each backend's current
+listing (or the session's own listing, for passthrough backends). It is memoised by the listings it
+comes from, and it names them by digest (`refs`), which is what a session record keeps: another
+replica holding the same listings (from the shared state) builds the very same version from those
+references and the shared embeddings, without a model call.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from indexer.discovery import Listing
+from indexer.errors import StateUnavailable
+from indexer.index import IndexVersion, VersionPool, fingerprint
+from indexer.registry import Registry, listing_digest
+from indexer.state import CatalogRef, CatalogStore
+from indexer.tools import Tool, advertise
+from toolsearch.config import Naming
+
+__all__ = ["Catalog", "Catalogs"]
+
+logger = logging.getLogger(__name__)
+
+_MEMO = 64  # catalogs remembered by the listings they come from
+
+
+@dataclass(frozen=True, slots=True)
+class Catalog:
+    """The advertised tools of a set of listings, their fingerprint, and the listings by digest."""
+
+    listings: tuple[Listing, ...]
+    tools: list[Tool]
+    fingerprint: str
+    refs: CatalogRef
+
+
+class Catalogs:
+    """Catalogs from the registry's listings, and versions from catalogs (built once per fingerprint)."""
+
+    def __init__(
+        self, registry: Registry, pool: VersionPool, naming: Naming, store: CatalogStore | None = None
+    ) -> None:
+        self._registry = registry
+        self._pool = pool
+        self._naming = naming
+        self._store = store  # the shared listings, when replicas share state
+        # (backend, listing id) pairs -> catalog; the catalog keeps its listings alive so the ids stay unique
+        self._memo: OrderedDict[tuple[tuple[str, int], ...], Catalog] = OrderedDict()
+
+    def _advertise(self, listings: dict[str, Listing]) -> list[Tool]:
+        tools = {b: listing.tools for b, listing in listings.items()}
+        return advertise(tools, prefix=self._naming.prefix, separator=self._naming.separator)
+
+    def current(self, accepted: Iterable[str], own: dict[str, Listing]) -> Catalog:
+        """The advertised tools of a session's usable backends now, memoised by their listings."""
+        listings: dict[str, Listing] = {}
+        for backend_id in sorted(accepted):
+            state = self._registry.states.get(backend_id)
+            if state is None or not state.advertised:
+                continue
+            listing = own.get(backend_id) or state.listing
+            if listing is not None:
+                listings[backend_id] = listing
+        key = tuple((b, id(listing)) for b, listing in listings.items())
+        catalog = self._memo.get(key)
+        if catalog is None:
+            tools = self._advertise(listings)
+            refs = tuple((b, listing_digest(listing)) for b, listing in listings.items())
+            catalog = Catalog(tuple(listings.values()), tools, fingerprint(tools), refs)
+            self._memo[key] = catalog
+            if len(self._memo) > _MEMO:
+                self._memo.popitem(last=False)
+        else:
+            self._memo.move_to_end(key)
+        return catalog
+
+    async def version(self, catalog: Catalog) -> IndexVersion:
+        """The version of a catalog: shared when built already, else built off the event loop."""
+        return await self._pool.get(catalog.tools, catalog.fingerprint)
+
+    async def share(self, catalogs: Iterable[Catalog]) -> None:
+        """Store the listings of catalogs sessions are about to name, for other replicas to read."""
+        if self._store is not None:
+            await self._store.put({id(x): x for c in catalogs for x in c.listings}.values())
+
+    async def stored(self, refs: CatalogRef, key: str) -> IndexVersion | None:
+        """The version a stored catalog names (fingerprint `key`); None when a listing is gone.
+
+        Built from the shared listings and embeddings when this replica does not hold it yet.
+        """
+        known = self._pool.lookup(key)
+        if known is not None:
+            return known
+        if self._store is None:
+            return None
+        found = await self._store.get(digest for _, digest in refs)
+        if any(digest not in found for _, digest in refs):
+            return None
+        tools = self._advertise({backend: found[digest] for backend, digest in refs})
+        actual = fingerprint(tools)
+        if actual != key:
+            # replicas that name tools differently (another naming configuration) cannot share versions
+            logger.warning("a stored catalog gives fingerprint %s here, not %s: naming differs", actual, key)
+        return await self._pool.get(tools, actual)
+
+
+def missing_catalog() -> StateUnavailable:
+    """The error for a session whose stored catalog cannot be read back."""
+    return StateUnavailable("the shared state lost a session's catalog")

@@ -1,0 +1,129 @@
+"""Passthrough backends listed with a session's own credentials: at creation, and again on rebuilds.
+
+A passthrough backend's tools depend on the caller, so each session lists it with the bearer token it
+stored at creation. What a listing attempt means (DESIGN "Identity and credentials"):
+
+- `listed`: the backend accepted the token; its tools join the session's catalog.
+- `rejected`: HTTP 401, or no token for a backend that needs one. At creation the backend is left
+  out (rejected at creation); on a background rebuild it ends an authenticated session, whose client
+  then reconnects with fresh credentials.
+- `forbidden`: HTTP 403. Never a reason to end a session (a fresh token of the same caller would get
+  it too); the backend is left out.
+- `unavailable`: anything else, our own failures included; the session keeps what it had and the
+  backend is tried again at the next rebuild.
+
+Who stores what: an authenticated principal (one with an issuer) keeps its token. An anonymous
+session keeps none. An implied session of a principal without an issuer is shared by every such
+caller, so it keeps none either: one caller's token must never decide the tools another sees.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from indexer.discovery import Listing
+from indexer.errors import BackendError, BackendRejected
+from indexer.registry import MissingCredentials, Registry
+
+__all__ = [
+    "ANONYMOUS",
+    "Attempt",
+    "Principal",
+    "authenticated",
+    "due_for_listing",
+    "list_passthrough",
+    "record",
+    "stored_token",
+]
+
+logger = logging.getLogger(__name__)
+
+Principal = tuple[str, str]  # (issuer, subject); ("", "") is anonymous
+ANONYMOUS: Principal = ("", "")
+Verdict = Literal["listed", "rejected", "forbidden", "unavailable"]
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """The outcome of listing one passthrough backend with one token."""
+
+    verdict: Verdict
+    epoch: int  # the backend's epoch when the attempt started
+    listing: Listing | None = None
+
+
+def authenticated(principal: Principal) -> bool:
+    """Whether a principal was verified by the router: only those have an issuer."""
+    return bool(principal[0])
+
+
+def stored_token(principal: Principal, token: str | None, implied: bool) -> str | None:
+    """The credentials a new session lists with and keeps for its rebuilds."""
+    if principal == ANONYMOUS or (implied and not authenticated(principal)):
+        return None
+    return token
+
+
+def due_for_listing(registry: Registry, accepted: frozenset[str], listed_epochs: dict[str, int]) -> list[str]:
+    """The advertised passthrough backends a session should list again.
+
+    Those it never listed (down, or failing, when it tried) and those that became advertised again
+    since it last listed them: a backend that recovered may have other tools, or refuse the token now.
+    """
+    return [
+        backend_id
+        for backend_id, state in registry.states.items()
+        if state.config.auth.type == "passthrough"
+        and state.advertised
+        and backend_id in accepted
+        and listed_epochs.get(backend_id) != state.epoch
+    ]
+
+
+async def list_passthrough(
+    registry: Registry, backend_ids: Sequence[str], token: str | None
+) -> dict[str, Attempt]:
+    """List each backend with `token`, concurrently; never raises for a backend's failure."""
+
+    async def attempt(backend_id: str) -> Attempt:
+        state = registry.get(backend_id)
+        epoch = state.epoch
+        try:
+            listing = await registry.list_backend(state.config, token)
+        except MissingCredentials:
+            return Attempt("rejected", epoch)
+        except BackendRejected as exc:
+            return Attempt("rejected" if exc.status == 401 else "forbidden", epoch)
+        except BackendError as exc:
+            logger.info("backend %s not listed with a session's credentials: %s", backend_id, exc.reason)
+            return Attempt("unavailable", epoch)
+        except Exception:
+            # A fault of our own is never the backend rejecting anyone: retried at the next rebuild.
+            logger.exception("listing backend %s with a session's credentials failed", backend_id)
+            return Attempt("unavailable", epoch)
+        return Attempt("listed", epoch, listing)
+
+    attempts = await asyncio.gather(*(attempt(b) for b in backend_ids))
+    return dict(zip(backend_ids, attempts, strict=True))
+
+
+def record(
+    attempts: Mapping[str, Attempt], listings: dict[str, Listing], epochs: dict[str, int]
+) -> frozenset[str]:
+    """Keep what a relisting learned in a session's listings; returns the backends that rejected it."""
+    rejected: set[str] = set()
+    for backend_id, attempt in attempts.items():
+        if attempt.verdict == "unavailable":
+            continue  # keeps what it had, and is tried again at the next rebuild
+        epochs[backend_id] = attempt.epoch
+        if attempt.listing is not None:
+            listings[backend_id] = attempt.listing
+            continue
+        listings.pop(backend_id, None)  # left out until the backend recovers again
+        if attempt.verdict == "rejected":
+            rejected.add(backend_id)
+    return frozenset(rejected)

@@ -1,0 +1,229 @@
+"""Sessions and their stored credentials, in process: a real catalog server, real tokens, a fake embedder.
+
+The indexer's parts run in the test's event loop, so the sessions, their stored tokens and the
+listings made for them can be inspected directly. Cocktails requires a JWT (its backend uses
+passthrough auth); the other servers do not. Waits are on conditions with bounded timeouts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import jwt
+import pytest
+
+from indexer.embedder.fake import FakeEmbedder
+from indexer.server import Indexer
+from indexer.sessions import ANONYMOUS, Session
+from tests.support.catalogs import small_catalog
+from tests.support.processes import Proc, free_port, start_process
+from tests.support.stack import CLI
+from toolsearch.config import Config, parse_config
+
+WAIT = 15.0  # seconds any condition below may take at most
+SECRET = "a-test-secret-that-is-long-enough-for-hs256"
+SECRET_ENV = "TOOLSEARCH_CATALOG_JWT_SECRET"
+PROTECTED = "Cocktails"
+WEATHER = "AI_Weather_by_Meteosource"
+ALICE = ("https://issuer.test", "alice")
+TOKEN_HOLDER = ("", "unverified-bearer")  # what an anonymous router calls a caller with a token
+HEALTH = {"interval": 0.1, "timeout": 2.0, "unhealthy_after": 1}
+ENDED = "ended session: backends rejected its stored credentials"
+
+
+class Catalog:
+    def __init__(self, url: str, proc: Proc, path: Path) -> None:
+        self.url, self.proc, self.path = url, proc, path
+
+    def control(self, slug: str, action: str) -> None:
+        httpx2.post(f"{self.url}/control/servers/{slug}/{action}", timeout=5).raise_for_status()
+
+    def config(self, backends: list[dict[str, Any]] | None = None) -> Config:
+        raw = {
+            "indexer": {"health": HEALTH, "cache_dir": str(self.path.parent / "cache")},
+            "catalog_servers": [
+                {"catalog": str(self.path), "listen": self.url[7:], "require_jwt": [PROTECTED]}
+            ],
+            "backends": backends or [],
+        }
+        return parse_config(raw, self.path)
+
+    def refuses(self, token: str) -> bool:
+        """Whether the protected server answers 401 to `token` now."""
+        headers = {"Authorization": f"Bearer {token}", "Accept": "application/json, text/event-stream"}
+        ping = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+        url = f"{self.url}/servers/{PROTECTED}/mcp"
+        return httpx2.post(url, json=ping, headers=headers, timeout=5).status_code == 401
+
+
+@pytest.fixture(scope="module")
+def catalog(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Catalog]:
+    path = tmp_path_factory.mktemp("credentials") / "catalog.jsonl"
+    small_catalog(path)
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    args = [*CLI, "catalog-server", "--catalog", str(path), "--port", str(port), "--control"]
+    proc = start_process([*args, "--require-jwt", PROTECTED], f"{url}/healthz", env={SECRET_ENV: SECRET})
+    try:
+        yield Catalog(url, proc, path)
+    finally:
+        proc.stop()
+
+
+@asynccontextmanager
+async def running(
+    catalog: Catalog, backends: list[dict[str, Any]] | None = None, secrets: dict[str, str] | None = None
+) -> AsyncIterator[Indexer]:
+    indexer = Indexer.build(catalog.config(backends), FakeEmbedder(), secrets or {})
+    await indexer.start()
+    try:
+        yield indexer
+    finally:
+        await indexer.close()
+        for slug in (PROTECTED, WEATHER):
+            catalog.control(slug, "up")
+
+
+async def wait_for(condition: Callable[[], bool]) -> None:
+    async with asyncio.timeout(WAIT):
+        while True:
+            if condition():
+                return
+            await asyncio.sleep(0.02)  # the conditions are plain attributes: nothing to await
+
+
+def token(subject: str = "alice", expires_in: float = 300) -> str:
+    now = time.time()
+    return jwt.encode({"sub": subject, "iat": int(now), "exp": int(now + expires_in)}, SECRET, "HS256")
+
+
+async def expired(catalog: Catalog, short: str) -> None:
+    """Wait until the catalog server refuses a short-lived token (it checks `exp` itself)."""
+    async with asyncio.timeout(WAIT):
+        while True:
+            if await asyncio.to_thread(catalog.refuses, short):
+                return
+            await asyncio.sleep(0.1)
+
+
+async def flip(indexer: Indexer, catalog: Catalog, slug: str) -> None:
+    """Take a backend down and up again, and wait until sessions were rebuilt after its recovery."""
+    rebuilder, state = indexer.rebuilder, indexer.registry.get(slug)
+    assert rebuilder is not None
+    for action, advertised in (("down", False), ("up", True)):
+        passes = rebuilder.passes
+        catalog.control(slug, action)
+        await wait_for(lambda a=advertised, p=passes: state.advertised == a and rebuilder.passes > p)
+    await wait_for(lambda: not rebuilder.pending)
+
+
+def alive(indexer: Indexer, session: Session) -> bool:
+    return session.id in {s.id for s in indexer.sessions.sessions()}
+
+
+async def test_anonymous_sessions_and_shared_implied_sessions_store_no_token(catalog: Catalog) -> None:
+    async with running(catalog) as indexer:
+        anonymous = await indexer.sessions.open(ANONYMOUS, token())
+        shared = await indexer.sessions.open(TOKEN_HOLDER, token("first"), implied=True)
+        assert await indexer.sessions.open(TOKEN_HOLDER, token("second"), implied=True) is shared
+        for session in (anonymous, shared):
+            assert session.token is None and session.rejected_at_creation == {PROTECTED}
+            assert PROTECTED not in session.current.version.backends
+        # a token holder's own (handshake) session keeps its token: nobody else's requests reach it
+        own = await indexer.sessions.open(TOKEN_HOLDER, token("third"))
+        alice = await indexer.sessions.open(ALICE, token(), implied=True)
+        bob = await indexer.sessions.open(("https://issuer.test", "bob"), token("bob"), implied=True)
+        assert len({own.id, alice.id, bob.id, shared.id}) == 4
+        for session in (own, alice, bob):
+            assert session.token is not None and PROTECTED in session.current.version.backends
+        assert "token=" not in repr(alice)
+
+
+async def test_a_passthrough_backend_is_relisted_when_it_recovers_and_not_for_other_changes(
+    catalog: Catalog,
+) -> None:
+    async with running(catalog) as indexer:
+        listed: list[str] = []
+        list_backend = indexer.registry.list_backend
+
+        async def counting(backend: Any, token: str | None = None, timeout: float | None = None) -> Any:
+            if token is not None:
+                listed.append(backend.id)
+            return await list_backend(backend, token, timeout)
+
+        indexer.registry.list_backend = counting  # type: ignore[method-assign]
+        alice = await indexer.sessions.open(ALICE, token())
+        assert listed == [PROTECTED]
+        await flip(indexer, catalog, WEATHER)
+        assert listed == [PROTECTED]  # nothing about Cocktails changed: its listing stands
+        await flip(indexer, catalog, PROTECTED)
+        assert listed == [PROTECTED, PROTECTED]
+        assert alive(indexer, alice) and PROTECTED in alice.current.version.backends
+
+
+async def test_a_failed_end_keeps_the_version_and_is_retried_at_the_next_rebuild(
+    catalog: Catalog, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with running(catalog) as indexer:
+        short = token(expires_in=4)
+        session = await indexer.sessions.open(ALICE, short)
+        await expired(catalog, short)
+        end = indexer.sessions.end
+        failures: list[str] = []
+
+        def failing_once(target: Session) -> None:
+            if not failures:
+                failures.append(target.id)
+                raise RuntimeError("the session store is unreachable")
+            end(target)
+
+        monkeypatch.setattr(indexer.sessions, "end", failing_once)
+        with caplog.at_level(logging.WARNING, logger="indexer.sessions"):
+            await flip(indexer, catalog, PROTECTED)
+            assert failures == [session.id] and alive(indexer, session)
+            assert session.ending == {PROTECTED}
+            assert (
+                session.swaps[-1].reason == f"backend {PROTECTED} unhealthy"
+            )  # the recovery swapped nothing
+            await flip(indexer, catalog, WEATHER)
+            assert not alive(indexer, session)
+        ended = [r for r in caplog.records if r.getMessage().startswith(ENDED)]
+        assert [r.getMessage() for r in ended] == [f"{ENDED}: {PROTECTED}"]
+        assert ended[0].levelno == logging.WARNING and short not in caplog.text
+
+
+async def test_a_token_holder_session_outlives_a_rejection_and_loses_only_that_backend(
+    catalog: Catalog, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with running(catalog) as indexer:
+        short = token(expires_in=4)
+        holder = await indexer.sessions.open(TOKEN_HOLDER, short)
+        assert PROTECTED in holder.current.version.backends
+        await expired(catalog, short)
+        with caplog.at_level(logging.WARNING, logger="indexer.sessions"):
+            await flip(indexer, catalog, PROTECTED)
+        assert alive(indexer, holder) and ENDED not in caplog.text
+        assert PROTECTED not in holder.current.version.backends
+        assert WEATHER in holder.current.version.backends
+
+
+async def test_a_header_backend_is_listed_once_with_the_secret_from_the_environment(catalog: Catalog) -> None:
+    keyed = {
+        "id": "cocktails_by_key",
+        "url": f"{catalog.url}/servers/{PROTECTED}/mcp",
+        "auth": {"type": "header", "value_env": "COCKTAILS_KEY"},
+    }
+    async with running(catalog, [keyed], {"COCKTAILS_KEY": f"Bearer {token('service')}"}) as indexer:
+        state = indexer.registry.get("cocktails_by_key")
+        assert state.status == "healthy" and state.listing is not None and len(state.listing.tools) == 3
+        anonymous = await indexer.sessions.open(ANONYMOUS, None)
+        assert "cocktails_by_key" in anonymous.current.version.backends  # the service's key, not the caller's
+    async with running(catalog, [keyed], {}) as indexer:
+        assert indexer.registry.get("cocktails_by_key").status == "unauthenticated"
