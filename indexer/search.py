@@ -136,10 +136,11 @@ class SearchIndex:
             raise ValueError("every tool needs at least one vector, and owners must be tool positions")
         dense = faiss.IndexFlatIP(matrix.shape[1])
         dense.add(matrix[order])
+        corpus = [lexical_tokens([text]) for text in texts]
         lexical = None
-        if size:
+        if any(corpus):  # bm25s cannot index a corpus without a single term
             lexical = bm25s.BM25(k1=settings.bm25_k1, b=settings.bm25_b, method="lucene")
-            lexical.index([lexical_tokens([text]) for text in texts], show_progress=False)
+            lexical.index(corpus, show_progress=False)
         exact: dict[str, list[int]] = {}
         for position, (name, others) in enumerate(zip(names, aliases, strict=True)):
             for key in {name_key(name), *(name_key(alias) for alias in others)} - {""}:

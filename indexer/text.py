@@ -105,24 +105,33 @@ def document_chunks(
 ) -> list[str]:
     """`text` in overlapping pieces the model reads whole; every piece after the first starts with `prefix`.
 
-    One tokenizer call measures the text; pieces are then cut by words at the measured word-piece
-    rate, with a margin, so each stays inside `max_tokens`.
+    Pieces are cut by words at the text's measured word-piece rate, then any piece that still does
+    not fit (dense runs of symbols, code, URLs) is halved until it does; a word longer than a
+    piece may be is cut first (a word piece is at least one character).
     """
-    total = count_tokens(text)
-    if total <= max_tokens:
+    if count_tokens(text) <= max_tokens:
         return [text]
-    words = text.split()
-    prefix_cost = count_tokens(prefix) if prefix else 0
-    budget = max(32, int((max_tokens - prefix_cost - _SPECIAL_TOKENS) * 0.9))
-    per_chunk = max(8, budget * len(words) // max(total, 1))
+    budget = max(16, max_tokens - (count_tokens(prefix) if prefix else 0) - 3)  # room beside "prefix: "
+    words = [word[i : i + budget] for word in text.split() for i in range(0, len(word), budget)]
+    per_chunk = max(1, int(budget * 0.9) * len(words) // max(count_tokens(" ".join(words)), 1))
     step = max(1, per_chunk - CHUNK_OVERLAP_WORDS)
-    chunks: list[str] = []
+
+    def fits(piece: list[str]) -> bool:
+        return count_tokens(f"{prefix}: {' '.join(piece)}" if prefix else " ".join(piece)) <= max_tokens
+
+    def halve(piece: list[str]) -> list[list[str]]:
+        if len(piece) <= 1 or fits(piece):
+            return [piece]
+        middle = len(piece) // 2
+        return halve(piece[:middle]) + halve(piece[middle:])
+
+    pieces: list[list[str]] = []
     for start in range(0, len(words), step):
-        piece = " ".join(words[start : start + per_chunk])
-        chunks.append(piece if not chunks or not prefix else f"{prefix}: {piece}")
+        pieces.extend(halve(words[start : start + per_chunk]))
         if start + per_chunk >= len(words):
             break
-    return chunks
+    chunks = [" ".join(piece) for piece in pieces]
+    return [chunks[0]] + [f"{prefix}: {chunk}" if prefix else chunk for chunk in chunks[1:]]
 
 
 def document_views(

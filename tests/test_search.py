@@ -105,6 +105,20 @@ def test_long_text_is_chunked_not_cut() -> None:
     assert document_chunks("short text", "head") == ["short text"]
 
 
+def test_dense_text_is_cut_until_every_piece_fits() -> None:
+    def count(text: str) -> int:  # a tokenizer that reads symbols as one piece each
+        return (
+            2
+            + sum(1 if ch.isalpha() else 0 for ch in text.replace(" ", "")) // 4
+            + sum(1 for ch in text if not ch.isalnum() and ch != " ")
+        )
+
+    text = "plain words here " * 40 + "{" + '"k":[1,2,3],' * 300 + "} " + "x" * 5000 + " the end"
+    chunks = document_chunks(text, "tool head", count, 64)
+    assert all(count(chunk) <= 64 for chunk in chunks)
+    assert chunks[-1].endswith("the end") and all(c.startswith("tool head: ") for c in chunks[1:])
+
+
 def test_query_texts_add_sentences_of_a_long_query() -> None:
     assert query_texts("  find the weather  ") == ["find the weather"]
     assert query_texts(" ", ["invoice", " ", "refund"]) == ["invoice refund"]
@@ -192,6 +206,9 @@ def test_nothing_only_for_an_empty_catalog_or_query() -> None:
     assert empty.search("weather", EMBEDDER.embed(["weather"])[0], [], 5) == []
     single, _ = build(CATALOG[:1])
     assert len(search(single, "anything at all")) == 1
+    wordless, names = build([("", {"name": "a", "description": "the"}), ("", {"name": "of"})])
+    assert len(search(wordless, "the weather", keywords=["of"])) == 2  # no term to index: dense only
+    assert named(names, search(wordless, "of"))[0] == "of"
 
 
 def test_a_tool_scores_as_its_best_view() -> None:

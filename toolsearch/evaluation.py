@@ -1,8 +1,9 @@
 """`toolsearch eval`: retrieval quality of the indexer's own search over a catalog and labelled queries.
 
 The catalog is named and indexed the way the indexer does it (`indexer.tools.advertise`, then
-`indexer.search.build_tool_index`), every backend being a server of the catalog file; queries are
-embedded in batches and searched one by one with `SearchIndex.search`. Metrics are in percent:
+`indexer.search.build_tool_index`), each server of the catalog file a backend named by its slug
+(tools without a server form one unnamed backend); queries are embedded in batches and searched
+one by one with `SearchIndex.search`. Metrics are in percent:
 R@k (share of a query's relevant tools in the top k), nDCG@10 (binary relevance), MRR@10 and
 completeness@5 (share of queries whose relevant tools are all in the top 5).
 """
@@ -250,7 +251,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "--model",
         type=Path,
         default=Path("models") / "all-MiniLM-L6-v2",
-        help="sentence-transformers model folder",
+        help="sentence-transformers model folder (default: models/all-MiniLM-L6-v2)",
     )
     parser.add_argument("--limit-queries", type=int, metavar="N", help="only the first N queries of each set")
     parser.add_argument(
