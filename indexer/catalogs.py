@@ -15,7 +15,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from indexer.discovery import Listing
-from indexer.errors import StateUnavailable
 from indexer.index import IndexVersion, VersionPool, fingerprint
 from indexer.registry import Registry, listing_digest
 from indexer.state import CatalogRef, CatalogStore
@@ -59,6 +58,7 @@ class Catalogs:
     def current(self, accepted: Iterable[str], own: dict[str, Listing]) -> Catalog:
         """The advertised tools of a session's usable backends now, memoised by their listings."""
         listings: dict[str, Listing] = {}
+        digests: dict[str, str] = {}  # the registry's own, where the listing is the registry's
         for backend_id in sorted(accepted):
             state = self._registry.states.get(backend_id)
             if state is None or not state.advertised:
@@ -66,11 +66,13 @@ class Catalogs:
             listing = own.get(backend_id) or state.listing
             if listing is not None:
                 listings[backend_id] = listing
+                if listing is state.listing and state.digest:
+                    digests[backend_id] = state.digest
         key = tuple((b, id(listing)) for b, listing in listings.items())
         catalog = self._memo.get(key)
         if catalog is None:
             tools = self._advertise(listings)
-            refs = tuple((b, listing_digest(listing)) for b, listing in listings.items())
+            refs = tuple((b, digests.get(b) or listing_digest(x)) for b, x in listings.items())
             catalog = Catalog(tuple(listings.values()), tools, fingerprint(tools), refs)
             self._memo[key] = catalog
             if len(self._memo) > _MEMO:
@@ -86,7 +88,8 @@ class Catalogs:
     async def share(self, catalogs: Iterable[Catalog]) -> None:
         """Store the listings of catalogs sessions are about to name, for other replicas to read."""
         if self._store is not None:
-            await self._store.put({id(x): x for c in catalogs for x in c.listings}.values())
+            pairs = {d: x for c in catalogs for (_, d), x in zip(c.refs, c.listings, strict=True)}
+            await self._store.put(pairs.items())
 
     async def stored(self, refs: CatalogRef, key: str) -> IndexVersion | None:
         """The version a stored catalog names (fingerprint `key`); None when a listing is gone.
@@ -107,8 +110,3 @@ class Catalogs:
             # replicas that name tools differently (another naming configuration) cannot share versions
             logger.warning("a stored catalog gives fingerprint %s here, not %s: naming differs", actual, key)
         return await self._pool.get(tools, actual)
-
-
-def missing_catalog() -> StateUnavailable:
-    """The error for a session whose stored catalog cannot be read back."""
-    return StateUnavailable("the shared state lost a session's catalog")

@@ -35,6 +35,7 @@ __all__ = [
     "Principal",
     "authenticated",
     "due_for_listing",
+    "list_at_creation",
     "list_passthrough",
     "record",
     "stored_token",
@@ -109,6 +110,21 @@ async def list_passthrough(
 
     attempts = await asyncio.gather(*(attempt(b) for b in backend_ids))
     return dict(zip(backend_ids, attempts, strict=True))
+
+
+async def list_at_creation(
+    registry: Registry, backend_ids: Sequence[str], token: str | None
+) -> tuple[dict[str, Listing], dict[str, int], frozenset[str]]:
+    """List passthrough backends as a new session does: (listings, their epochs, rejected ones).
+
+    A backend that refuses the token (401, 403, or no token) is rejected at creation: left out for
+    the session's life. One that is down is kept, and listed once it answers again.
+    """
+    attempts = await list_passthrough(registry, backend_ids, token)
+    listed = {b: a for b, a in attempts.items() if a.listing is not None}
+    rejected = frozenset(b for b, a in attempts.items() if a.verdict in ("rejected", "forbidden"))
+    own = {b: a.listing for b, a in listed.items() if a.listing is not None}
+    return own, {b: a.epoch for b, a in listed.items()}, rejected
 
 
 def record(

@@ -11,6 +11,10 @@ IndexerError
     ├── BackendUnavailable
     └── BackendRejected
 EmbedderError              (indexer.embedder: the model cannot be loaded or run)
+
+A call without the link's shared secret never reaches the servicer: the transport's boundary,
+`indexer/access.py`, refuses it with UNAUTHENTICATED, the only status code chosen outside
+`indexer/service.py`.
 """
 
 from __future__ import annotations

@@ -72,7 +72,7 @@ async def apply_changes(
         if monitor is not None:
             await monitor.untrack(backend_id)
         registry.remove(backend_id)
-    sessions.remove_backends(gone)
+    await sessions.remove_backends(gone)
     for backend in fresh:
         registry.add(backend)
     # First listing of each new backend, as at startup: one that fails is left out until it recovers.

@@ -20,9 +20,10 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection
 
+from indexer.access import SharedSecretGuard
 from indexer.embedder import Embedder
 from indexer.embeddings import Embeddings
-from indexer.errors import EmbedderError
+from indexer.errors import EmbedderError, StateUnavailable
 from indexer.fanout import Rebuilder
 from indexer.finder import Finder
 from indexer.health import HealthMonitor
@@ -30,17 +31,19 @@ from indexer.index import Builder, VersionPool
 from indexer.metrics import IndexerMetrics, snapshot_reader
 from indexer.registry import Registry
 from indexer.reload import apply_changes, backend_changes
+from indexer.replica import Replica
 from indexer.search import SearchSettings
 from indexer.service import IndexerService
 from indexer.sessions import SessionManager
+from indexer.state import LocalSessions, State, make_state
 from toolsearch.config import Config, ConfigError, load_config
 from toolsearch.logs import add_log_format_argument, configure_logging
+from toolsearch.transport import ServerSecurity, TransportConfigError, server_security
 from toolsearch.v1 import indexer_pb2, indexer_pb2_grpc
 
 logger = logging.getLogger(__name__)
 
 SERVICE_NAME = indexer_pb2.DESCRIPTOR.services_by_name["Indexer"].full_name
-GRACE_SECONDS = 5.0
 
 
 def search_settings(config: Config) -> SearchSettings:
@@ -67,42 +70,89 @@ class Indexer:
     transport: httpx2.AsyncHTTPTransport
     monitor: HealthMonitor | None = None  # None when health monitoring is switched off
     rebuilder: Rebuilder | None = None
+    state: State = field(default_factory=lambda: State(LocalSessions(), None))
+    replica: Replica | None = None  # with a shared state: the lease, following its holder, the sweep
     _reloading: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
 
     @classmethod
     def build(cls, config: Config, embedder: Embedder, secrets: Mapping[str, str]) -> Indexer:
         settings = search_settings(config)
-        cache_dir = config.indexer.cache_dir if config.indexer.state == "memory" else None
-        embeddings = Embeddings(embedder, cache_dir)
+        section = config.indexer
+        state = make_state(
+            section.state,
+            embedder.identity,
+            embedder.dimension,
+            section.cache_dir,
+            section.session_ttl,
+            section.lease_ttl,
+        )
+        embeddings = Embeddings(embedder, None, store=state.embeddings)
         # one pooled transport for every discovery and probe: connections are reused across backends
         transport = httpx2.AsyncHTTPTransport()
-        registry = Registry(config.backends, secrets, config.indexer.discovery_timeout, transport)
+        registry = Registry(config.backends, secrets, section.discovery_timeout, transport)
         builder = Builder(
             embed_documents=embeddings.embed_documents,
             count_tokens=embedder.count_tokens,
             max_tokens=embedder.max_tokens,
             settings=settings,
-            separator=config.indexer.naming.separator,
+            separator=section.naming.separator,
         )
         pool = VersionPool(builder)
-        sessions = SessionManager(registry, pool, config.indexer.naming)
-        finder = Finder(embeddings, registry, pool, config.indexer.search)
-        health = config.indexer.health
-        monitor = HealthMonitor(registry, health) if health.enabled else None
+        sessions = SessionManager(
+            registry,
+            pool,
+            section.naming,
+            max_per_principal=section.max_sessions_per_principal,
+            store=state.sessions,
+            shared=state.shared,
+        )
+        finder = Finder(embeddings, registry, pool, section.search)
         rebuilder = Rebuilder(sessions.rebuild_all)
         registry.subscribe(rebuilder.request)
-        return cls(config, embeddings, registry, pool, sessions, finder, transport, monitor, rebuilder)
+        health = section.health
+        replica, probing, recorded = None, Replica.alone, None
+        if state.shared is not None:
+            follow = min(health.interval, 1.0)  # how stale a follower's view of the backends may get
+            replica = Replica(state.shared, registry, sessions, rebuilder.request, follow)
+            sessions.sync_backends = replica.follow_quietly
+            probing, recorded = replica.probes, replica.publish
+        monitor = None
+        if health.enabled:
+            monitor = HealthMonitor(registry, health, probing=probing, recorded=recorded)
+        return cls(
+            config,
+            embeddings,
+            registry,
+            pool,
+            sessions,
+            finder,
+            transport,
+            monitor,
+            rebuilder,
+            state,
+            replica,
+        )
 
     async def start(self) -> None:
-        """Discover every backend (failures are left out until they recover), then start probing."""
+        """Discover every backend (failures are left out until they recover), then start probing.
+
+        With a shared state, Redis must answer first (else `StateUnavailable`); then this replica
+        takes the lease or adopts its holder's verdicts before it serves.
+        """
+        await self.state.ready()
+        logger.info("state: %s", self.state.description)
         await self.registry.discover_all()
         for state in self.registry.states.values():
             tools = len(state.listing.tools) if state.listing else 0
             logger.info("backend %s: %s, %d tools %s", state.config.id, state.status, tools, state.last_error)
+        if self.replica is not None:
+            await self.replica.join()
         # embed every tool before serving, so the first session opens as fast as the next
         await self.sessions.warm()
         if self.monitor is not None:
             self.monitor.start()
+        if self.replica is not None:
+            self.replica.start()
 
     async def reload(self, config: Config) -> None:
         """Apply a reread configuration's backend list; other settings need a restart."""
@@ -112,20 +162,34 @@ class Indexer:
                 logger.warning("config reload: only the backend list changes without a restart")
             await apply_changes(changes, self.registry, self.sessions, self.monitor)
             self.config = self.config.model_copy(update={"backends": config.backends})
+            if self.replica is not None:
+                await self.replica.publish(force=True)
 
     async def close(self) -> None:
         if self.monitor is not None:
             await self.monitor.close()
+        if self.replica is not None:
+            await self.replica.close()
         if self.rebuilder is not None:
             await self.rebuilder.close()
         self.embeddings.close()
+        await self.state.close()
         await self.transport.aclose()
 
 
 async def create_server(
-    indexer: Indexer, listen: str | None = None, interceptors: Sequence[grpc.aio.ServerInterceptor] = ()
+    indexer: Indexer,
+    listen: str | None = None,
+    interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
+    security: ServerSecurity | None = None,
 ) -> tuple[grpc.aio.Server, int]:
-    """A gRPC server with the indexer, health and reflection services; binds, does not start."""
+    """A gRPC server with the indexer, health and reflection services; binds, does not start.
+
+    `security` protects the port (toolsearch/transport.py): TLS credentials, a shared secret.
+    """
+    security = security or ServerSecurity()
+    if security.secret is not None:
+        interceptors = [*interceptors, SharedSecretGuard(security.secret)]
     server = grpc.aio.server(options=[("grpc.so_reuseport", 0)], interceptors=list(interceptors) or None)
     service = IndexerService(indexer.sessions, indexer.registry, indexer.finder, indexer.embeddings.identity)
     indexer_pb2_grpc.add_IndexerServicer_to_server(service, server)
@@ -134,7 +198,11 @@ async def create_server(
     reflection.enable_server_reflection(
         (SERVICE_NAME, reflection.SERVICE_NAME, "grpc.health.v1.Health"), server
     )
-    port = server.add_insecure_port(listen or indexer.config.indexer.listen)
+    address = listen or indexer.config.indexer.listen
+    if security.credentials is not None:
+        port = server.add_secure_port(address, security.credentials)
+    else:
+        port = server.add_insecure_port(address)
     if port == 0:
         raise OSError(f"cannot listen on {listen or indexer.config.indexer.listen}")
     # SERVING from the start: the server is only started once the indexer is ready
@@ -162,12 +230,13 @@ async def _reload_from(indexer: Indexer, path: Path, env: Mapping[str, str]) -> 
 
 async def serve(config: Config, secrets: Mapping[str, str], config_path: Path | None = None) -> None:
     """Run the indexer until SIGTERM or SIGINT, then drain in-flight calls; SIGHUP rereads `config_path`."""
+    security = server_security(config.indexer, secrets)  # before the slow start: a bad secret fails fast
     embedder = await asyncio.to_thread(load_embedder, config.indexer.model)
     indexer = Indexer.build(config, embedder, secrets)
     await indexer.start()
     parts = (indexer.sessions, indexer.pool, indexer.registry, indexer.embeddings)
     metrics = IndexerMetrics(snapshot_reader(*parts, asyncio.get_running_loop()))
-    server, port = await create_server(indexer, interceptors=[metrics.interceptor()])
+    server, port = await create_server(indexer, interceptors=[metrics.interceptor()], security=security)
     await server.start()
     exporter = None
     host = config.indexer.listen.rpartition(":")[0]
@@ -192,7 +261,7 @@ async def serve(config: Config, secrets: Mapping[str, str], config_path: Path | 
     finally:
         for task in list(reloads):
             task.cancel()
-        await server.stop(GRACE_SECONDS)
+        await server.stop(config.indexer.shutdown_grace)
         if exporter is not None:
             await asyncio.to_thread(exporter.close)  # waits for its serving thread
         await indexer.close()
@@ -204,10 +273,10 @@ def run_cli(args: argparse.Namespace) -> int:
     try:
         with contextlib.suppress(KeyboardInterrupt):
             asyncio.run(serve(config, os.environ, Path(args.config)))
-    except EmbedderError as exc:
+    except (EmbedderError, TransportConfigError) as exc:
         print(f"indexer: {exc}", file=sys.stderr)
         return 2
-    except OSError as exc:
+    except (OSError, StateUnavailable) as exc:
         print(f"indexer: {exc}", file=sys.stderr)
         return 1
     return 0

@@ -14,6 +14,7 @@ from indexer.errors import (
     InvalidRequest,
     NotReady,
     SessionNotFound,
+    StateUnavailable,
     ToolNotFound,
     TooManySessions,
 )
@@ -34,6 +35,7 @@ _STATUS: dict[type, tuple[grpc.StatusCode, str]] = {
     InvalidRequest: (grpc.StatusCode.INVALID_ARGUMENT, "invalid-request"),
     TooManySessions: (grpc.StatusCode.RESOURCE_EXHAUSTED, "too-many-sessions"),
     NotReady: (grpc.StatusCode.UNAVAILABLE, "not-ready"),
+    StateUnavailable: (grpc.StatusCode.UNAVAILABLE, "state-unavailable"),
 }
 
 
@@ -104,28 +106,28 @@ class IndexerService(pb_grpc.IndexerServicer):
     async def GetSession(
         self, request: pb.GetSessionRequest, context: grpc.aio.ServicerContext
     ) -> pb.GetSessionResponse:
-        session = self._sessions.get(request.session_id, _principal(request.principal))
+        session = await self._sessions.get(request.session_id, _principal(request.principal))
         return pb.GetSessionResponse(session_id=session.id, version=_version_ref(session))
 
     @translated
     async def CloseSession(
         self, request: pb.CloseSessionRequest, context: grpc.aio.ServicerContext
     ) -> pb.CloseSessionResponse:
-        self._sessions.close(request.session_id, _principal(request.principal))
+        await self._sessions.close(request.session_id, _principal(request.principal))
         return pb.CloseSessionResponse()
 
     @translated
     async def FindTools(
         self, request: pb.FindToolsRequest, context: grpc.aio.ServicerContext
     ) -> pb.FindToolsResponse:
-        session = self._sessions.get(request.session_id, _principal(request.principal))
+        session = await self._sessions.get(request.session_id, _principal(request.principal))
         return await self._finder.find(session, request.query, list(request.keywords), request.limit)
 
     @translated
     async def ResolveTool(
         self, request: pb.ResolveToolRequest, context: grpc.aio.ServicerContext
     ) -> pb.ResolveToolResponse:
-        session = self._sessions.get(request.session_id, _principal(request.principal))
+        session = await self._sessions.get(request.session_id, _principal(request.principal))
         snapshot = session.current
         tool = snapshot.version.resolve(request.name)
         if tool is None:
@@ -147,9 +149,7 @@ class IndexerService(pb_grpc.IndexerServicer):
         )
 
     @translated
-    async def Status(
-        self, request: pb.StatusRequest, context: grpc.aio.ServicerContext
-    ) -> pb.StatusResponse:
+    async def Status(self, request: pb.StatusRequest, context: grpc.aio.ServicerContext) -> pb.StatusResponse:
         response = pb.StatusResponse(model=self._model)
         for state in self._registry.states.values():
             response.backends.append(
@@ -165,14 +165,12 @@ class IndexerService(pb_grpc.IndexerServicer):
                 )
             )
         shared: dict[str, int] = {}
-        for session in self._sessions.sessions():
-            shared[session.current.version.fingerprint] = (
-                shared.get(session.current.version.fingerprint, 0) + 1
-            )
+        for session in await self._sessions.records():
+            shared[session.ref[1]] = shared.get(session.ref[1], 0) + 1
             status = pb.SessionStatus(
                 session_id=session.id[:8],
                 principal=pb.Principal(issuer=session.principal[0], subject=session.principal[1]),
-                version=_version_ref(session),
+                version=pb.IndexVersionRef(number=session.ref[0], fingerprint=session.ref[1]),
                 backends=sorted(session.accepted),
                 rejected_backends=sorted(session.rejected_at_creation),
             )

@@ -1,8 +1,10 @@
 """Sessions: who they belong to, which backends they may use, and their current index version.
 
-A session's `current` is one `Snapshot` (version number + shared index version), replaced whole by
-a single assignment. A request reads it once and uses that snapshot to the end, so a swap never
-mixes two versions in one answer.
+The session store (`indexer.state`) keeps the records: in this process (memory state) or in Redis,
+shared by every replica. A version changes only through the store's swap, a compare-and-set on the
+session's fingerprint that also numbers it, so numbers grow by one per swap whichever replica makes
+it. Requests get a `Session` (`indexer.session_views`): the record with its current version, read
+once per request, so a swap never mixes two versions in one answer.
 """
 
 from __future__ import annotations
@@ -11,191 +13,134 @@ import asyncio
 import logging
 import secrets
 import time
-from collections import OrderedDict, deque
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any
 
+from indexer.catalogs import Catalog, Catalogs
 from indexer.credentials import (
     ANONYMOUS,
     Principal,
     authenticated,
     due_for_listing,
+    list_at_creation,
     list_passthrough,
     record,
     stored_token,
 )
-from indexer.discovery import Listing
-from indexer.errors import SessionNotFound, TooManySessions
-from indexer.index import IndexVersion, VersionPool, fingerprint
+from indexer.errors import SessionNotFound, StateUnavailable, TooManySessions
+from indexer.index import IndexVersion, VersionPool
 from indexer.registry import Registry
-from indexer.tools import Tool, advertise
+from indexer.session_views import Session, Snapshot, Views, announce
+from indexer.state import SWAPS_KEPT, LocalSessions, SessionRecord, SessionStore, Shared, Swap, SwapChange
 from toolsearch.config import Naming
 from toolsearch.logs import bound
 
-__all__ = ["ANONYMOUS", "Principal", "Session", "SessionManager", "Snapshot", "Swap"]
+__all__ = ["ANONYMOUS", "SWAPS_KEPT", "Principal", "Session", "SessionManager", "Snapshot", "Swap"]
 
 logger = logging.getLogger(__name__)
 
-SWAPS_KEPT = 8
-_CATALOG_MEMO = 64
 _RELIST_CONCURRENCY = 32  # passthrough listings run at once when many sessions need one
 
 
-@dataclass(frozen=True, slots=True)
-class _Catalog:
-    listings: tuple[Listing, ...]
-    tools: list[Tool]
-    fingerprint: str
-
-
-@dataclass(frozen=True, slots=True)
-class Snapshot:
-    """A session's index version at one moment."""
-
-    number: int
-    version: IndexVersion
-
-
-VersionRef = tuple[int, str]  # (number, fingerprint)
-
-
-@dataclass(frozen=True, slots=True)
-class Swap:
-    """One change of a session's version; references only, so old versions can be freed."""
-
-    previous: VersionRef | None
-    current: VersionRef
-    reason: str
-    at: float
-
-
-def _ref(snapshot: Snapshot) -> VersionRef:
-    return (snapshot.number, snapshot.version.fingerprint)
-
-
-@dataclass(eq=False)
-class Session:
-    """One client session. `current` is swapped whole; the backend sets change only on a config reload."""
-
-    id: str
-    principal: Principal
-    token: str | None = field(repr=False)  # the credentials stored at creation, for background rebuilds
-    implied: bool
-    accepted: frozenset[str]
-    rejected_at_creation: frozenset[str]
-    own_listings: dict[str, Listing]  # passthrough backends, listed with this caller's token
-    current: Snapshot
-    listed_epochs: dict[str, int] = field(default_factory=dict)  # passthrough backend -> epoch last listed
-    # backends whose rejection of the stored credentials ends the session, while ending it has failed
-    ending: frozenset[str] = frozenset()
-    swaps: deque[Swap] = field(default_factory=lambda: deque(maxlen=SWAPS_KEPT))
-    created_at: float = field(default_factory=time.time)
-
-
 class SessionManager:
-    """Opens, finds, closes and rebuilds sessions over a shared version pool."""
+    """Opens, finds, closes and rebuilds sessions over a shared version pool and a session store."""
 
-    def __init__(self, registry: Registry, pool: VersionPool, naming: Naming, max_per_principal: int = 0):
+    def __init__(
+        self,
+        registry: Registry,
+        pool: VersionPool,
+        naming: Naming,
+        max_per_principal: int = 0,
+        store: SessionStore | None = None,
+        shared: Shared | None = None,
+    ):
         self._registry = registry
-        self._pool = pool
-        self._naming = naming
         self._max_per_principal = max_per_principal
-        self._sessions: dict[str, Session] = {}
-        self._implied: dict[Principal, str] = {}
-        # (backend, listing id) pairs -> catalog; the catalog keeps its listings alive so the ids stay unique
-        self._catalogs: OrderedDict[tuple[tuple[str, int], ...], _Catalog] = OrderedDict()
-        self._open_lock = asyncio.Lock()
+        self._store: SessionStore = store or LocalSessions()
+        self._shared = shared
+        self._catalogs = Catalogs(registry, pool, naming, shared.catalogs if shared else None)
+        self._views = Views(self._catalogs, self._store.shared)
         self._warm: IndexVersion | None = None
+        # set by a replica sharing state: brings the backends up to the lease holder's verdicts
+        self.sync_backends: Callable[[], Awaitable[None]] | None = None
 
     def __len__(self) -> int:
-        return len(self._sessions)
+        return len(self._views)
 
     def sessions(self) -> list[Session]:
-        return list(self._sessions.values())
+        """The sessions this process holds: all of them (memory state), or those it served lately."""
+        return self._views.values()
 
-    def _catalog(self, accepted: frozenset[str], own: dict[str, Listing]) -> _Catalog:
-        """The advertised tools of a session's usable backends, memoised by the listings they come from."""
-        listings: dict[str, Listing] = {}
-        for backend_id in sorted(accepted):
-            state = self._registry.states.get(backend_id)
-            if state is None or not state.advertised:
-                continue
-            listing = own.get(backend_id) or state.listing
-            if listing is not None:
-                listings[backend_id] = listing
-        key = tuple((b, id(listing)) for b, listing in listings.items())
-        catalog = self._catalogs.get(key)
-        if catalog is None:
-            tools = advertise(
-                {b: listing.tools for b, listing in listings.items()},
-                prefix=self._naming.prefix,
-                separator=self._naming.separator,
-            )
-            catalog = _Catalog(tuple(listings.values()), tools, fingerprint(tools))
-            self._catalogs[key] = catalog
-            if len(self._catalogs) > _CATALOG_MEMO:
-                self._catalogs.popitem(last=False)
-        else:
-            self._catalogs.move_to_end(key)
-        return catalog
+    async def records(self) -> list[SessionRecord]:
+        """Every live session's record, wherever it was opened."""
+        return await self._store.records()
 
-    async def _version(self, accepted: frozenset[str], own: dict[str, Listing]) -> IndexVersion:
-        catalog = self._catalog(accepted, own)
-        return await self._pool.get(catalog.tools, catalog.fingerprint)
-
-    async def _list_at_creation(
-        self, backend_ids: Sequence[str], token: str | None
-    ) -> tuple[dict[str, Listing], dict[str, int], frozenset[str]]:
-        """List passthrough backends as a new session does: (listings, their epochs, rejected ones).
-
-        A backend that refuses the token (401, 403, or no token) is rejected at creation: left out
-        for the session's life. One that is down is kept, and listed once it answers again.
-        """
-        attempts = await list_passthrough(self._registry, backend_ids, token)
-        listed = {b: a for b, a in attempts.items() if a.listing is not None}
-        rejected = frozenset(b for b, a in attempts.items() if a.verdict in ("rejected", "forbidden"))
-        own = {b: a.listing for b, a in listed.items() if a.listing is not None}
-        return own, {b: a.epoch for b, a in listed.items()}, rejected
+    @property
+    def leading(self) -> bool:
+        """Whether this process runs rebuild passes: always alone, or while it holds the lease."""
+        return self._shared is None or self._shared.lease.held
 
     async def open(self, principal: Principal, token: str | None, implied: bool = False) -> Session:
         """A new session (or, with `implied`, the principal's implied one), listed with its credentials."""
-        if implied:
-            existing = self._implied.get(principal)
-            if existing in self._sessions:
-                return self._sessions[existing]
-        if self._max_per_principal and authenticated(principal):  # the others are many callers in one
-            held = sum(1 for s in self._sessions.values() if s.principal == principal)
-            if held >= self._max_per_principal:
-                raise TooManySessions(f"this caller already holds {held} sessions: close one (DELETE /mcp)")
+        if implied and (existing := await self._implied(principal)) is not None:
+            return existing
+        self._check_room(principal)
         token = stored_token(principal, token, implied)
         states = self._registry.states
         passthrough = [b for b, s in states.items() if s.config.auth.type == "passthrough"]
-        own, epochs, rejected = await self._list_at_creation(passthrough, token)
+        own, epochs, rejected = await list_at_creation(self._registry, passthrough, token)
         accepted = frozenset(states) - rejected
-        version = await self._version(accepted, own)
-        async with self._open_lock:
-            if implied and (existing := self._implied.get(principal)) in self._sessions:
-                return self._sessions[existing]  # another request created it meanwhile
-            snapshot = Snapshot(number=1, version=version)
-            session = Session(
-                id=secrets.token_urlsafe(24),
-                principal=principal,
-                token=token,
-                implied=implied,
-                accepted=accepted,
-                rejected_at_creation=rejected,
-                own_listings=own,
-                current=snapshot,
-                listed_epochs=epochs,
-            )
-            session.swaps.append(Swap(None, _ref(snapshot), "created", time.time()))
-            self._sessions[session.id] = session
-            if implied:
-                self._implied[principal] = session.id
+        catalog = self._catalogs.current(accepted, own)
+        version = await self._catalogs.version(catalog)
+        await self._catalogs.share([catalog])
+        ref = (1, catalog.fingerprint)
+        session = Session(
+            id=secrets.token_urlsafe(24),
+            principal=principal,
+            token=token,
+            implied=implied,
+            accepted=accepted,
+            rejected_at_creation=rejected,
+            own_listings=own,
+            ref=ref,
+            catalog=catalog.refs,
+            listed_epochs=epochs,
+            current=Snapshot(1, version),
+        )
+        session.swaps.append(Swap(None, ref, "created", time.time()))
+        self._check_room(principal)  # again: other opens of this principal may have finished meanwhile
+        holder = await self._store.create(session)
+        if holder != session.id:  # another request (or replica) created the implied session first
+            stored = await self._store.load(holder)
+            if stored is None:
+                raise StateUnavailable("an implied session was replaced while it was opened: retry")
+            return await self._views.of(stored, self._recover)
+        self._views.remember(session)
+        if self.sync_backends is not None:
+            await self.sync_backends()
         # A change announced while the version was built found no session to rebuild: catch up now.
-        if self._catalog(accepted, own).fingerprint != version.fingerprint:
+        if self._catalogs.current(accepted, own).fingerprint != catalog.fingerprint:
             await self.rebuild(session, "backends changed while the session opened")
+        if self._store.shared:
+            session.token = None  # kept in the shared state only
         return session
+
+    def _check_room(self, principal: Principal) -> None:
+        """Refuse a new session to an authenticated principal that already holds its maximum.
+
+        Anonymous callers and unverified token holders are many callers under one principal, so the
+        cap, meant for one caller, does not apply to them.
+        """
+        if not self._max_per_principal or not authenticated(principal):
+            return
+        held = sum(1 for s in self._views.values() if s.principal == principal)
+        if held >= self._max_per_principal:
+            raise TooManySessions(f"this caller already holds {held} sessions: close one (DELETE /mcp)")
+
+    async def _implied(self, principal: Principal) -> Session | None:
+        session_id = await self._store.implied(principal)
+        stored = await self._store.load(session_id) if session_id else None
+        return await self._views.of(stored, self._recover) if stored is not None else None
 
     async def warm(self) -> None:
         """Build the index of every caller-independent backend, as a credential-less session would see.
@@ -206,57 +151,70 @@ class SessionManager:
         callers = frozenset(
             b for b, s in self._registry.states.items() if s.config.auth.type != "passthrough"
         )
-        self._warm = await self._version(callers, {})
+        self._warm = await self._catalogs.version(self._catalogs.current(callers, {}))
 
-    def get(self, session_id: str, principal: Principal) -> Session:
-        """The session, if it exists and belongs to this principal (else: as if it did not exist)."""
-        session = self._sessions.get(session_id)
-        if session is None or session.principal != principal:
+    async def get(self, session_id: str, principal: Principal) -> Session:
+        """The session, if it lives and belongs to this principal (else: as if it did not exist)."""
+        stored = await self._store.load(session_id)
+        if stored is None:
+            self._views.forget(session_id)
             raise SessionNotFound(session_id)
-        return session
+        if stored.principal != principal:
+            raise SessionNotFound(session_id)
+        return await self._views.of(stored, self._recover)
 
-    def close(self, session_id: str, principal: Principal) -> None:
-        session = self.get(session_id, principal)
-        self.end(session)
+    async def _recover(self, stored: SessionRecord) -> IndexVersion:
+        """The version of a session whose stored catalog is gone: built from the backends now."""
+        catalog = self._catalogs.current(stored.accepted, stored.own_listings)
+        version = await self._catalogs.version(catalog)
+        await self._catalogs.share([catalog])
+        await self._swap([(stored, catalog, version)], "its stored catalog was lost")
+        return version
 
-    def end(self, session: Session) -> None:
+    async def close(self, session_id: str, principal: Principal) -> None:
+        await self.end(await self.get(session_id, principal))
+
+    async def end(self, session: SessionRecord) -> None:
         """Forget a session: every later request for it answers not found."""
-        self._sessions.pop(session.id, None)
-        if session.implied and self._implied.get(session.principal) == session.id:
-            del self._implied[session.principal]
+        await self._store.delete(session)
+        self._views.forget(session.id)
 
-    async def _relist(self, sessions: Sequence[Session]) -> None:
+    async def _relist(self, sessions: Sequence[SessionRecord]) -> list[SessionRecord]:
         """List again, with each session's stored token, the passthrough backends due for it.
 
         A rejection (401, or no token) from a backend that accepted the session at creation ends an
         authenticated session, so its client reconnects with fresh credentials (indexer.credentials).
+        Returns the sessions whose listings changed, to store.
         """
         gate = asyncio.Semaphore(_RELIST_CONCURRENCY)
+        relisted: list[SessionRecord] = []
 
-        async def one(session: Session, due: list[str]) -> None:
+        async def one(session: SessionRecord, due: list[str]) -> None:
             async with gate:
                 attempts = await list_passthrough(self._registry, due, session.token)
             rejected = record(attempts, session.own_listings, session.listed_epochs)
+            relisted.append(session)
             # a caller without an issuer has no fresh credentials to reconnect with: the backend stays out
             if authenticated(session.principal) and (rejected := rejected - session.rejected_at_creation):
-                self._end_rejected(session, rejected)
+                await self._end_rejected(session, rejected)
 
         for session in sessions:
             if session.ending:
-                self._end_rejected(session, session.ending)  # ending it failed last time
+                await self._end_rejected(session, session.ending)  # ending it failed last time
         states = self._registry.states.values()
         if not any(s.config.auth.type == "passthrough" and s.advertised for s in states):
-            return  # nothing to list: skip the per-session check (10,000 sessions cost ~80 ms)
+            return relisted  # nothing to list: skip the per-session check (10,000 sessions cost ~80 ms)
         due = ((s, due_for_listing(self._registry, s.accepted, s.listed_epochs)) for s in sessions)
         await asyncio.gather(*(one(s, backends) for s, backends in due if backends and not s.ending))
+        return [s for s in relisted if not s.ending]
 
-    def _end_rejected(self, session: Session, backends: frozenset[str]) -> None:
+    async def _end_rejected(self, session: SessionRecord, backends: frozenset[str]) -> None:
         """End a session whose stored credentials were rejected; a failure is retried next rebuild."""
         session.ending = backends
-        if session.id not in self._sessions:
+        if not self._store.shared and session.id not in self._views:
             return  # closed meanwhile
         try:
-            self.end(session)
+            await self.end(session)
         except Exception:
             # a session store can fail: the session keeps its version until the next rebuild retries
             logger.exception("ending a session whose stored credentials were rejected failed")
@@ -266,61 +224,96 @@ class SessionManager:
                 "ended session: backends rejected its stored credentials: %s", ", ".join(sorted(backends))
             )
 
-    def _swap(self, session: Session, version: IndexVersion, reason: str) -> bool:
-        previous = session.current
-        if version is previous.version or session.id not in self._sessions or session.ending:
-            return False  # unchanged, ended, or being ended: keeps its version
-        current = Snapshot(number=previous.number + 1, version=version)
-        session.current = current  # the atomic publish: one reference assignment
-        session.swaps.append(Swap(_ref(previous), _ref(current), reason, time.time()))
-        return True
+    async def _swap(self, targets: Sequence[tuple[SessionRecord, Catalog, IndexVersion]], reason: str) -> int:
+        """Move sessions to the versions given, through the store's compare-and-set; returns the swaps."""
+        at = time.time()
+        wanted = [
+            (SwapChange(session, catalog.fingerprint, catalog.refs, reason, at), version)
+            for session, catalog, version in targets
+            if session.ref[1] != catalog.fingerprint and not session.ending
+        ]
+        if not wanted:
+            return 0
+        numbers = await self._store.swap([change for change, _ in wanted])
+        moved: dict[str, list[list[Any]]] = {}
+        for (change, version), number in zip(wanted, numbers, strict=True):
+            if number:
+                self._views.publish(change, number, version)
+                moved.setdefault(change.fingerprint, []).append([change.record.id, number])
+        if self._shared is not None:
+            await announce(self._shared.events, moved, {c.fingerprint: c.catalog for c, _ in wanted})
+        return sum(len(members) for members in moved.values())
 
-    async def rebuild(self, session: Session, reason: str) -> bool:
+    async def rebuild(self, session: SessionRecord, reason: str) -> bool:
         """Give a session the version its backends call for now; returns whether it changed."""
-        await self._relist([session])
-        version = await self._version(session.accepted, session.own_listings)
-        return self._swap(session, version, reason)
+        await self._store.save(await self._relist([session]))
+        catalog = self._catalogs.current(session.accepted, session.own_listings)
+        version = await self._catalogs.version(catalog)
+        await self._catalogs.share([catalog])
+        return await self._swap([(session, catalog, version)], reason) == 1
 
     async def rebuild_all(self, reason: str) -> int:
         """Rebuild every session; sessions with the same catalog share one build. Returns the swaps.
 
-        Sessions are grouped by what decides their catalog (usable backends, own listings): the
-        version is looked up once per group, and each member's swap is an assignment.
+        Only the lease holder rebuilds when replicas share state. Sessions are grouped by what decides
+        their catalog (usable backends, own listings): the version is looked up once per group.
         """
-        sessions = list(self._sessions.values())
-        await self._relist(sessions)
-        groups: dict[tuple[frozenset[str], tuple[tuple[str, int], ...]], list[Session]] = {}
+        if not self.leading:
+            return 0
+        sessions = await self._store.records()
+        await self._store.save(await self._relist(sessions))
+        groups: dict[tuple[frozenset[str], tuple[tuple[str, int], ...]], list[SessionRecord]] = {}
         for session in sessions:
             own = tuple((b, id(listing)) for b, listing in session.own_listings.items())
             groups.setdefault((session.accepted, own), []).append(session)
-        swapped = 0
+        targets: list[tuple[SessionRecord, Catalog, IndexVersion]] = []
+        catalogs = []
         for members in groups.values():
-            version = await self._version(members[0].accepted, members[0].own_listings)
-            swapped += sum(self._swap(session, version, reason) for session in members)
-        return swapped
+            catalog = self._catalogs.current(members[0].accepted, members[0].own_listings)
+            version = await self._catalogs.version(catalog)
+            catalogs.append(catalog)
+            targets += [(session, catalog, version) for session in members]
+        await self._catalogs.share(catalogs)
+        return await self._swap(targets, reason)
 
     async def add_backends(self, backend_ids: Sequence[str]) -> None:
         """Offer backends a config reload added to every session, listed as they would be at creation."""
+        if not self.leading:
+            return  # the lease holder updates the shared sessions
         states = self._registry.states
         passthrough = [b for b in backend_ids if states[b].config.auth.type == "passthrough"]
         gate = asyncio.Semaphore(_RELIST_CONCURRENCY)
+        sessions = await self._store.records()
 
-        async def offer(session: Session) -> None:
+        async def offer(session: SessionRecord) -> None:
             async with gate:
-                own, epochs, rejected = await self._list_at_creation(passthrough, session.token)
+                own, epochs, rejected = await list_at_creation(self._registry, passthrough, session.token)
             session.accepted = session.accepted | (frozenset(backend_ids) - rejected)
             session.rejected_at_creation = session.rejected_at_creation | rejected
             session.own_listings.update(own)
             session.listed_epochs.update(epochs)
 
-        await asyncio.gather(*(offer(s) for s in list(self._sessions.values())))
+        await asyncio.gather(*(offer(s) for s in sessions))
+        await self._store.save(sessions)
 
-    def remove_backends(self, backend_ids: Sequence[str]) -> None:
+    async def remove_backends(self, backend_ids: Sequence[str]) -> None:
         """Forget backends a config reload removed (or replaced) from every session's usable set."""
+        if not self.leading:
+            return
         gone = frozenset(backend_ids)
-        for session in self._sessions.values():
+        sessions = await self._store.records()
+        for session in sessions:
             session.accepted = session.accepted - gone
             session.rejected_at_creation = session.rejected_at_creation - gone
             for backend_id in gone:
                 session.own_listings.pop(backend_id, None)
                 session.listed_epochs.pop(backend_id, None)
+        await self._store.save(sessions)
+
+    async def follow_swap(self, message: Mapping[str, Any]) -> None:
+        """Take a swap another replica announced, for the sessions this one holds (a prefetch)."""
+        await self._views.follow_swap(message)
+
+    def forget_idle(self, seconds: float) -> None:
+        """Drop cached sessions unused for `seconds` (shared state only)."""
+        self._views.forget_idle(seconds)

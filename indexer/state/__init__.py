@@ -1,0 +1,137 @@
+"""State backends: where an indexer keeps sessions, listings, embeddings and health (docs/scaling.md).
+
+    state = make_state("redis://redis:6379/0", identity, dimension, cache_dir, session_ttl, lease_ttl)
+    await state.ready()  # StateUnavailable when Redis does not answer
+    ...
+    await state.close()
+
+`memory` (the default) keeps everything in the process and embeddings in a SQLite file under
+`cache_dir`; a `redis://` (or `rediss://`, `unix://`) URL keeps it all in Redis, shared by every
+replica, and gives the replicas a lease and an event channel (`State.shared`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from indexer.state.base import (
+    SWAPS_KEPT,
+    BackendRecord,
+    CatalogRef,
+    CatalogStore,
+    EmbeddingStore,
+    Events,
+    HealthStore,
+    Lease,
+    Principal,
+    SessionRecord,
+    SessionStore,
+    Shared,
+    Swap,
+    SwapChange,
+    VersionRef,
+)
+from indexer.state.memory import LocalSessions, disk_embeddings
+from indexer.state.redis import Keys, RedisCatalogs, RedisEmbeddings, RedisHealth, connect, guarded, redacted
+from indexer.state.redis_lease import RedisEvents, RedisLease
+from indexer.state.redis_sessions import RedisSessions
+
+__all__ = [
+    "SWAPS_KEPT",
+    "BackendRecord",
+    "CatalogRef",
+    "CatalogStore",
+    "EmbeddingStore",
+    "Events",
+    "HealthStore",
+    "Lease",
+    "LocalSessions",
+    "Principal",
+    "SessionRecord",
+    "SessionStore",
+    "Shared",
+    "State",
+    "Swap",
+    "SwapChange",
+    "VersionRef",
+    "make_state",
+    "open_state",
+]
+
+
+@dataclass
+class State:
+    """One indexer's state backend. `shared` is None in memory mode."""
+
+    sessions: SessionStore
+    embeddings: EmbeddingStore | None  # handed to `Embeddings`, which closes it
+    shared: Shared | None = None
+    description: str = "memory"  # for logs: the URL without a password
+    check: Callable[[], Awaitable[None]] | None = None  # raises `StateUnavailable` when unreachable
+
+    async def ready(self) -> None:
+        """Check that the backend answers; raises `StateUnavailable` when it does not."""
+        if self.check is not None:
+            await self.check()
+
+    async def close(self) -> None:
+        await self.sessions.close()
+        if self.shared is not None:
+            await self.shared.close()
+
+
+def make_state(
+    url: str,
+    identity: str,
+    dimension: int,
+    cache_dir: Path | None = None,
+    session_ttl: float = 86_400.0,
+    lease_ttl: float = 10.0,
+    prefix: str = "toolsearch:",
+) -> State:
+    """The state backend `url` names (`memory` or a Redis URL); connects on first use."""
+    if url == "memory":
+        return State(LocalSessions(), disk_embeddings(cache_dir, identity, dimension))
+    keys = Keys(prefix)
+    client = connect(url)
+    catalogs = RedisCatalogs(client, keys, session_ttl)
+    sessions = RedisSessions(client, keys, catalogs, session_ttl)
+    shared = Shared(
+        catalogs=catalogs,
+        health=RedisHealth(client, keys),
+        lease=RedisLease(client, keys, lease_ttl),
+        events=RedisEvents(client, keys),
+        session_ttl=session_ttl,
+        lease_ttl=lease_ttl,
+        sweep=sessions.sweep,
+        closer=client.aclose,
+    )
+
+    async def check() -> None:
+        async with guarded(f"connecting to {redacted(url)}"):
+            await client.ping()
+
+    return State(sessions, RedisEmbeddings(url, keys, identity), shared, redacted(url), check)
+
+
+async def open_state(
+    url: str,
+    identity: str,
+    dimension: int,
+    cache_dir: Path | None = None,
+    session_ttl: float = 86_400.0,
+    lease_ttl: float = 10.0,
+    prefix: str = "toolsearch:",
+) -> State:
+    """`make_state`, checked to answer (else `StateUnavailable`, and nothing is left open)."""
+    state = make_state(url, identity, dimension, cache_dir, session_ttl, lease_ttl, prefix)
+    try:
+        await state.ready()
+    except BaseException:
+        if state.embeddings is not None:
+            state.embeddings.close()
+        await state.close()
+        raise
+    return state

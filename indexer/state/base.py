@@ -1,0 +1,224 @@
+"""What a state backend keeps, and the protocols its stores implement.
+
+The session manager works on `SessionRecord`s: everything about a session that outlives a request
+(who it belongs to, its backends, the number and fingerprint of its current index version, and the
+catalog that version was built from). Built index versions are never stored: a replica rebuilds a
+version from its catalog (each backend's listing, stored once by digest) and the shared embeddings.
+
+Two backends implement these protocols (docs/scaling.md):
+
+- memory (`indexer.state.memory`): the process's own objects are the state; nothing is shared.
+- redis (`indexer.state.redis`): sessions, listings, embeddings, health and a lease live in Redis,
+  so any replica serves any session.
+
+Stores raise `StateUnavailable` (an `IndexerError`) when the backend does not answer in time.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from indexer.discovery import Listing
+from indexer.embeddings import EmbeddingStore
+
+__all__ = [
+    "SWAPS_KEPT",
+    "BackendRecord",
+    "CatalogRef",
+    "CatalogStore",
+    "EmbeddingStore",
+    "Events",
+    "HealthStore",
+    "Lease",
+    "Principal",
+    "SessionRecord",
+    "SessionStore",
+    "Shared",
+    "Swap",
+    "SwapChange",
+    "VersionRef",
+]
+
+SWAPS_KEPT = 8  # swap records kept per session, for Status
+
+Principal = tuple[str, str]  # (issuer, subject); ("", "") is anonymous
+VersionRef = tuple[int, str]  # (number, fingerprint)
+CatalogRef = tuple[tuple[str, str], ...]  # (backend id, listing digest) pairs, by backend id
+
+
+@dataclass(frozen=True, slots=True)
+class Swap:
+    """One change of a session's version; references only, so old versions can be freed."""
+
+    previous: VersionRef | None
+    current: VersionRef
+    reason: str
+    at: float
+
+
+@dataclass(eq=False)
+class SessionRecord:
+    """A session as the state keeps it: identity, backends and a reference to its current version."""
+
+    id: str
+    principal: Principal
+    token: str | None = field(repr=False)  # the credentials stored at creation, for background rebuilds
+    implied: bool
+    accepted: frozenset[str]
+    rejected_at_creation: frozenset[str]
+    own_listings: dict[str, Listing]  # passthrough backends, listed with this caller's token
+    ref: VersionRef
+    catalog: CatalogRef  # what the current version was built from
+    listed_epochs: dict[str, int] = field(default_factory=dict)  # passthrough backend -> epoch last listed
+    # backends whose rejection of the stored credentials ends the session, while ending it has failed
+    ending: frozenset[str] = frozenset()
+    swaps: deque[Swap] = field(default_factory=lambda: deque(maxlen=SWAPS_KEPT))
+    created_at: float = field(default_factory=time.time)
+
+
+@dataclass(frozen=True, slots=True)
+class SwapChange:
+    """A compare-and-set of one session's version: from `record.ref`'s fingerprint to `fingerprint`."""
+
+    record: SessionRecord
+    fingerprint: str
+    catalog: CatalogRef
+    reason: str
+    at: float
+
+
+class SessionStore(Protocol):
+    """Where sessions live. `shared`: other replicas see them (the caller's objects are then a cache)."""
+
+    @property
+    def shared(self) -> bool: ...
+
+    async def create(self, record: SessionRecord) -> str:
+        """Store a new session; returns its id, or for an implied one the id that holds its principal."""
+        ...
+
+    async def load(self, session_id: str) -> SessionRecord | None:
+        """The session, if it lives; a load is a use, so it extends the session's time to live."""
+        ...
+
+    async def records(self) -> list[SessionRecord]:
+        """Every live session (rebuild passes, status)."""
+        ...
+
+    async def save(self, records: Sequence[SessionRecord]) -> None:
+        """Store what changed in sessions' backends: accepted, rejected, own listings, epochs."""
+        ...
+
+    async def swap(self, changes: Sequence[SwapChange]) -> list[int]:
+        """Apply each change if its session still has the expected fingerprint.
+
+        Returns each session's new version number, or 0 when it was not swapped (gone, or another
+        swap came first). Numbers grow by one per swap, whichever replica makes it.
+        """
+        ...
+
+    async def delete(self, record: SessionRecord) -> None:
+        """Forget a session (and its principal's implied-session entry, if it is that one)."""
+        ...
+
+    async def implied(self, principal: Principal) -> str | None:
+        """The id of the principal's implied session, if it has one."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+class CatalogStore(Protocol):
+    """Backend listings, stored once each by digest (content-addressed)."""
+
+    async def put(self, listings: Iterable[tuple[str, Listing]]) -> None:
+        """Store listings under their digests (`indexer.registry.listing_digest`)."""
+        ...
+
+    async def get(self, digests: Iterable[str]) -> dict[str, Listing]:
+        """The listings stored under those digests (missing ones are left out)."""
+        ...
+
+    async def touch(self, digests: Iterable[str]) -> None:
+        """Keep listings that live sessions or backends still refer to."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class BackendRecord:
+    """One backend's health as the lease holder last judged it."""
+
+    status: str
+    digest: str
+    epoch: int
+    protocol_version: str = ""
+    latency: float = 0.0
+    last_error: str = ""
+    consecutive_failures: int = 0
+    circuit: str = ""
+    checked_at: float = 0.0
+
+
+class HealthStore(Protocol):
+    """Per-backend health and a generation counter that grows with every published change."""
+
+    async def publish(self, records: Mapping[str, BackendRecord]) -> int:
+        """Replace the stored health with `records`; returns the new generation."""
+        ...
+
+    async def generation(self) -> int: ...
+
+    async def load(self) -> tuple[int, dict[str, BackendRecord]]: ...
+
+
+class Lease(Protocol):
+    """Who probes backends and runs rebuild passes: one replica at a time."""
+
+    @property
+    def holder(self) -> str:
+        """This replica's id."""
+        ...
+
+    @property
+    def held(self) -> bool:
+        """Whether this replica holds the lease now (renewed in time)."""
+        ...
+
+    async def acquire(self) -> bool:
+        """Take the lease when it is free, or renew it when held; returns whether it is held."""
+        ...
+
+    async def release(self) -> None: ...
+
+
+class Events(Protocol):
+    """Hints between replicas; correctness never depends on them arriving."""
+
+    async def publish(self, message: Mapping[str, Any]) -> None: ...
+
+    def listen(self) -> AsyncIterator[dict[str, Any]]:
+        """Messages from every replica (this one's included), until cancelled."""
+        ...
+
+
+@dataclass
+class Shared:
+    """The parts only a shared state has: listings, health, the lease, events and its sweep."""
+
+    catalogs: CatalogStore
+    health: HealthStore
+    lease: Lease
+    events: Events
+    session_ttl: float
+    lease_ttl: float
+    # drops expired sessions from the indexes and keeps the listings live sessions (and the digests
+    # given) refer to; returns how many sessions it dropped
+    sweep: Callable[[Iterable[str]], Awaitable[int]]
+    closer: Callable[[], Awaitable[None]]
+
+    async def close(self) -> None:
+        await self.closer()

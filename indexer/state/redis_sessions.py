@@ -1,0 +1,259 @@
+"""Session records in Redis: one hash and one swap list per session, with a sliding time to live.
+
+`session:<id>` holds the principal, the stored token, the backends, the version's number and
+fingerprint and the catalog it was built from; `session:<id>:swaps` the last swap records. Both
+expire `session_ttl` seconds after the session's last use (every load renews them). A session's
+version changes only through the swap script, a compare-and-set on its fingerprint that also
+increments its number, so numbers grow by one per swap whichever replica makes it, and two replicas
+computing the same change make one swap between them. `sessions` (every id) and `implied`
+(principal -> session id) are indexes that the lease holder's sweep cleans of expired sessions.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import redis.asyncio as aredis
+
+from indexer.registry import listing_digest
+from indexer.state.base import SWAPS_KEPT, CatalogRef, Principal, SessionRecord, Swap, SwapChange
+from indexer.state.redis import Keys, RedisCatalogs, chunks, guarded, text
+
+__all__ = ["RedisSessions"]
+
+_CREATE = """
+if ARGV[3] ~= '' then
+  local holder = redis.call('HGET', KEYS[4], ARGV[3])
+  if holder and redis.call('EXISTS', ARGV[5] .. holder) == 1 then return holder end
+  redis.call('HSET', KEYS[4], ARGV[3], ARGV[1])
+end
+redis.call('HSET', KEYS[1], unpack(ARGV, 6))
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+redis.call('LPUSH', KEYS[2], ARGV[4])
+redis.call('PEXPIRE', KEYS[2], ARGV[2])
+redis.call('SADD', KEYS[3], ARGV[1])
+return ARGV[1]
+"""
+_UPDATE = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('HSET', KEYS[1], unpack(ARGV))
+return 1
+"""
+_SWAP = """
+local current = redis.call('HGET', KEYS[1], 'fingerprint')
+if not current then return -1 end
+if current ~= ARGV[1] or current == ARGV[2] then return 0 end
+local previous = tonumber(redis.call('HGET', KEYS[1], 'number'))
+local number = redis.call('HINCRBY', KEYS[1], 'number', 1)
+redis.call('HSET', KEYS[1], 'fingerprint', ARGV[2], 'catalog', ARGV[3])
+redis.call('LPUSH', KEYS[2], cjson.encode({previous = {previous, current}, current = {number, ARGV[2]},
+  reason = ARGV[4], at = tonumber(ARGV[5])}))
+redis.call('LTRIM', KEYS[2], 0, tonumber(ARGV[6]) - 1)
+local ttl = redis.call('PTTL', KEYS[1])
+if ttl > 0 then redis.call('PEXPIRE', KEYS[2], ttl) end
+return number
+"""
+_DELETE = """
+redis.call('DEL', KEYS[1], KEYS[2])
+redis.call('SREM', KEYS[3], ARGV[1])
+if ARGV[2] ~= '' and redis.call('HGET', KEYS[4], ARGV[2]) == ARGV[1] then
+  redis.call('HDEL', KEYS[4], ARGV[2])
+end
+return 1
+"""
+_FORGET_IMPLIED = """
+if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then return redis.call('HDEL', KEYS[1], ARGV[1]) end
+return 0
+"""
+
+
+def principal_key(principal: Principal) -> str:
+    return json.dumps(list(principal))
+
+
+def _swap_json(swap: Swap) -> str:
+    return json.dumps(
+        {"previous": swap.previous, "current": swap.current, "reason": swap.reason, "at": swap.at}
+    )
+
+
+def _swap(data: dict[str, Any]) -> Swap:
+    previous = data.get("previous")
+    prev = (int(previous[0]), str(previous[1])) if previous else None
+    return Swap(
+        prev, (int(data["current"][0]), str(data["current"][1])), str(data["reason"]), float(data["at"])
+    )
+
+
+class RedisSessions:
+    """The `SessionStore` of replicas sharing state; listings go to the catalog store by digest."""
+
+    shared = True
+
+    def __init__(self, client: aredis.Redis, keys: Keys, catalogs: RedisCatalogs, ttl: float) -> None:
+        self._client, self._keys, self._catalogs = client, keys, catalogs
+        self._ttl_ms = int(ttl * 1000)
+        self._create = client.register_script(_CREATE)
+        self._update = client.register_script(_UPDATE)
+        self._swap = client.register_script(_SWAP)
+        self._delete = client.register_script(_DELETE)
+        self._forget_implied = client.register_script(_FORGET_IMPLIED)
+
+    async def _backend_fields(self, record: SessionRecord) -> dict[str, str]:
+        own = {backend: listing_digest(listing) for backend, listing in record.own_listings.items()}
+        await self._catalogs.put((own[b], listing) for b, listing in record.own_listings.items())
+        return {
+            "accepted": json.dumps(sorted(record.accepted)),
+            "rejected": json.dumps(sorted(record.rejected_at_creation)),
+            "own": json.dumps(own),
+            "epochs": json.dumps(record.listed_epochs),
+        }
+
+    async def create(self, record: SessionRecord) -> str:
+        fields = {
+            "issuer": record.principal[0],
+            "subject": record.principal[1],
+            "implied": "1" if record.implied else "0",
+            "number": str(record.ref[0]),
+            "fingerprint": record.ref[1],
+            "catalog": json.dumps(record.catalog),
+            "created_at": repr(record.created_at),
+            **await self._backend_fields(record),
+        }
+        if record.token:
+            fields["token"] = record.token
+        first = _swap_json(record.swaps[0]) if record.swaps else "{}"
+        keys = [self._keys.session(record.id), self._keys.swaps(record.id), self._keys.sessions]
+        claim = principal_key(record.principal) if record.implied else ""
+        args: list[str | int] = [record.id, self._ttl_ms, claim, first]
+        pairs = [item for pair in fields.items() for item in pair]
+        async with guarded("creating a session"):
+            holder = await self._create(
+                keys=[*keys, self._keys.implied], args=[*args, self._keys.session(""), *pairs]
+            )
+        return text(holder)
+
+    async def implied(self, principal: Principal) -> str | None:
+        """The id the principal's implied session is stored under, if any."""
+        async with guarded("reading an implied session"):
+            value = await self._client.hget(self._keys.implied, principal_key(principal))
+        return text(value) or None
+
+    async def load(self, session_id: str) -> SessionRecord | None:
+        key, swaps = self._keys.session(session_id), self._keys.swaps(session_id)
+        async with guarded("reading a session"), self._client.pipeline(transaction=False) as pipe:
+            pipe.hgetall(key)
+            pipe.lrange(swaps, 0, -1)
+            pipe.pexpire(key, self._ttl_ms)  # a use: the session lives on
+            pipe.pexpire(swaps, self._ttl_ms)
+            stored, swap_list, *_ = await pipe.execute()
+        decoded = await self._decode([(session_id, stored, swap_list)])
+        return decoded[0] if decoded else None
+
+    async def records(self) -> list[SessionRecord]:
+        async with guarded("listing sessions"):
+            ids = sorted(text(i) for i in await self._client.smembers(self._keys.sessions))
+        rows: list[tuple[str, dict[bytes, bytes], list[bytes]]] = []
+        for part in chunks(ids):
+            async with guarded("reading sessions"), self._client.pipeline(transaction=False) as pipe:
+                for session_id in part:
+                    pipe.hgetall(self._keys.session(session_id))
+                    pipe.lrange(self._keys.swaps(session_id), 0, -1)
+                answers = await pipe.execute()
+            rows += [(i, answers[2 * n], answers[2 * n + 1]) for n, i in enumerate(part)]
+        return await self._decode(rows)
+
+    async def _decode(
+        self, rows: Sequence[tuple[str, dict[bytes, bytes], list[bytes]]]
+    ) -> list[SessionRecord]:
+        """Records from stored hashes; own listings come from the catalog store by digest."""
+        parsed = [
+            (i, {text(k): text(v) for k, v in stored.items()}, swaps) for i, stored, swaps in rows if stored
+        ]
+        own = {i: json.loads(fields.get("own") or "{}") for i, fields, _ in parsed}
+        listings = await self._catalogs.get(d for digests in own.values() for d in digests.values())
+        records = []
+        for session_id, fields, swap_list in parsed:
+            epochs = {b: int(e) for b, e in json.loads(fields.get("epochs") or "{}").items()}
+            kept = {b: listings[d] for b, d in own[session_id].items() if d in listings}
+            for backend_id in set(own[session_id]) - set(kept):
+                epochs.pop(backend_id, None)  # its listing expired: due for listing again
+            catalog: CatalogRef = tuple((str(b), str(d)) for b, d in json.loads(fields["catalog"]))
+            record = SessionRecord(
+                id=session_id,
+                principal=(fields.get("issuer", ""), fields.get("subject", "")),
+                token=fields.get("token") or None,
+                implied=fields.get("implied") == "1",
+                accepted=frozenset(json.loads(fields.get("accepted") or "[]")),
+                rejected_at_creation=frozenset(json.loads(fields.get("rejected") or "[]")),
+                own_listings=kept,
+                ref=(int(fields["number"]), fields["fingerprint"]),
+                catalog=catalog,
+                listed_epochs=epochs,
+                created_at=float(fields.get("created_at") or 0.0),
+            )
+            record.swaps.extend(_swap(json.loads(s)) for s in reversed(swap_list[:SWAPS_KEPT]))
+            records.append(record)
+        return records
+
+    async def save(self, records: Sequence[SessionRecord]) -> None:
+        for record in records:
+            pairs = [item for pair in (await self._backend_fields(record)).items() for item in pair]
+            async with guarded("storing a session's backends"):
+                await self._update(keys=[self._keys.session(record.id)], args=pairs)
+
+    async def swap(self, changes: Sequence[SwapChange]) -> list[int]:
+        numbers: list[int] = []
+        for start in range(0, len(changes), 500):
+            async with guarded("swapping versions"), self._client.pipeline(transaction=False) as pipe:
+                for change in changes[start : start + 500]:
+                    session_id = change.record.id
+                    args = [change.record.ref[1], change.fingerprint, json.dumps(change.catalog)]
+                    await self._swap(
+                        keys=[self._keys.session(session_id), self._keys.swaps(session_id)],
+                        args=[*args, change.reason, repr(change.at), SWAPS_KEPT],
+                        client=pipe,
+                    )
+                numbers += [max(int(n), 0) for n in await pipe.execute()]
+        return numbers
+
+    async def delete(self, record: SessionRecord) -> None:
+        keys = [self._keys.session(record.id), self._keys.swaps(record.id), self._keys.sessions]
+        principal = principal_key(record.principal) if record.implied else ""
+        async with guarded("ending a session"):
+            await self._delete(keys=[*keys, self._keys.implied], args=[record.id, principal])
+
+    async def sweep(self, also_keep: Iterable[str] = ()) -> int:
+        """Drop expired sessions from the indexes and keep the listings live ones refer to.
+
+        Returns how many expired sessions were dropped.
+        """
+        async with guarded("sweeping sessions"):
+            ids = [text(i) for i in await self._client.smembers(self._keys.sessions)]
+            implied = {text(k): text(v) for k, v in (await self._client.hgetall(self._keys.implied)).items()}
+        dead: set[str] = set()
+        digests = set(also_keep)
+        for part in chunks(sorted(set(ids) | set(implied.values()))):
+            async with guarded("sweeping sessions"), self._client.pipeline(transaction=False) as pipe:
+                for session_id in part:
+                    pipe.hmget(self._keys.session(session_id), ["catalog", "own"])
+                answers = await pipe.execute()
+            for session_id, (catalog, own) in zip(part, answers, strict=True):
+                if catalog is None:
+                    dead.add(session_id)
+                    continue
+                digests.update(d for _, d in json.loads(catalog))
+                digests.update(json.loads(own or "{}").values())
+        async with guarded("sweeping sessions"):
+            if gone := sorted(dead & set(ids)):
+                await self._client.srem(self._keys.sessions, *gone)
+            for principal, session_id in implied.items():
+                if session_id in dead:
+                    await self._forget_implied(keys=[self._keys.implied], args=[principal, session_id])
+        await self._catalogs.touch(digests)
+        return len(dead & set(ids))
+
+    async def close(self) -> None:
+        """The connection belongs to the state backend, which closes it."""
