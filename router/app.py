@@ -8,12 +8,14 @@ closes them on shutdown. `toolsearch router --config FILE` runs it under uvicorn
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
+import signal
 import socket
 import sys
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -38,6 +40,7 @@ from router.metrics import RequestObserver, RouterMetrics
 from router.session_layer import Authenticator, SessionLayer, jsonrpc_error
 from toolsearch.config import Config, RouterAuth, load_config
 from toolsearch.logs import add_log_format_argument, configure_logging
+from toolsearch.transport import ChannelSecurity, TransportConfigError, channel_security
 
 __all__ = ["add_parser", "build_server", "create_app"]
 
@@ -91,24 +94,38 @@ def create_app(
     secrets: Mapping[str, str],
     authenticator: Authenticator | None = None,
     backend_transport: httpx2.AsyncBaseTransport | None = None,
+    indexer_security: ChannelSecurity | None = None,
 ) -> FastAPI:
     """The router app for `config`.
 
-    `secrets` holds the values of backends' `header` credentials (entry points pass the environment);
-    `authenticator` decides who callers are (default: everyone is anonymous); `backend_transport`
-    replaces the pooled HTTP transport to the backends (the app then leaves closing it to the caller).
+    `secrets` holds the values of backends' `header` credentials and of the indexer's shared secret
+    (entry points pass the environment); `authenticator` decides who callers are (default: everyone
+    is anonymous); `backend_transport` replaces the pooled HTTP transport to the backends (the app
+    then leaves closing it to the caller); `indexer_security` is the link to the indexer's protection
+    (default: read from `config` and `secrets`, raising `TransportConfigError`).
     """
     settings = config.router
+    security = indexer_security or channel_security(settings, secrets)
     endpoint = _Endpoint()
     metrics = RouterMetrics()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         indexer = IndexerClient(
-            settings.indexer, settings.indexer_timeout, interceptors=[metrics.indexer_interceptor()]
+            settings.indexer,
+            settings.indexer_timeout,
+            interceptors=[metrics.indexer_interceptor()],
+            security=security,
+            open_session_timeout=settings.open_session_timeout,
         )
         transport = backend_transport or create_transport()
-        tools = MetaTools(indexer, BackendCaller(transport), config.indexer.search, secrets)
+        tools = MetaTools(
+            indexer,
+            BackendCaller(transport),
+            config.indexer.search,
+            secrets,
+            max_arguments_bytes=settings.max_arguments_bytes,
+        )
         manager = StreamableHTTPSessionManager(
             build_server(tools, metrics),
             stateless=True,
@@ -159,13 +176,21 @@ def create_app(
 
 
 class _Server(uvicorn.Server):
-    """uvicorn, saying where it listens once it does."""
+    """uvicorn, saying where it listens once it does, and exiting 0 after a drained SIGTERM."""
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
         if self.started:
             host, port = self.servers[0].sockets[0].getsockname()[:2]
             print(f"router listening on http://{host}:{port}/mcp", file=sys.stderr, flush=True)
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        # uvicorn re-raises a captured signal once it has shut down, so the process would die by
+        # SIGTERM after draining: a graceful stop is a clean exit, so that one is not re-raised.
+        with super().capture_signals():
+            yield
+            self._captured_signals = [s for s in self._captured_signals if s != signal.SIGTERM]
 
 
 def configured_authenticator(settings: RouterAuth, environ: Mapping[str, str]) -> Authenticator:
@@ -200,18 +225,20 @@ def run(args: argparse.Namespace) -> int:
     configure_logging(level, args.log_format)
     try:
         authenticator = configured_authenticator(config.router.auth, os.environ)
-    except AuthConfigError as exc:
+        security = channel_security(config.router, os.environ)
+    except (AuthConfigError, TransportConfigError) as exc:
         print(f"router: {exc}", file=sys.stderr)
         return 2
     host, _, port = config.router.listen.rpartition(":")
     server = _Server(
         uvicorn.Config(
-            create_app(config, os.environ, authenticator),
+            create_app(config, os.environ, authenticator, indexer_security=security),
             host=host,
             port=int(port),
             log_level=args.log_level,
             access_log=args.log_level in ("debug", "trace"),
-            timeout_graceful_shutdown=5,
+            # uvicorn types it as int; a float works the same (an asyncio timeout)
+            timeout_graceful_shutdown=config.router.shutdown_grace,  # type: ignore[arg-type]
             # JSON lines: uvicorn's loggers reach the root handler instead of uvicorn's own text ones
             log_config=None if args.log_format == "json" else uvicorn.config.LOGGING_CONFIG,
         )

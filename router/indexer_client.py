@@ -30,6 +30,7 @@ from router.errors import (
     ToolNotFound,
     TooManySessions,
 )
+from toolsearch.transport import ChannelSecurity, aio_channel
 from toolsearch.v1 import indexer_pb2 as pb
 from toolsearch.v1 import indexer_pb2_grpc
 
@@ -97,7 +98,9 @@ class IndexerClient:
     """The calls the router makes to the indexer, over one channel per indexer address.
 
     Create it inside the event loop that uses it (the application's lifespan) and `close` it there.
-    `interceptors` see every call on every channel (the router's metrics use one).
+    `interceptors` see every call on every channel (the router's metrics use one); `security` is
+    the link's protection (TLS credentials, the shared secret every call carries). OpenSession gets
+    `open_session_timeout` (it may list backends and build an index version), other calls `timeout`.
     """
 
     def __init__(
@@ -105,14 +108,17 @@ class IndexerClient:
         addresses: Sequence[str],
         timeout: float,
         interceptors: Sequence[grpc.aio.ClientInterceptor] = (),
+        security: ChannelSecurity | None = None,
+        open_session_timeout: float | None = None,
     ) -> None:
         if not addresses:
             raise ValueError("IndexerClient needs at least one indexer address")
         self.addresses = list(addresses)
         self.timeout = timeout
+        self.open_session_timeout = open_session_timeout or timeout
+        self._security = security or ChannelSecurity()
         self._channels = [
-            grpc.aio.insecure_channel(a, options=channel_options(a), interceptors=list(interceptors) or None)
-            for a in self.addresses
+            aio_channel(a, self._security, channel_options(a), interceptors) for a in self.addresses
         ]
         self._stubs = [indexer_pb2_grpc.IndexerStub(c) for c in self._channels]
         self._health = [health_pb2_grpc.HealthStub(channel) for channel in self._channels]
@@ -124,15 +130,27 @@ class IndexerClient:
         """Close every channel; calls in flight are cancelled."""
         await asyncio.gather(*(channel.close() for channel in self._channels))
 
-    async def _call(self, method: str, request: Any, tool_name: str = "") -> Any:
+    async def _call(
+        self, method: str, request: Any, tool_name: str = "", timeout: float | None = None
+    ) -> Any:
         tries = self._tries
         start = self._current
+        metadata = self._security.metadata or None
         for attempt in range(tries):
             index = (start + attempt) % len(self._stubs)
             rpc = getattr(self._stubs[index], method)
             try:
-                return await rpc(request, timeout=self.timeout, wait_for_ready=False)
+                return await rpc(
+                    request, timeout=timeout or self.timeout, wait_for_ready=False, metadata=metadata
+                )
             except grpc.aio.AioRpcError as exc:
+                if exc.code() == grpc.StatusCode.UNAUTHENTICATED:
+                    # a deployment fault, not the caller's: say which settings to check
+                    logger.error(
+                        "indexer %s refused this router's credentials: check router.indexer_secret_env "
+                        "and router.indexer_tls",
+                        self.addresses[index],
+                    )
                 if exc.code() in _FAILOVER:
                     logger.warning("indexer %s: %s %s", self.addresses[index], method, exc.code().name)
                     if attempt + 1 < tries:
@@ -150,7 +168,9 @@ class IndexerClient:
             credentials=pb.Credentials(bearer_token=bearer_token or ""),
             implied=implied,
         )
-        response: pb.OpenSessionResponse = await self._call("OpenSession", request)
+        response: pb.OpenSessionResponse = await self._call(
+            "OpenSession", request, timeout=self.open_session_timeout
+        )
         return response
 
     async def get_session(self, session_id: str, principal: Principal) -> pb.GetSessionResponse:

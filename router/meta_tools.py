@@ -164,11 +164,12 @@ def parse_find_tool(arguments: Mapping[str, Any] | None, max_limit: int) -> Find
     return FindToolArgs(description, keywords, limit)
 
 
-def parse_call_tool(arguments: Mapping[str, Any] | None) -> CallToolArgs:
+def parse_call_tool(arguments: Mapping[str, Any] | None, max_bytes: int = 0) -> CallToolArgs:
     """Check call_tool's arguments; raises `InvalidRequest` naming the field and how to fix it.
 
     Lenient where the intent is plain: `parameters` may be left out (no arguments) or sent as a
-    JSON string of an object, and `tool_name` may sit inside `parameters`.
+    JSON string of an object, and `tool_name` may sit inside `parameters`. With `max_bytes`,
+    `parameters` longer than that as compact JSON are refused before anything is resolved.
     """
     arguments = arguments or {}
     parameters = arguments.get("parameters")
@@ -189,6 +190,13 @@ def parse_call_tool(arguments: Mapping[str, Any] | None) -> CallToolArgs:
     if not isinstance(name, str) or not name.strip():
         got = "it is missing" if name is None else f"got {_json_type(name)}"
         raise InvalidRequest(f"call_tool needs tool_name, the name of a tool find_tool returned ({got}).")
+    if max_bytes:
+        size = len(json.dumps(parameters, separators=(",", ":"), ensure_ascii=False).encode())
+        if size > max_bytes:
+            raise InvalidRequest(
+                f"parameters are too large: {size} bytes of JSON, and the limit is {max_bytes} bytes "
+                "(router.max_arguments_bytes). Send less data in one call."
+            )
     return CallToolArgs(name.strip(), parameters)
 
 
@@ -218,14 +226,20 @@ def _caller(ctx: ServerRequestContext[Any, Any]) -> Caller:
 
 
 class MetaTools:
-    """The handlers behind `tools/list` and `tools/call`."""
+    """The handlers behind `tools/list` and `tools/call`; `max_arguments_bytes` 0 sets no size limit."""
 
     def __init__(
-        self, indexer: IndexerClient, backends: BackendCaller, search: Search, secrets: Mapping[str, str]
+        self,
+        indexer: IndexerClient,
+        backends: BackendCaller,
+        search: Search,
+        secrets: Mapping[str, str],
+        max_arguments_bytes: int = 0,
     ) -> None:
         self.indexer = indexer
         self.backends = backends
         self.max_limit = search.max_limit
+        self.max_arguments_bytes = max_arguments_bytes
         self.secrets = secrets
         self.validators = SchemaValidators()
         self.schemas = {FIND_TOOL: find_tool_input_schema(search), CALL_TOOL: CALL_TOOL_INPUT_SCHEMA}
@@ -296,7 +310,7 @@ class MetaTools:
 
     async def run(self, caller: Caller, arguments: Mapping[str, Any] | None) -> types.CallToolResult:
         """call_tool: resolve the name in the caller's session, check the arguments, call the backend."""
-        args = parse_call_tool(arguments)
+        args = parse_call_tool(arguments, self.max_arguments_bytes)
         tool = await self.indexer.resolve_tool(caller.session_id, caller.identity.principal, args.name)
         problem = self.validators.problem(tool.input_schema_json, args.parameters)
         if problem is not None:

@@ -14,7 +14,9 @@ the tool's inputSchema and echoes them back. It stands in for real backends in d
   it), and `POST /control/servers/<slug>/tools` with a JSON list of tool definitions that replaces
   the server's tool list (stateless, so no list_changed notification: clients see it on their next
   tools/list), and `POST /control/servers/<slug>/subjects` with a JSON list of the subjects that
-  server lets in from now on (`null`: every subject), for a server that requires a JWT.
+  server lets in from now on (`null`: every subject), for a server that requires a JWT;
+  `GET /control/servers/<slug>/calls` counts the `tools/call` requests that server has handled
+  (`calls`) and the MCP requests it has received, on arrival, before any delay (`requests`).
 """
 
 from __future__ import annotations
@@ -108,6 +110,8 @@ class _Backend:
     allowed_subjects: frozenset[str] | None = None  # when set, the only `sub` values let in
     down: bool = False
     delay: float = 0.0
+    calls: int = 0  # tools/call requests that reached this server's handler
+    requests: int = 0  # MCP requests received, counted on arrival (before the delay)
 
     def state(self) -> dict[str, Any]:
         return {
@@ -116,6 +120,8 @@ class _Backend:
             "tools": len(self.tools),
             "down": self.down,
             "delay_seconds": self.delay,
+            "calls": self.calls,
+            "requests": self.requests,
             "requires_jwt": self.requires_jwt,
             "allowed_subjects": None if self.allowed_subjects is None else sorted(self.allowed_subjects),
         }
@@ -209,6 +215,7 @@ class _CatalogService:
         self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
         backend = self._backend_of(ctx)
+        backend.calls += 1
         tool = backend.tools.get(params.name)
         if tool is None:
             return _tool_error(
@@ -233,6 +240,7 @@ class _CatalogService:
                 404, f"unknown server {_clip(slug)}: no server has that slug"
             )
         else:
+            backend.requests += 1
             await anyio.sleep(backend.delay)
             rejection = self._rejection(backend, Headers(scope=scope))
         if rejection is not None:
@@ -269,6 +277,13 @@ class _CatalogService:
 
     async def control_state(self, request: Request) -> Response:
         return JSONResponse({"servers": [backend.state() for backend in self.backends.values()]})
+
+    async def control_calls(self, request: Request) -> Response:
+        """`GET /control/servers/{slug}/calls`: the tools/call requests handled, the requests received."""
+        backend = self.backends.get(request.path_params["slug"])
+        if backend is None:
+            raise HTTPException(404, f"unknown server {_clip(request.path_params['slug'])}")
+        return JSONResponse({"slug": backend.slug, "calls": backend.calls, "requests": backend.requests})
 
     async def control(self, request: Request) -> Response:
         """`POST /control/servers/{slug}/{down,up,slow,tools,subjects}`."""
@@ -349,6 +364,7 @@ def create_app(catalog: list[CatalogTool], settings: CatalogServerSettings) -> S
     routes = [Route("/healthz", healthz, methods=["GET"]), Route("/servers/{slug}/mcp", service)]
     if settings.control:
         routes.append(Route("/control/servers", service.control_state, methods=["GET"]))
+        routes.append(Route("/control/servers/{slug}/calls", service.control_calls, methods=["GET"]))
         routes.append(Route("/control/servers/{slug}/{action}", service.control, methods=["POST"]))
 
     @contextlib.asynccontextmanager

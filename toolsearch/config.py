@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Literal, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -138,13 +138,40 @@ class Health(_Model):
     circuit_breaker: CircuitBreaker = CircuitBreaker()
 
 
+class IndexerTls(_Model):
+    """Mutual TLS on the indexer's gRPC port: its certificate, and the CA its clients' must chain to."""
+
+    cert: Path  # PEM: the indexer's certificate (chain)
+    key: Path  # PEM: its private key
+    client_ca: Path  # PEM: only clients presenting a certificate this CA signed get a connection
+
+
+class IndexerClientTls(_Model):
+    """Mutual TLS from the router to the indexer: the CA to trust, and the router's own certificate."""
+
+    ca: Path  # PEM: the CA the indexer's certificate must chain to
+    cert: Path  # PEM: the router's client certificate (chain)
+    key: Path  # PEM: its private key
+    server_name: str | None = None  # the name to check in the indexer's certificate (default: the host)
+
+
+_TlsModel = TypeVar("_TlsModel", IndexerTls, IndexerClientTls)
+
+
 class Indexer(_Model):
     listen: str = "127.0.0.1:50051"
     model: Path = Path("models/all-MiniLM-L6-v2")
     cache_dir: Path = Path(".toolsearch/cache")
     state: str = "memory"
+    # redis state only: seconds a session lives after its last use, and the lease's time to live
+    session_ttl: float = Field(default=86_400.0, ge=1)
+    lease_ttl: float = Field(default=10.0, ge=0.5, le=300)
     metrics_listen: str | None = None  # HOST:PORT of the Prometheus endpoint; None serves none
     discovery_timeout: float = Field(default=10.0, gt=0)
+    max_sessions_per_principal: int = Field(default=100, ge=0)  # 0: no limit
+    shutdown_grace: float = Field(default=10.0, ge=0)  # seconds in-flight calls get after SIGTERM
+    shared_secret_env: str | None = None  # the variable holding the secret callers must present
+    tls: IndexerTls | None = None  # mutual TLS on the gRPC port
     naming: Naming = Naming()
     search: Search = Search()
     health: Health = Health()
@@ -216,7 +243,13 @@ class Router(_Model):
     listen: str = "127.0.0.1:8000"
     indexer: list[str] = ["127.0.0.1:50051"]  # indexer addresses, tried in turn
     indexer_timeout: float = Field(default=5.0, gt=0)
+    # OpenSession may list passthrough backends and build an index version: more than a lookup
+    open_session_timeout: float = Field(default=30.0, gt=0)
     max_body_bytes: int = Field(default=1_048_576, ge=1024)
+    max_arguments_bytes: int = Field(default=262_144, ge=64)  # call_tool parameters, as compact JSON
+    shutdown_grace: float = Field(default=10.0, ge=0)  # seconds in-flight requests get after SIGTERM
+    indexer_secret_env: str | None = None  # the variable holding the indexer's shared secret
+    indexer_tls: IndexerClientTls | None = None  # mutual TLS to the indexer
     auth: RouterAuth = RouterAuth()
 
     _listen = field_validator("listen")(classmethod(lambda cls, v: _check_listen(v)))
@@ -283,6 +316,14 @@ def _resolve(base: Path, path: Path) -> Path:
     return path if path.is_absolute() else (base / path).resolve()
 
 
+def _resolve_tls(base: Path, tls: _TlsModel | None) -> _TlsModel | None:
+    """A TLS section with its PEM file paths resolved against the configuration file's folder."""
+    if tls is None:
+        return None
+    paths = {name: _resolve(base, value) for name, value in tls if isinstance(value, Path)}
+    return tls.model_copy(update=paths)
+
+
 def parse_config(raw: object, path: Path, env: Mapping[str, str] | None = None) -> Config:
     """Validate a parsed YAML document; paths resolve against `path`'s folder."""
     if raw is None:
@@ -299,10 +340,11 @@ def parse_config(raw: object, path: Path, env: Mapping[str, str] | None = None) 
         update={
             "model": _resolve(base, config.indexer.model),
             "cache_dir": _resolve(base, config.indexer.cache_dir),
+            "tls": _resolve_tls(base, config.indexer.tls),
         }
     )
     servers = [s.model_copy(update={"catalog": _resolve(base, s.catalog)}) for s in config.catalog_servers]
-    router = config.router
+    router = config.router.model_copy(update={"indexer_tls": _resolve_tls(base, config.router.indexer_tls)})
     if router.auth.jwks_file is not None:
         keys = _resolve(base, router.auth.jwks_file)
         router = router.model_copy(update={"auth": router.auth.model_copy(update={"jwks_file": keys})})

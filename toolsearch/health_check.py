@@ -1,6 +1,7 @@
 """`toolsearch health`: one health check of a running service, as an exit code, for container healthchecks.
 
     toolsearch health grpc 127.0.0.1:50051      # the standard gRPC health service says SERVING
+    toolsearch health grpc 127.0.0.1:50051 --config toolsearch.yaml   # with the router's TLS settings
     toolsearch health http http://127.0.0.1:8000/readyz   # the URL answers 200
 
 Exit code 0 means healthy, 1 unhealthy (with one line on stderr saying why), 2 a usage error. It
@@ -21,12 +22,33 @@ DEFAULT_TIMEOUT = 3.0
 _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
-def check_grpc(target: str, service: str = "", timeout: float = DEFAULT_TIMEOUT) -> str | None:
-    """None when `target` answers the gRPC health check for `service` with SERVING, else why not."""
+def check_grpc(
+    target: str, service: str = "", timeout: float = DEFAULT_TIMEOUT, config: str | None = None
+) -> str | None:
+    """None when `target` answers the gRPC health check for `service` with SERVING, else why not.
+
+    With `config`, the channel uses that file's `router.indexer_tls` (an indexer with mutual TLS
+    accepts no connection without a client certificate, health checks included).
+    """
     import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-    with grpc.insecure_channel(target) as channel:
+    if config is None:
+        channel = grpc.insecure_channel(target)
+    else:
+        # imported only here: the configuration's modules cost more to import than the check itself
+        import os
+        from pathlib import Path
+
+        from toolsearch.config import ConfigError, load_config
+        from toolsearch.transport import TransportConfigError, channel_security, sync_channel
+
+        try:
+            security = channel_security(load_config(Path(config), os.environ).router, os.environ)
+        except (ConfigError, TransportConfigError) as exc:
+            return f"{config}: {exc}"
+        channel = sync_channel(target, security)
+    with channel:
         try:
             reply = health_pb2_grpc.HealthStub(channel).Check(
                 health_pb2.HealthCheckRequest(service=service), timeout=timeout
@@ -57,7 +79,7 @@ def check_http(url: str, timeout: float = DEFAULT_TIMEOUT) -> str | None:
 def run_cli(args: argparse.Namespace) -> int:
     """Run one check; 0 when healthy, 1 when not."""
     if args.kind == "grpc":
-        problem = check_grpc(args.target, args.service, args.timeout)
+        problem = check_grpc(args.target, args.service, args.timeout, args.config)
     else:
         problem = check_http(args.target, args.timeout)
     if problem is not None:
@@ -78,6 +100,9 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     grpc_parser.add_argument("target", metavar="HOST:PORT", help="the gRPC address (or a dns:/// target)")
     grpc_parser.add_argument(
         "--service", default="", help="the service name to ask about (default: the server)"
+    )
+    grpc_parser.add_argument(
+        "--config", help="a configuration file whose router.indexer_tls the check connects with"
     )
     http_parser = kinds.add_parser("http", help="a GET of the URL answers 200")
     http_parser.add_argument("target", metavar="URL", help="e.g. http://127.0.0.1:8000/readyz")

@@ -13,14 +13,17 @@ import grpc
 from google.protobuf.json_format import MessageToDict
 
 from toolsearch.config import load_config
+from toolsearch.transport import ChannelSecurity, TransportConfigError, channel_security, sync_channel
 from toolsearch.v1 import indexer_pb2 as pb
 from toolsearch.v1 import indexer_pb2_grpc as pb_grpc
 
 
-def fetch(address: str, timeout: float) -> pb.StatusResponse:
-    """The indexer's Status answer."""
-    with grpc.insecure_channel(address) as channel:
-        return pb_grpc.IndexerStub(channel).Status(pb.StatusRequest(), timeout=timeout)  # type: ignore[no-any-return]
+def fetch(address: str, timeout: float, security: ChannelSecurity | None = None) -> pb.StatusResponse:
+    """The indexer's Status answer; `security` carries the link's TLS credentials and shared secret."""
+    metadata = security.metadata if security is not None else ()
+    with sync_channel(address, security) as channel:
+        stub = pb_grpc.IndexerStub(channel)
+        return stub.Status(pb.StatusRequest(), timeout=timeout, metadata=metadata or None)  # type: ignore[no-any-return]
 
 
 def render(status: pb.StatusResponse) -> str:
@@ -52,7 +55,12 @@ def run_cli(args: argparse.Namespace) -> int:
     config = load_config(Path(args.config), os.environ)
     address = args.indexer or config.router.indexer[0]
     try:
-        status = fetch(address, args.timeout)
+        security = channel_security(config.router, os.environ)
+    except TransportConfigError as exc:
+        print(f"toolsearch status: {exc}", file=sys.stderr)
+        return 2
+    try:
+        status = fetch(address, args.timeout, security)
     except grpc.RpcError as exc:
         print(
             f"toolsearch status: the indexer at {address} did not answer: {exc.code().name}", file=sys.stderr

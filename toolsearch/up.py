@@ -20,6 +20,7 @@ from pathlib import Path
 from types import FrameType
 
 from toolsearch.config import Config, load_config
+from toolsearch.transport import ChannelSecurity, TransportConfigError, channel_security, sync_channel
 
 READY_TIMEOUT = 180.0  # the indexer loads a model and embeds every tool on a cold cache
 STOP_TIMEOUT = 10.0
@@ -40,12 +41,12 @@ def _http_ready(url: str) -> Callable[[], bool]:
     return check
 
 
-def _grpc_ready(address: str) -> Callable[[], bool]:
+def _grpc_ready(address: str, security: ChannelSecurity) -> Callable[[], bool]:
     import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
     def check() -> bool:
-        with grpc.insecure_channel(address) as channel:
+        with sync_channel(address, security) as channel:
             try:
                 reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=2)
             except grpc.RpcError:
@@ -110,7 +111,9 @@ def run(config: Config, config_path: Path) -> int:
             stack.start(
                 f"catalog server {server.listen}", args, _http_ready(f"http://{server.listen}/healthz")
             )
-        stack.start("indexer", ["indexer", "--config", str(config_path)], _grpc_ready(config.indexer.listen))
+        # the health service needs no shared secret, but mutual TLS covers the whole port
+        indexer_ready = _grpc_ready(config.indexer.listen, channel_security(config.router, os.environ))
+        stack.start("indexer", ["indexer", "--config", str(config_path)], indexer_ready)
         stack.start(
             "router",
             ["router", "--config", str(config_path)],
@@ -123,7 +126,7 @@ def run(config: Config, config_path: Path) -> int:
         name = stack.wait()
         print(f"{name} exited; stopping the rest", file=sys.stderr)
         return 1
-    except StartError as exc:
+    except (StartError, TransportConfigError) as exc:
         print(f"toolsearch up: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

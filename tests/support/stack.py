@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
@@ -16,6 +17,8 @@ import yaml
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from tests.support.processes import Proc, free_port, start_process
+from toolsearch.config import load_config
+from toolsearch.transport import ChannelSecurity, channel_security, sync_channel
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO_CATALOG = ROOT / "examples" / "catalog.jsonl"
@@ -42,9 +45,9 @@ def open_session(mcp_url: str, headers: dict[str, str] | None = None) -> str:
     return str(response.headers["mcp-session-id"])
 
 
-def grpc_ready(address: str, timeout: float = 1.0) -> bool:
-    """Whether the indexer's standard health service says SERVING."""
-    with grpc.insecure_channel(address) as channel:
+def grpc_ready(address: str, timeout: float = 1.0, security: ChannelSecurity | None = None) -> bool:
+    """Whether the indexer's standard health service says SERVING (over TLS when `security` says)."""
+    with sync_channel(address, security) as channel:
         try:
             reply = health_pb2_grpc.HealthStub(channel).Check(
                 health_pb2.HealthCheckRequest(), timeout=timeout
@@ -66,6 +69,8 @@ class Stack:
     router_urls: list[str]
     procs: dict[str, Proc] = field(default_factory=dict)
     service_args: list[str] = field(default_factory=list)  # e.g. --log-level debug, for indexer and routers
+    env: dict[str, str] = field(default_factory=dict)  # added to the environment of every process
+    security: ChannelSecurity | None = None  # how the config's routers reach the indexer (TLS, secret)
 
     @property
     def mcp_url(self) -> str:
@@ -81,13 +86,27 @@ class Stack:
         )
         response.raise_for_status()
 
+    def calls(self, server: str) -> int:
+        """How many tools/call requests the catalog server has handled for `server`."""
+        return self._counter(server, "calls")
+
+    def requests(self, server: str) -> int:
+        """How many MCP requests the catalog server has received for `server` (counted on arrival)."""
+        return self._counter(server, "requests")
+
+    def _counter(self, server: str, name: str) -> int:
+        response = httpx2.get(f"{self.catalog_url}/control/servers/{server}/calls", timeout=5)
+        response.raise_for_status()
+        return int(response.json()[name])
+
     def start_indexer(self) -> Proc:
         proc = start_process(
             [*CLI, "indexer", "--config", str(self.config_path), *self.service_args],
             ready_url=None,
+            env=self.env,
         )
         self.procs["indexer"] = proc
-        wait_until(lambda: grpc_ready(self.indexer_address), START_TIMEOUT, proc)
+        wait_until(lambda: grpc_ready(self.indexer_address, security=self.security), START_TIMEOUT, proc)
         return proc
 
     def stop_indexer(self) -> str:
@@ -176,6 +195,8 @@ def running_stack(
         indexer_address=f"127.0.0.1:{indexer_port}",
         router_urls=[f"http://127.0.0.1:{port}" for port in router_ports],
         service_args=list(service_args),
+        env=dict(env or {}),
+        security=channel_security(load_config(config_path).router, {**os.environ, **(env or {})}),
     )
     jwt_args = ["--require-jwt", *require_jwt] if require_jwt else []
     with ExitStack() as cleanup:
