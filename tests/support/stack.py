@@ -176,13 +176,17 @@ def running_stack(
     backend_timeout: float = 30.0,
     require_jwt: Sequence[str] = (),
     service_args: Sequence[str] = (),
+    replicas: int = 1,
 ) -> Iterator[Stack]:
-    """Start a catalog server (with test controls), an indexer and `routers` routers; stop them after.
+    """Start a catalog server (with test controls), indexers and `routers` routers; stop them after.
 
     `require_jwt` names catalog servers that demand a JWT (their backends use passthrough auth; the
     catalog server reads the secret from `env`); `service_args` go to the indexer and the routers.
+    With `replicas` above 1 (a shared state in `env` is then the caller's to give), the extra
+    indexers run as `indexer2`, ... and every router knows every indexer address.
     """
     catalog_port, indexer_port = free_port(), free_port()
+    extra_indexers = [f"127.0.0.1:{free_port()}" for _ in range(replicas - 1)]
     router_ports = [free_port() for _ in range(routers)]
     config_path, config = write_config(
         workdir, catalog, catalog_port, indexer_port, router_ports[0], extra, backend_timeout, require_jwt
@@ -219,12 +223,26 @@ def running_stack(
         stack.procs["catalog"] = catalog_proc
         stack.start_indexer()
         cleanup.callback(lambda: stack.procs["indexer"].stop() if "indexer" in stack.procs else None)
+        for number, address in enumerate(extra_indexers, start=2):
+            replica = start_process(
+                [*CLI, "indexer", "--config", str(config_path), *service_args],
+                ready_url=None,
+                env={**(env or {}), "TOOLSEARCH_INDEXER_LISTEN": address},
+            )
+            stack.procs[f"indexer{number}"] = replica
+            cleanup.callback(replica.stop)
+            wait_until(lambda a=address: grpc_ready(a, security=stack.security), START_TIMEOUT, replica)
+        addresses = {"TOOLSEARCH_INDEXER_ADDRESSES": ",".join([stack.indexer_address, *extra_indexers])}
         for number, port in enumerate(router_ports):
             proc = start_process(
                 [*CLI, "router", "--config", str(config_path), *service_args],
                 f"http://127.0.0.1:{port}/readyz",
                 timeout=60,
-                env={"TOOLSEARCH_ROUTER_LISTEN": f"127.0.0.1:{port}", **(env or {})},
+                env={
+                    "TOOLSEARCH_ROUTER_LISTEN": f"127.0.0.1:{port}",
+                    **(env or {}),
+                    **(addresses if extra_indexers else {}),
+                },
             )
             stack.procs[f"router{number}"] = proc
             cleanup.callback(proc.stop)
