@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import httpx2
@@ -21,6 +21,7 @@ import jwt
 import pytest
 
 from tests.support.catalogs import small_catalog
+from tests.support.clients import until
 from tests.support.stack import HEADERS, INITIALIZE, Stack, running_stack
 from toolsearch.status import fetch
 
@@ -113,15 +114,6 @@ class Caller:
 def error_text(result: dict[str, Any]) -> str:
     assert result["isError"] is True, result
     return str(result["content"][0]["text"])
-
-
-async def until(check: Callable[[], Awaitable[Any]], what: str) -> Any:
-    deadline = time.monotonic() + WAIT
-    while time.monotonic() < deadline:
-        if result := await check():
-            return result
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"not within {WAIT}s: {what}")
 
 
 def status_of(stack: Stack, backend: str) -> str:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -12,6 +11,7 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
+from tests.support.clients import Alternating, SessionIds
 from tests.support.stack import HEADERS, Stack, running_stack, structured
 
 
@@ -19,36 +19,6 @@ from tests.support.stack import HEADERS, Stack, running_stack, structured
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     with running_stack(tmp_path_factory.mktemp("e2e"), routers=2) as running:
         yield running
-
-
-class SessionIds:
-    """Records the Mcp-Session-Id the router issues to an SDK client."""
-
-    def __init__(self) -> None:
-        self.seen: list[str] = []
-
-    async def __call__(self, response: httpx2.Response) -> None:
-        session_id = response.headers.get("mcp-session-id")
-        if session_id and session_id not in self.seen:
-            self.seen.append(session_id)
-
-
-class Alternating(httpx2.AsyncBaseTransport):
-    """Sends each request to the next router in turn: one session served by several replicas."""
-
-    def __init__(self, ports: list[int]) -> None:
-        self._inner = httpx2.AsyncHTTPTransport()
-        self._ports = itertools.cycle(ports)
-        self.used: list[int] = []
-
-    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
-        port = next(self._ports)
-        self.used.append(port)
-        request.url = request.url.copy_with(port=port)
-        return await self._inner.handle_async_request(request)
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
 
 
 @asynccontextmanager

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from tests.support.catalogs import small_catalog
+from tests.support.clients import until
 from tests.support.stack import Stack, running_stack, structured
 from toolsearch.status import fetch
 from toolsearch.v1 import indexer_pb2 as pb
@@ -54,16 +55,6 @@ def stack(
 
 async def status(stack: Stack) -> pb.StatusResponse:
     return await asyncio.to_thread(fetch, stack.indexer_address, 5.0)
-
-
-async def until(check: Callable[[], Awaitable[Any]], what: str) -> Any:
-    """Run `check` until it returns something truthy; fail after WAIT seconds."""
-    deadline = time.monotonic() + WAIT
-    while time.monotonic() < deadline:
-        if result := await check():
-            return result
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"not within {WAIT}s: {what}")
 
 
 async def backend_status(stack: Stack, backend_id: str) -> str:

@@ -9,11 +9,10 @@ look for tokens in everything they wrote. Waits are on conditions with bounded t
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +25,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from tests.support.catalogs import small_catalog
+from tests.support.clients import until
 from tests.support.processes import Proc, free_port, start_process
 from tests.support.stack import CLI, HEADERS, INITIALIZE, Stack, running_stack
 from toolsearch.status import fetch
@@ -160,15 +160,6 @@ class Mcp:
         response = await self.tool(session, token, "find_tool", {"tool_description": "cocktail", "limit": 50})
         assert response.status_code == 200, response.text
         return {tool["name"] for tool in response.json()["result"]["structuredContent"]["tools"]}
-
-
-async def until(check: Callable[[], Awaitable[Any]], what: str) -> Any:
-    deadline = time.monotonic() + WAIT
-    while time.monotonic() < deadline:
-        if result := await check():
-            return result
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"not within {WAIT}s: {what}")
 
 
 async def flip(stack: Stack, mcp: Mcp) -> None:

@@ -11,8 +11,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import signal
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import ExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +24,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from tests.support.catalogs import small_catalog
+from tests.support.clients import Alternating, SessionIds, until
 from tests.support.processes import Proc, free_port, start_process
 from tests.support.redis import RedisServer, running_redis
 from tests.support.stack import (
@@ -107,33 +107,6 @@ def replicas(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Replicas]:
         yield stack
 
 
-class Alternating(httpx2.AsyncBaseTransport):
-    """Sends each request to the next router in turn: one session served through both."""
-
-    def __init__(self, ports: list[int]) -> None:
-        self._inner = httpx2.AsyncHTTPTransport()
-        self._ports = itertools.cycle(ports)
-
-    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
-        request.url = request.url.copy_with(port=next(self._ports))
-        return await self._inner.handle_async_request(request)
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
-
-class SessionIds:
-    """The Mcp-Session-Id a client was given."""
-
-    def __init__(self) -> None:
-        self.seen: list[str] = []
-
-    async def __call__(self, response: httpx2.Response) -> None:
-        session_id = response.headers.get("mcp-session-id")
-        if session_id and session_id not in self.seen:
-            self.seen.append(session_id)
-
-
 @asynccontextmanager
 async def client(url: str, ids: SessionIds | None = None, **http: Any) -> AsyncIterator[Client]:
     hooks = {"response": [ids]} if ids is not None else {}
@@ -151,15 +124,6 @@ async def find(c: Client, query: str) -> tuple[list[str], int]:
     return [t["name"] for t in structured(result)["tools"]], int(
         (result.meta or {})["toolsearch/index"]["version"]
     )
-
-
-async def until(check: Callable[[], Awaitable[Any]], what: str) -> Any:
-    deadline = time.monotonic() + WAIT
-    while time.monotonic() < deadline:
-        if result := await check():
-            return result
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"not within {WAIT}s: {what}")
 
 
 def direct(address: str, session_id: str) -> tuple[int, int]:

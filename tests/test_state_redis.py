@@ -25,9 +25,16 @@ from indexer.registry import listing_digest
 from indexer.state import BackendRecord, SessionRecord, State, Swap, SwapChange, open_state
 from indexer.state.redis import TIMEOUT, Keys
 from indexer.state.redis_lease import RedisLease
+from tests.support.clients import until
 from tests.support.redis import RedisServer, running_redis
 
 WAIT = 10.0  # seconds any condition may take at most
+
+
+async def until_within(check: Callable[[], Awaitable[Any]], what: str) -> Any:
+    return await until(check, what, WAIT)
+
+
 ALICE = ("https://issuer.test", "alice")
 LISTING = Listing(({"name": "get_forecast", "description": "The weather tomorrow."},), "2025-11-25", 0.1)
 KEYS = Keys()
@@ -60,15 +67,6 @@ async def replicas(server: RedisServer, client: aredis.Redis) -> AsyncIterator[t
     finally:
         await first.close()
         await second.close()
-
-
-async def until(check: Callable[[], Awaitable[Any]], what: str) -> Any:
-    deadline = time.monotonic() + WAIT
-    while time.monotonic() < deadline:
-        if result := await check():
-            return result
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"not within {WAIT}s: {what}")
 
 
 def record(
@@ -145,7 +143,7 @@ async def test_a_use_renews_a_sessions_time_to_live_and_the_sweep_drops_an_expir
     assert await client.pttl(KEYS.swaps("s-1")) > 50_000
 
     await client.pexpire(KEYS.session("s-1"), 1)
-    await until(lambda: _gone(client, "s-1"), "the unused session expires")
+    await until_within(lambda: _gone(client, "s-1"), "the unused session expires")
     assert await second.sessions.load("s-1") is None
     assert await client.sismember(KEYS.sessions, "s-1") and await client.hlen(KEYS.implied) == 1
     assert first.shared is not None
@@ -198,9 +196,9 @@ async def test_one_replica_holds_the_lease_and_another_takes_it_over_after_it_ex
     assert not await b.acquire() and not b.held
     assert await a.acquire() and not await b.acquire()  # renewed
     # a stops renewing, as a killed replica would: it stops counting itself the holder before expiry
-    await until(lambda: _false(a.held), "a's own bound passes")
+    await until_within(lambda: _false(a.held), "a's own bound passes")
     assert await client.get(KEYS.lease) in (b"a", None)
-    assert await until(b.acquire, "b takes the lease over")
+    assert await until_within(b.acquire, "b takes the lease over")
     assert b.held and not await a.acquire()
     await b.release()
     assert not b.held and await a.acquire()
@@ -249,7 +247,7 @@ async def test_events_reach_every_replica(replicas: tuple[State, State]) -> None
 
     listener = asyncio.create_task(listen())
     try:
-        await until(lambda: _publish_and_check(first, received), "an event arrives")
+        await until_within(lambda: _publish_and_check(first, received), "an event arrives")
     finally:
         listener.cancel()
     assert received[0] == {"kind": "health", "generation": 7}
