@@ -1,0 +1,127 @@
+"""`toolsearch bench --quick`: every part runs on the real stack and reports every figure.
+
+Timings depend on the machine, so none is asserted; what is checked is that each of the seven parts
+produced its figures, that the measurement set-ups did what they claim (three distinct catalogs, one
+session per client), and that the Markdown report and the chart were written.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from tests.support.stack import MODEL, ROOT
+
+RUN_TIMEOUT = 900  # seconds; the quick run takes about two minutes on two idle cores
+LATENCY = {"count", "p50_ms", "p90_ms", "p99_ms", "mean_ms", "max_ms"}
+
+
+def has(data: dict[str, Any], *keys: str) -> None:
+    missing = [key for key in keys if key not in data]
+    assert not missing, f"missing {missing} in {sorted(data)}"
+
+
+def latency(summary: dict[str, Any]) -> None:
+    has(summary, *LATENCY)
+    assert summary["count"] > 0
+    assert 0 < summary["p50_ms"] <= summary["p99_ms"] <= summary["max_ms"]
+
+
+def test_quick_bench_reports_every_part(tmp_path: Path) -> None:
+    out = tmp_path / "bench"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "toolsearch.cli",
+            "bench",
+            "--quick",
+            "--out",
+            str(out),
+            "--model",
+            str(MODEL),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert "CPUs" in done.stderr  # the machine it ran on
+    results = json.loads((out / "results.json").read_text())
+    has(
+        results,
+        "machine",
+        "floor",
+        "find_tool",
+        "call_tool",
+        "session_open",
+        "reindex",
+        "memory",
+        "embedding",
+    )
+    has(results, "targets", "background", "catalogs")
+    has(results["machine"], "cpus", "memory_gb", "cpu_model")
+
+    # 1 and 2: the floor, and find_tool through the router at 1, 8 and 32 clients
+    for name in ("stabletoolbench", "metatool"):
+        floor = results["floor"][name]
+        latency(floor)
+        latency(floor["embed"])
+        latency(floor["search"])
+        runs = results["find_tool"][name]
+        assert runs["single_client_p50_over_floor_p50"] > 0
+        latency(runs["1"]["beside"])  # the floor again, query by query beside the single client
+        for clients in ("1", "8", "32"):
+            run = runs[clients]
+            assert run["clients"] == int(clients)
+            has(run, "throughput_per_second", "errors", "cpu")
+            if run["count"]:
+                latency(run)
+            has(run["cpu"], "router", "indexer", "bench", "other")
+
+    # 3: call_tool beside the backend's own time
+    for path in ("router", "backend_direct", "backend_fresh_client"):
+        latency(results["call_tool"][path])
+
+    # 4: session opens, warm and cold, and the steady load beside the cold one
+    opens = results["session_open"]
+    for size in ("small", "large"):
+        latency(opens["warm"][size])
+        cold = opens["cold"][size]
+        has(cold, "open_seconds", "steady_baseline", "steady_during", "others_slowed_past_p99", "tools")
+        assert cold["open_seconds"] > 0
+        latency(cold["steady_baseline"])
+        latency(cold["same_caller_next_opens"])
+        has(opens["indexer_cold_start"][size], "seconds_to_ready", "cpu_seconds", "tools")
+    assert opens["warm"]["large"]["tools"] > opens["warm"]["small"]["tools"]
+
+    # 5: re-index at three session counts, each a backend going down and recovering
+    assert len(results["reindex"]) == 3
+    for run in results["reindex"]:
+        assert [flip["change"] for flip in run["flips"]] == ["down", "recovered"]
+        for flip in run["flips"]:
+            has(flip, "seconds_to_last_swap", "model_calls", "texts_embedded", "versions_built")
+            assert flip["sessions_moved"] == run["sessions"]
+
+    # 6: memory of one indexer process over three distinct catalogs
+    memory = results["memory"]
+    has(memory, "idle", "one_session", "all_sessions", "delta_rss_mb", "groups")
+    assert memory["distinct_catalogs"] == 3
+    assert memory["sessions_alive"] == memory["sessions"] == sum(g["sessions"] for g in memory["groups"])
+
+    # 7: cold embedding throughput and restarts
+    embedding = results["embedding"]
+    assert embedding["cold_build"]["tools_per_second"] > 0
+    assert embedding["cold_build"]["texts_embedded"] > 0
+    has(embedding["restart"], "texts_embedded", "model_calls", "seconds_to_ready")
+    has(embedding["process_restart"], "seconds_to_ready", "cpu_seconds")
+
+    assert {t["target"] for t in results["targets"]} and all("pass" in t for t in results["targets"])
+    report = (out / "results.md").read_text()
+    assert "## Targets" in report and "bench-latency.png" in report
+    assert (out / "bench-latency.png").read_bytes().startswith(b"\x89PNG")

@@ -1,0 +1,116 @@
+"""`toolsearch bench`: where the time goes, measured on the real stack on loopback.
+
+One run starts the catalog server, indexer and router as real processes (in a temporary folder,
+with the model of `models/`) and measures: the in-process floor of a find_tool (query embedding and
+search), find_tool through the router at 1, 8 and 32 concurrent clients, call_tool beside the
+backend's own time, session opens warm and cold, re-indexing after a health change, the indexer's
+memory, and embedding throughput with a restart that embeds nothing. It writes results.json,
+results.md (every target with pass or miss) and a chart to `--out`. `--quick` measures every part
+with small counts and catalogs, for tests; the full run is what docs/performance.md reports.
+
+Modules: `plan` (counts), `common` (statistics, queries, catalog slices, CPU), `catalogs` (a run's
+catalogs and checks), `stack` (processes), `latency` (floor, find_tool, call_tool), `sessions`
+(session open), `reindex`, `memory`, `embedding` (throughput, restart), `run` (the order of the
+parts), `report` (targets, JSON, chart) and `markdown` (the report).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime
+import os
+import shlex
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+__all__ = ["add_parser", "run_cli"]
+
+
+async def _main(args: argparse.Namespace) -> int:
+    from indexer.server import load_embedder
+    from toolsearch.bench.common import Progress, machine
+    from toolsearch.bench.latency import close_clients
+    from toolsearch.bench.plan import FULL, QUICK
+    from toolsearch.bench.report import write
+    from toolsearch.bench.run import Run
+
+    progress = Progress()
+    plan = QUICK if args.quick else FULL
+    model = args.model.resolve()
+    info = machine()
+    progress(
+        f"{'quick' if plan.quick else 'full'} run on {info['cpus']} CPUs ({info['cpu_model']}), "
+        f"{info['memory_gb']} GB, load average {info['load_average']}"
+    )
+    started = time.monotonic()
+    embedder = await asyncio.to_thread(load_embedder, model)
+    with tempfile.TemporaryDirectory(prefix="toolsearch-bench-") as folder:
+        run = Run(plan, model, embedder, Path(folder), progress, logs=args.out / "logs")
+        try:
+            results = await run.all()
+        finally:
+            await close_clients()
+        results["catalogs"] = {
+            "large": run.catalogs.large.tools,
+            "large_servers": len(run.catalogs.large.servers),
+            "small": run.catalogs.small.tools,
+            "small_servers": len(run.catalogs.small.servers),
+        }
+    results = {
+        "mode": "quick" if plan.quick else "full",
+        "command": " ".join(["toolsearch", *map(shlex.quote, sys.argv[1:])]),
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "machine": info,
+        "health_probes": {"interval_seconds": plan.health_interval, "timeout_seconds": plan.health_timeout},
+        "load_average_end": [round(x, 2) for x in os.getloadavg()],
+        "seconds": round(time.monotonic() - started, 1),
+        **results,
+    }
+    paths = write(results, args.out)
+    progress(f"wrote {', '.join(str(p) for p in paths.values())}")
+    for target in results["targets"]:
+        verdict = "pass" if target["pass"] else "MISS"
+        print(
+            f"{verdict:4}  {target['target']}: {target['value']} {target['unit']} (limit {target['limit']})"
+        )
+    return 0
+
+
+def run_cli(args: argparse.Namespace) -> int:
+    """Run `toolsearch bench`; returns the exit code."""
+    from indexer.errors import EmbedderError
+
+    if not args.model.is_dir():
+        print(f"toolsearch bench: no model at {args.model}: run `toolsearch model prepare`", file=sys.stderr)
+        return 2
+    try:
+        return asyncio.run(_main(args))
+    except (EmbedderError, RuntimeError, OSError) as exc:
+        print(f"toolsearch bench: {exc}", file=sys.stderr)
+        return 1
+
+
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register `toolsearch bench`."""
+    parser = subparsers.add_parser(
+        "bench",
+        help="measure latency, throughput, session opens, re-indexing and memory on the real stack",
+        description="Start the stack on loopback and measure where the time goes; writes results.json, "
+        "results.md and bench-latency.png to --out.",
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="every part with small counts (about two minutes)"
+    )
+    parser.add_argument(
+        "--out", type=Path, default=Path("bench-results"), help="output folder (default: bench-results)"
+    )
+    parser.add_argument(
+        "--model",
+        type=Path,
+        default=Path("models") / "all-MiniLM-L6-v2",
+        help="the embedding model folder (default: models/all-MiniLM-L6-v2)",
+    )
+    parser.set_defaults(func=run_cli)

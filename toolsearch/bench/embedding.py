@@ -1,0 +1,101 @@
+"""Cold embedding throughput, and an indexer restart on a filled cache that must embed nothing.
+
+The cold build is the indexer's own `build_version` over a catalog, with an empty embedding cache:
+it times the model work apart from the rest (text views, token counts, BM25, FAISS). The restart is
+the indexer's own start-up (`Indexer.build` then `start`: discovery over MCP from the real catalog
+server, then the warm-up build) run in this process on the cache dir a real indexer process filled,
+so its embedding counters can be read; the indexer process reports no such counter.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from indexer.embedder import Embedder
+from indexer.embeddings import Embeddings
+from indexer.index import Builder, IndexVersion, build_version
+from indexer.search import SearchSettings
+from indexer.server import Indexer
+from indexer.tools import advertise
+from toolsearch.bench.common import CatalogFile
+from toolsearch.catalog import group_by_server, load_catalog
+from toolsearch.config import Config, load_config
+
+
+def catalog_tools(catalog: CatalogFile) -> dict[str, list[dict[str, Any]]]:
+    """A catalog's tool definitions by backend id, as the indexer registers catalog servers."""
+    return {
+        slug[:64]: [tool.definition() for tool in tools]
+        for slug, tools in group_by_server(load_catalog(catalog.path)).items()
+    }
+
+
+def cold_build(
+    embedder: Embedder, catalog: CatalogFile, cache_dir: Path
+) -> tuple[IndexVersion, dict[str, Any]]:
+    """Build a catalog's index version with an empty cache; returns it and the throughput."""
+    embeddings = Embeddings(embedder, cache_dir)
+    spent = [0.0]
+
+    def timed(texts: Sequence[str]) -> np.ndarray:
+        started = time.perf_counter()
+        try:
+            return embeddings.embed_documents(texts)
+        finally:
+            spent[0] += time.perf_counter() - started
+
+    builder = Builder(
+        embed_documents=timed,
+        count_tokens=embedder.count_tokens,
+        max_tokens=embedder.max_tokens,
+        settings=SearchSettings(),
+    )
+    tools = advertise(catalog_tools(catalog))
+    started = time.perf_counter()
+    version = build_version(tools, builder)
+    total = time.perf_counter() - started
+    embeddings.close()
+    texts = embeddings.texts_embedded
+    return version, {
+        "tools": len(tools),
+        "texts_embedded": texts,
+        "model_calls": embeddings.model_calls,
+        "build_seconds": round(total, 3),
+        "embed_seconds": round(spent[0], 3),
+        "tools_per_second": round(len(tools) / total, 2),
+        "texts_per_second": round(texts / spent[0], 2) if spent[0] else 0.0,
+    }
+
+
+def without_health(config: Config) -> Config:
+    """The same configuration with health probing off: the benchmark makes the health changes itself."""
+    health = config.indexer.health.model_copy(update={"enabled": False})
+    indexer = config.indexer.model_copy(update={"health": health})
+    return config.model_copy(update={"indexer": indexer})
+
+
+async def restart_in_process(config_path: Path, embedder: Embedder) -> tuple[Indexer, dict[str, Any]]:
+    """Start the indexer of a configuration in this process, on its cache dir; count what it embeds."""
+    config = without_health(load_config(config_path, os.environ))
+    indexer = Indexer.build(config, embedder, os.environ)
+    started = time.perf_counter()
+    await indexer.start()
+    seconds = time.perf_counter() - started
+    states = indexer.registry.states.values()
+    public = [s for s in states if s.config.auth.type != "passthrough"]
+    embeddings = indexer.embeddings
+    return indexer, {
+        "seconds_to_ready": round(seconds, 3),
+        "backends_listed": sum(1 for s in public if s.advertised),
+        "backends": len(public),
+        "tools": sum(len(s.listing.tools) for s in public if s.listing is not None),
+        "texts_embedded": embeddings.texts_embedded,
+        "model_calls": embeddings.model_calls,
+        "cache_hits": embeddings.cache_hits,
+    }

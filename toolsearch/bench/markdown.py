@@ -1,0 +1,245 @@
+"""The Markdown report of a run: the machine, every target with pass or miss, then each part's figures."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from toolsearch.bench.plan import CONCURRENCY, QUERY_SETS
+
+CHART = "bench-latency.png"
+# find_tool CPU columns: the process names the run measures, and how the table heads them
+CPU_COLUMNS = (
+    ("router", "router"),
+    ("indexer", "indexer"),
+    ("bench", "client (SDK)"),
+    ("catalog-main", "catalog server"),
+    ("other", "other"),
+)
+
+
+def row(*cells: object) -> str:
+    return "| " + " | ".join(str(c) for c in cells) + " |"
+
+
+def rule(*aligns: str) -> str:
+    return row(*("---:" if a == "r" else "---" for a in aligns))
+
+
+def ms(summary: dict[str, Any]) -> str:
+    """p50 / p99 in milliseconds."""
+    return f"{summary['p50_ms']:.1f} / {summary['p99_ms']:.1f}"
+
+
+def verdict(target: dict[str, Any]) -> str:
+    if target["value"] is None:
+        return "not measured"
+    word = "pass" if target["pass"] else "**miss**"
+    if target["margin"] is None:
+        return word
+    return f"{word} by {abs(target['margin']) * 100:.0f}%"
+
+
+def header(results: dict[str, Any]) -> list[str]:
+    m = results["machine"]
+    return [
+        f"# toolsearch benchmark ({results['mode']} run)",
+        "",
+        f"- Machine: {m['cpus']} CPUs, {m['cpu_model']}, {m['memory_gb']} GB memory",
+        f"- Software: Python {m['python']}, torch {m['torch']}, {m['platform']}",
+        f"- Load average: {m['load_average']} at the start, {results['load_average_end']} at the end",
+        f"- Command: `{results['command']}` ({results['seconds']:.0f} s, {results['date']})",
+        "",
+        "## Targets",
+        "",
+        row("target", "measured", "limit", "result"),
+        rule("l", "r", "r", "l"),
+        *(
+            row(
+                t["target"],
+                f"{t['value']} {t['unit']}",
+                f"{'≤' if t.get('at_most', True) else '≥'} {t['limit']} {t['unit']}",
+                verdict(t),
+            )
+            for t in results["targets"]
+        ),
+    ]
+
+
+def find_tool(results: dict[str, Any]) -> list[str]:
+    lines = [
+        "",
+        "## find_tool: latency (ms, p50 / p99) and throughput",
+        "",
+        "Each request sends its own query, distinct from every other request of the run, so the indexer's",
+        "query cache never answers. The floor is measured on its own first, and again beside the single",
+        "client (before each of its requests, same query): the target's ratio uses the one beside it.",
+        "",
+        row("queries", "floor", "floor beside", *(f"{c} client(s)" for c in CONCURRENCY), "1 client / floor"),
+        rule("l", "r", "r", *("r" for _ in CONCURRENCY), "r"),
+    ]
+    for name in QUERY_SETS:
+        runs, flo = results["find_tool"][name], results["floor"][name]
+        beside = runs["1"].get("beside")
+        cells = [f"{ms(runs[str(c)])} ({runs[str(c)]['throughput_per_second']:.0f}/s)" for c in CONCURRENCY]
+        label = f"{name} ({flo['texts_per_query']} texts embedded a query)"
+        ratio = runs["single_client_p50_over_floor_p50"]
+        lines.append(row(label, ms(flo), ms(beside) if beside else "not measured", *cells, ratio))
+    lines += ["", "The floor's parts, p50 ms:"]
+    for name in QUERY_SETS:
+        flo = results["floor"][name]
+        lines.append(
+            f"- {name}: embedding {flo['embed']['p50_ms']:.1f}, search {flo['search']['p50_ms']:.1f}"
+        )
+    lines += [
+        "",
+        "CPU milliseconds per find_tool, by process (`other`: everything else on the machine meanwhile):",
+        "",
+        row("queries", "clients", *(title for _, title in CPU_COLUMNS), "errors"),
+        rule("l", "r", *("r" for _ in CPU_COLUMNS), "r"),
+    ]
+    for name in QUERY_SETS:
+        for clients in CONCURRENCY:
+            run = results["find_tool"][name][str(clients)]
+            cells = [run["cpu"].get(key, {}).get("ms_per_request", "") for key, _ in CPU_COLUMNS]
+            lines.append(row(name, clients, *cells, run["errors"]))
+    call = results["call_tool"]
+    return [
+        *lines,
+        "",
+        "## call_tool (ms, p50 / p99)",
+        "",
+        row("path", "latency"),
+        rule("l", "r"),
+        row(f"through the router ({call['tool']})", ms(call["router"])),
+        row(
+            "the backend directly, one client session kept open: the backend's own time",
+            ms(call["backend_direct"]),
+        ),
+        row(
+            f"the backend directly, a new client per call ({call['backend_protocol']})",
+            ms(call["backend_fresh_client"]),
+        ),
+    ]
+
+
+def sessions(results: dict[str, Any]) -> list[str]:
+    opens = results["session_open"]
+    lines = [
+        "",
+        "## Session open: `initialize` to the first find_tool answer",
+        "",
+        row(
+            "warm (catalog embedded at start-up)", "tools", "p50 / p99 ms", "initialize p50", "find_tool p50"
+        ),
+        rule("l", "r", "r", "r", "r"),
+    ]
+    for size in ("small", "large"):
+        w = opens["warm"][size]
+        lines.append(row(size, w["tools"], ms(w), w["initialize"]["p50_ms"], w["find"]["p50_ms"]))
+    lines += [
+        "",
+        row(
+            "cold (first session on a catalog never embedded)",
+            "tools",
+            "open (s)",
+            "steady p99 before → during",
+            "next opens p50 ms",
+        ),
+        rule("l", "r", "r", "r", "r"),
+    ]
+    for size in ("small", "large"):
+        c = opens["cold"][size]
+        before, during = c["steady_baseline"], c["steady_during"]
+        steady = f"{before['p99_ms']:.1f} → {during['p99_ms']:.1f} ms ({during['count']} requests)"
+        lines.append(row(size, c["tools"], c["open_seconds"], steady, c["same_caller_next_opens"]["p50_ms"]))
+    lines += [
+        "",
+        row("indexer process: start to ready", "tools", "seconds", "CPU seconds"),
+        rule("l", "r", "r", "r"),
+    ]
+    for size, start in opens["indexer_cold_start"].items():
+        lines.append(
+            row(f"empty cache ({size})", start["tools"], start["seconds_to_ready"], start["cpu_seconds"])
+        )
+    restart = results["embedding"]["process_restart"]
+    lines.append(
+        row(
+            "restart on its filled cache",
+            restart["tools"],
+            restart["seconds_to_ready"],
+            restart["cpu_seconds"],
+        )
+    )
+    return lines
+
+
+def reindex_memory(results: dict[str, Any]) -> list[str]:
+    lines = [
+        "",
+        "## Re-index: a backend's health change to every session on the new version",
+        "",
+        row("sessions", "change", "to last swap (s)", "versions built", "model calls", "texts embedded"),
+        rule("r", "l", "r", "r", "r", "r"),
+    ]
+    for run in results["reindex"]:
+        for f in run["flips"]:
+            cells = (f["seconds_to_last_swap"], f["versions_built"], f["model_calls"], f["texts_embedded"])
+            lines.append(row(run["sessions"], f["change"], *cells))
+    mem = results["memory"]
+    lines += ["", "## Indexer memory (MB)", "", row("state", "RSS", "USS"), rule("l", "r", "r")]
+    lines.append(row("idle", mem["idle"]["rss_mb"], mem["idle"]["uss_mb"]))
+    lines.append(
+        row("one session, one find_tool", mem["one_session"]["rss_mb"], mem["one_session"]["uss_mb"])
+    )
+    total = 0
+    for group in mem["groups"]:
+        total += group["sessions"]
+        lines.append(
+            row(
+                f"{total} sessions (+{group['sessions']} {group['callers']})",
+                group["rss_mb"],
+                group["uss_mb"],
+            )
+        )
+    alive = f"{mem['distinct_catalogs']} catalogs, {mem['versions_alive']} versions alive"
+    lines.append(
+        row(f"all {mem['sessions']} ({alive})", mem["all_sessions"]["rss_mb"], mem["all_sessions"]["uss_mb"])
+    )
+    cold, restart = results["embedding"]["cold_build"], results["embedding"]["restart"]
+    bg = results["background"]
+    return [
+        *lines,
+        "",
+        "## Embedding",
+        "",
+        f"- Cold build of {cold['tools']} tools: {cold['build_seconds']} s, "
+        f"{cold['tools_per_second']} tools/s; {cold['texts_embedded']} texts in "
+        f"{cold['model_calls']} model calls, {cold['texts_per_second']} texts/s.",
+        f"- Restart on the filled cache: {restart['texts_embedded']} texts embedded, "
+        f"{restart['model_calls']} model calls; ready in {restart['seconds_to_ready']} s "
+        f"({restart['tools']} tools).",
+        f"- Idle for {bg['wall_seconds']:.0f} s, {bg['backends']} backends probed every "
+        f"{results.get('health_probes', {}).get('interval_seconds', '?')} s: "
+        f"indexer {bg['indexer']['core_percent']}% of a core, "
+        f"catalog server {bg['catalog-main']['core_percent']}%, router {bg['router']['core_percent']}%.",
+    ]
+
+
+def failures(results: dict[str, Any]) -> list[str]:
+    failed = results.get("failures") or []
+    if not failed:
+        return []
+    lines = ["", "## Parts that failed", ""]
+    return lines + [f"- {f['part']}: `{f['error']}`" for f in failed]
+
+
+def markdown(results: dict[str, Any]) -> str:
+    """The whole report; a section whose part failed says so instead of its figures."""
+    lines = header(results)
+    for section in (find_tool, sessions, reindex_memory):
+        try:
+            lines += section(results)
+        except (KeyError, IndexError, TypeError) as exc:
+            lines += ["", f"({section.__name__.replace('_', ' ')}: not measured, missing {exc})"]
+    lines += failures(results)
+    return "\n".join([*lines, "", f"![find_tool latency against concurrency]({CHART})", ""])

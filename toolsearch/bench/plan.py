@@ -1,0 +1,67 @@
+"""How much a run measures: the full run (what docs/performance.md reports) and `--quick`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+QUERY_SETS = ("stabletoolbench", "metatool")
+CONCURRENCY = (1, 8, 32)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Counts and sizes for one run; every part runs in both modes, `quick` only with less."""
+
+    quick: bool
+    large_tools: int | None  # the large catalog: None for the whole StableToolBench catalog
+    small_tools: int  # the small catalog: the first servers until this many tools
+    resident_tools: int  # the other caller's catalog while a cold session opens
+    extra_tools: int  # each JWT-protected catalog of the memory part
+    # per query set: find_tool queries each client sends, by number of concurrent clients
+    per_client: dict[str, dict[int, int]] = field(default_factory=dict)
+    warmup: int = 3  # unmeasured find_tool calls before each measured run
+    call_tool_calls: int = 200
+    warm_opens: int = 100
+    cold_next_opens: int = 5  # opens by the same caller after its cold one
+    steady_rate: float = 20.0  # find_tool per second from the other session during a cold open
+    baseline_seconds: float = 10.0
+    idle_seconds: float = 25.0  # window for the indexer's background CPU (health probes)
+    reindex_sessions: tuple[int, ...] = (1, 1_000, 10_000)
+    # Seconds a health probe may take. The default (5) lets a round of probes of 800 backends time
+    # out under load, and the indexer then drops every backend; docs/performance.md has the figures.
+    health_timeout: float = 30.0
+    # Seconds between health probes. At the default (10) an indexer probing 800 backends spends
+    # about half a core on probes alone and find_tool through the router cannot be measured for the
+    # queueing behind them (docs/performance.md); the runs probe once in ten minutes instead.
+    health_interval: float = 600.0
+    memory_sessions: int = 10_000
+
+
+FULL = Plan(
+    quick=False,
+    large_tools=None,
+    small_tools=140,
+    resident_tools=199,
+    extra_tools=20,
+    per_client={
+        "stabletoolbench": {1: 100, 8: 30, 32: 12},  # 724 of its 764 distinct queries
+        "metatool": {1: 200, 8: 50, 32: 30},
+    },
+)
+
+QUICK = Plan(
+    quick=True,
+    large_tools=60,
+    small_tools=20,
+    resident_tools=30,
+    extra_tools=5,
+    per_client={"stabletoolbench": {1: 8, 8: 2, 32: 1}, "metatool": {1: 10, 8: 2, 32: 1}},
+    warmup=1,
+    call_tool_calls=10,
+    warm_opens=5,
+    cold_next_opens=2,
+    baseline_seconds=2.0,
+    idle_seconds=2.0,
+    reindex_sessions=(1, 10, 100),
+    memory_sessions=30,
+)

@@ -1,0 +1,145 @@
+"""The run's results: every target judged, then results.json, results.md and the latency chart."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from pathlib import Path
+from typing import Any
+
+from toolsearch.bench.markdown import CHART, markdown
+from toolsearch.bench.plan import CONCURRENCY, QUERY_SETS
+
+
+def _target(name: str, value: float | None, limit: float, unit: str, at_most: bool = True) -> dict[str, Any]:
+    """One target: the figure, its limit, pass or miss, and by how much (as a share of the limit)."""
+    if value is None:
+        return {"target": name, "value": None, "limit": limit, "unit": unit, "pass": False, "margin": None}
+    ok = value <= limit if at_most else value >= limit
+    margin = None
+    if limit:  # a limit of zero is met or missed, not by a share of itself
+        margin = (limit - value) / limit if at_most else (value - limit) / limit
+    return {
+        "target": name,
+        "value": round(value, 3),
+        "limit": limit,
+        "unit": unit,
+        "at_most": at_most,
+        "pass": ok,
+        "margin": None if margin is None else round(margin, 3),
+    }
+
+
+def _get(results: dict[str, Any], *path: str | int) -> Any:
+    """A figure by its path in the results, or None when its part did not produce it."""
+    value: Any = results
+    for key in path:
+        try:
+            value = value[key]
+        except (KeyError, IndexError, TypeError):
+            return None
+    return value
+
+
+def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """The targets, each judged on what this run measured (None where a part failed)."""
+
+    def get(*path: str | int) -> Any:
+        return _get(results, *path)
+
+    out = []
+    for name in QUERY_SETS:
+        ratio = get("find_tool", name, "single_client_p50_over_floor_p50")
+        out.append(_target(f"find_tool p50, 1 client / floor p50 ({name})", ratio, 1.5, "x"))
+        rate = get("find_tool", name, "32", "throughput_per_second")
+        out.append(_target(f"find_tool throughput, 32 clients ({name})", rate, 200, "/s", at_most=False))
+        out.append(
+            _target(f"find_tool p99, 32 clients ({name})", get("find_tool", name, "32", "p99_ms"), 150, "ms")
+        )
+    large = get("session_open", "warm", "large", "tools")
+    out.append(
+        _target(
+            f"session open warm, {large} tools, p50", get("session_open", "warm", "large", "p50_ms"), 50, "ms"
+        )
+    )
+    small = get("session_open", "cold", "small", "tools")
+    cold = get("session_open", "cold", "small", "open_seconds")
+    out.append(_target(f"session open cold, {small} tools", cold, 1.5, "s"))
+    ratio = get("session_open", "cold", "small", "steady_p99_ratio")
+    out.append(_target("other sessions' p99 during that cold open / their baseline p99", ratio, 1.0, "x"))
+    runs = get("reindex") or []
+    biggest = max(runs, key=lambda r: r["sessions"]) if runs else {}
+    seconds = _get(biggest, "flips", 0, "seconds_to_last_swap")
+    out.append(_target(f"re-index, {biggest.get('sessions')} sessions", seconds, 1.0, "s"))
+    calls = sum(flip["model_calls"] for run in runs for flip in run["flips"]) if runs else None
+    out.append(_target("embedding calls during re-index", calls, 0, "calls"))
+    sessions = get("memory", "sessions")
+    delta = get("memory", "delta_rss_mb")
+    out.append(_target(f"indexer RSS above idle, {sessions} sessions, 3 catalogs", delta, 300, "MB"))
+    texts = get("embedding", "restart", "texts_embedded")
+    out.append(_target("texts embedded by a restart on a filled cache", texts, 0, "texts"))
+    return out
+
+
+def chart(results: dict[str, Any], path: Path) -> None:
+    """find_tool p50 and p99 against concurrent clients, the floor drawn in, and the throughput."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for name, color in zip(QUERY_SETS, ("tab:blue", "tab:orange"), strict=True):
+        runs, flo = results["find_tool"][name], results["floor"][name]
+        left.plot(
+            CONCURRENCY, [runs[str(c)]["p50_ms"] for c in CONCURRENCY], "o-", color=color, label=f"{name} p50"
+        )
+        left.plot(
+            CONCURRENCY,
+            [runs[str(c)]["p99_ms"] for c in CONCURRENCY],
+            "s--",
+            color=color,
+            label=f"{name} p99",
+        )
+        # the floor measured beside the single client when the run has it, else the one before
+        beside = runs["1"].get("beside", flo)
+        left.axhline(beside["p50_ms"], color=color, linestyle=":", label=f"{name} floor p50")
+        right.plot(
+            CONCURRENCY,
+            [runs[str(c)]["throughput_per_second"] for c in CONCURRENCY],
+            "o-",
+            color=color,
+            label=name,
+        )
+    left.axhline(150, color="grey", linewidth=0.8, label="p99 target (32 clients)")
+    right.axhline(200, color="grey", linewidth=0.8, label="target (32 clients)")
+    for axis, label in ((left, "latency (ms)"), (right, "find_tool per second")):
+        axis.set_xscale("log", base=2)
+        axis.set_xticks(CONCURRENCY, [str(c) for c in CONCURRENCY])
+        axis.set_xlabel("concurrent clients (one session each)")
+        axis.set_ylabel(label)
+        axis.grid(True, alpha=0.3)
+        axis.legend(fontsize=7)
+    left.set_yscale("log")
+    left.set_title("find_tool through the router")
+    right.set_title("throughput")
+    fig.suptitle(
+        f"{results['machine']['cpus']} CPUs, {results['catalogs']['large']} tools ({results['mode']} run)"
+    )
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write(results: dict[str, Any], folder: Path) -> dict[str, Path]:
+    """results.json, results.md and the chart in `folder`; returns their paths."""
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = {"json": folder / "results.json", "markdown": folder / "results.md", "chart": folder / CHART}
+    # the measurements first, so a failure in what follows never loses a run
+    paths["json"].write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    results["targets"] = targets(results)
+    paths["json"].write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    paths["markdown"].write_text(markdown(results), encoding="utf-8")
+    with contextlib.suppress(KeyError, TypeError):  # no chart when find_tool was not measured
+        chart(results, paths["chart"])
+    return paths

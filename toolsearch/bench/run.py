@@ -1,0 +1,259 @@
+"""One benchmark run: every part in order, each stack started for what it measures and stopped after.
+
+Nothing runs beside a measurement but what it measures (and whatever else the machine runs, which
+the CPU figures report as `other`). Queries are handed out once each per query set, so no request is
+answered from the indexer's query cache; the floor uses the single-client run's queries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from indexer.embedder import Embedder
+from toolsearch.bench.catalogs import Catalogs, advertised, call_target, started
+from toolsearch.bench.common import CatalogFile, CpuMeter, QueryPool
+from toolsearch.bench.embedding import cold_build, restart_in_process
+from toolsearch.bench.latency import (
+    call_tool_latency,
+    describe,
+    find_tool_load,
+    floor,
+    floor_once,
+)
+from toolsearch.bench.memory import memory
+from toolsearch.bench.plan import CONCURRENCY, QUERY_SETS, Plan
+from toolsearch.bench.reindex import reindex
+from toolsearch.bench.sessions import cold_open, open_many
+from toolsearch.bench.stack import CatalogSpec, Stack, secret
+
+FLOOR_WARMUP = 5  # model calls before the floor's clock starts: the first ones of a process are slow
+# a cold open embeds a whole catalog inside initialize: far past the router's default deadlines
+COLD_TIMEOUT = {"indexer_timeout": 1800.0, "open_session_timeout": 1800.0}
+
+
+class Run:
+    """The state of one run and its parts, in the order they run."""
+
+    def __init__(
+        self,
+        plan: Plan,
+        model: Path,
+        embedder: Embedder,
+        work: Path,
+        progress: Callable[[str], None],
+        logs: Path | None = None,
+    ):
+        self.logs = logs
+        self.plan, self.model, self.embedder, self.work, self.progress = plan, model, embedder, work, progress
+        self.catalogs = Catalogs.write(plan, work)
+        self.pools = {name: QueryPool(name) for name in QUERY_SETS}
+        # handed out up front, so the floor and the single client share theirs and nothing repeats
+        self.queries = {
+            name: {
+                c: [self.pools[name].take(plan.per_client[name][c]) for _ in range(c)] for c in CONCURRENCY
+            }
+            for name in QUERY_SETS
+        }
+        self.warmups = {
+            name: {c: self.pools[name].take(plan.warmup) for c in CONCURRENCY} for name in QUERY_SETS
+        }
+        self.out: dict[str, Any] = {
+            "floor": {},
+            "find_tool": {},
+            "session_open": {"warm": {}, "cold": {}, "indexer_cold_start": {}},
+            "embedding": {},
+            "failures": [],
+        }
+
+    def floor(self) -> None:
+        """Part 1, and part 7's cold throughput: the large catalog built in process, then searched."""
+        self.progress(f"floor: building the index of {self.catalogs.large.tools} tools with an empty cache")
+        version, cold = cold_build(self.embedder, self.catalogs.large, self.work / "floor-cache")
+        self.version = version  # kept: the single-client run measures the floor beside itself
+        self.out["embedding"]["cold_build"] = cold
+        for name in QUERY_SETS:
+            self.progress(f"floor: {name} queries")
+            warmup = self.pools[name].take(FLOOR_WARMUP)
+            self.out["floor"][name] = floor(self.embedder, version, self.queries[name][1][0], warmup)
+
+    def _stack(self, name: str, specs: list[CatalogSpec], router: dict[str, Any] | None = None) -> Stack:
+        health = {"timeout": self.plan.health_timeout, "interval": self.plan.health_interval}
+        extra: dict[str, dict[str, Any]] = {"indexer": {"health": health}}
+        if router:
+            extra["router"] = router
+        return Stack(self.work / name, self.model, specs, extra, logs=self.logs)
+
+    async def guarded(self, part: str, step: Awaitable[None]) -> bool:
+        """Run one step; a failure is recorded with the part it belongs to, and the run goes on."""
+        try:
+            await step
+        except Exception as exc:
+            self.out["failures"].append({"part": part, "error": describe(exc)})
+            self.progress(f"{part}: FAILED: {describe(exc)}")
+            return False
+        return True
+
+    async def large(self) -> None:
+        """Parts 2, 3, 4 (warm, large), 6, 7 (restarts) and 5 on the large catalog's stack."""
+        cat, out = self.catalogs, self.out
+        specs = [
+            CatalogSpec("main", cat.large),
+            CatalogSpec("one", cat.extra[0], secret()),
+            CatalogSpec("two", cat.extra[1], secret()),
+        ]
+        stack = self._stack("large", specs)
+        try:
+            await stack.start_catalogs()
+            self.progress(f"large stack: indexer cold start over {cat.large.tools} tools (empty cache)")
+            ready = await stack.start_indexer()
+            out["session_open"]["indexer_cold_start"]["large"] = started(stack, ready, cat.large)
+            await stack.start_router()
+            self.progress(f"large stack: idle for {self.plan.idle_seconds:g}s (background CPU)")
+            meter = CpuMeter(stack.pids())
+            await asyncio.sleep(self.plan.idle_seconds)
+            out["background"] = {"backends": len(cat.large.servers) + 2, **meter.stop()}
+            await self.guarded("find_tool", self.find_tool(stack))
+            await self.guarded("call_tool", self.call_tool(stack))
+            await self.guarded("session_open", self.warm_opens(stack, "large", cat.large))
+            self.progress("indexer restart on its filled cache")
+            out["embedding"]["process_restart"] = started(stack, await stack.start_indexer(), cat.large)
+            await self.guarded("memory", self.memory(stack, specs))
+            stack.stop("router")
+            stack.stop("indexer")
+            self.progress("in-process indexer start on the same cache, then re-index")
+            indexer, restarted = await restart_in_process(stack.config_path, self.embedder)
+            out["embedding"]["restart"] = restarted
+            try:
+                await self.guarded("reindex", self.reindex(indexer))
+            finally:
+                await indexer.close()
+        finally:
+            stack.close()
+
+    async def reindex(self, indexer: Any) -> None:
+        self.out["reindex"] = await reindex(indexer, self.plan.reindex_sessions, self.progress)
+
+    async def call_tool(self, stack: Stack) -> None:
+        """Part 3."""
+        backend, advertised, original, arguments = call_target(self.catalogs.large)
+        self.progress(f"call_tool: {advertised}, {self.plan.call_tool_calls} calls")
+        backend_url = f"{stack.catalogs['main'].url}/servers/{backend}/mcp"
+        self.out["call_tool"] = await call_tool_latency(
+            stack.mcp_url, backend_url, advertised, original, arguments, self.plan.call_tool_calls
+        )
+
+    async def warm_opens(self, stack: Stack, size: str, catalog: CatalogFile) -> None:
+        """Part 4, warm."""
+        self.progress(f"session open: warm, {size} catalog")
+        opens = await open_many(stack.mcp_url, self.pools["metatool"].take(self.plan.warm_opens))
+        self.out["session_open"]["warm"][size] = {"tools": catalog.tools, **opens}
+
+    async def find_tool(self, stack: Stack) -> None:
+        """Part 2: each query set at each concurrency, and the single client against the floor."""
+        pids = stack.pids() | {"bench": os.getpid()}
+        for name in QUERY_SETS:
+            runs: dict[str, Any] = {}
+            for clients in CONCURRENCY:
+                self.progress(f"find_tool: {name} queries, {clients} concurrent clients")
+                queries, warmup = self.queries[name][clients], self.warmups[name][clients]
+                beside = None
+                if clients == 1:
+
+                    def beside(query: str) -> float:
+                        return floor_once(self.embedder, self.version, query)[0]
+
+                run = await find_tool_load(stack.mcp_url, queries, warmup, pids, beside)
+                run["backends_advertised_after"] = advertised(stack)
+                runs[str(clients)] = run
+            # the target's ratio is against the floor measured beside the router, query by query
+            runs["single_client_p50_over_floor_p50"] = round(
+                runs["1"]["p50_ms"] / runs["1"]["beside"]["p50_ms"], 3
+            )
+            runs["single_client_p50_over_separate_floor_p50"] = round(
+                runs["1"]["p50_ms"] / self.out["floor"][name]["p50_ms"], 3
+            )
+            self.out["find_tool"][name] = runs
+
+    async def memory(self, stack: Stack, specs: list[CatalogSpec]) -> None:
+        """Part 6 on a freshly started indexer process."""
+        callers = [
+            ("anonymous", None),
+            ("team-one", specs[1].token("one")),
+            ("team-two", specs[2].token("two")),
+        ]
+        self.progress(f"memory: {self.plan.memory_sessions} sessions over 3 catalogs")
+        query = self.pools["metatool"].take(1)[0]
+        pid = stack.procs["indexer"].pid
+        self.out["memory"] = await memory(
+            stack.indexer_address,
+            pid,
+            callers,
+            self.plan.memory_sessions,
+            query,
+            self.progress,
+            self.plan.idle_seconds,
+        )
+
+    async def small(self) -> None:
+        """Part 4 on the small catalog: the indexer's cold start, then warm opens."""
+        stack = self._stack("small", [CatalogSpec("main", self.catalogs.small)])
+        try:
+            await stack.start_catalogs()
+            self.progress(f"small stack: indexer cold start over {self.catalogs.small.tools} tools")
+            ready = await stack.start_indexer()
+            self.out["session_open"]["indexer_cold_start"]["small"] = started(
+                stack, ready, self.catalogs.small
+            )
+            await stack.start_router()
+            await self.warm_opens(stack, "small", self.catalogs.small)
+        finally:
+            stack.close()
+
+    async def cold(self, size: str, steady_queries: int | None) -> None:
+        """Part 4, cold: a caller's first session on a catalog nobody has embedded, beside a steady load."""
+        catalog = self.catalogs.small if size == "small" else self.catalogs.large
+        steady, cold = (
+            CatalogSpec("resident", self.catalogs.resident, secret()),
+            CatalogSpec("cold", catalog, secret()),
+        )
+        stack = self._stack(f"cold-{size}", [steady, cold], COLD_TIMEOUT)
+        try:
+            await stack.start_catalogs()
+            await stack.start_indexer()
+            await stack.start_router()
+            self.progress(f"session open: cold, {catalog.tools} tools, beside a steady find_tool load")
+            meter = CpuMeter({"indexer": stack.procs["indexer"].pid})
+            started = time.perf_counter()
+            result = await cold_open(
+                stack.mcp_url,
+                cold_token=cold.token("newcomer"),
+                steady_token=steady.token("regular"),
+                cold_query=self.pools["stabletoolbench"].take(1)[0],
+                # None: every query left, however long the open takes
+                steady_queries=self.pools["metatool"].take(steady_queries or self.pools["metatool"].left),
+                warm_queries=self.pools["stabletoolbench"].take(self.plan.cold_next_opens),
+                rate=self.plan.steady_rate,
+                baseline_seconds=self.plan.baseline_seconds,
+            )
+            result["indexer_cpu"] = meter.stop()["indexer"]
+            result["wall_seconds"] = round(time.perf_counter() - started, 2)
+            self.out["session_open"]["cold"][size] = {"tools": catalog.tools, **result}
+        finally:
+            stack.close()
+
+    async def all(self) -> dict[str, Any]:
+        """Every part; one that fails is recorded in `failures` and the others still run."""
+        self.floor()
+        for part, step in (
+            ("large stack", self.large()),
+            ("small stack", self.small()),
+            ("cold open, small", self.cold("small", steady_queries=2_000)),
+            ("cold open, large", self.cold("large", steady_queries=None)),
+        ):
+            await self.guarded(part, step)
+        return self.out
