@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import logging
 import time
+import zlib
 from collections.abc import Awaitable, Callable
 from typing import Literal
 
@@ -164,7 +165,10 @@ class HealthMonitor:
         # A fixed cadence rather than a pause after each probe, so a slow probe does not stretch it.
         loop = asyncio.get_running_loop()
         interval = self._settings.interval
-        due = loop.time() + interval
+        # Each backend keeps its own phase within the interval, so hundreds of backends are not
+        # probed in one burst that starves the requests the indexer is serving.
+        phase = zlib.crc32(backend_id.encode()) / 2**32
+        due = loop.time() + interval * (1 + phase)
         while True:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), max(0.0, due - loop.time()))
