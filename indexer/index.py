@@ -12,14 +12,11 @@ import hashlib
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
 
 import numpy as np
 
-from indexer.search import Hit, SearchIndex, SearchSettings, build_tool_index
+from indexer.search import Hit, Method, SearchIndex, SearchSettings, build_tool_index
 from indexer.tools import Tool
-
-Method = Literal["hybrid", "dense", "lexical"]
 
 
 def fingerprint(tools: Sequence[Tool]) -> str:

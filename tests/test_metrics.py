@@ -23,21 +23,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from indexer.metrics import IndexerMetrics, Snapshot
 from router.indexer_client import IndexerClient
 from tests.support.processes import free_port, start_process
-from tests.support.stack import CLI, Stack, running_stack
+from tests.support.stack import CLI, HEADERS, INITIALIZE, Stack, running_stack
 from toolsearch.logs import current_request_id, current_session
 from toolsearch.v1 import indexer_pb2 as pb
 
-INIT = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-11-25",
-        "capabilities": {},
-        "clientInfo": {"name": "test", "version": "1"},
-    },
-}
-HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 TEXT_LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ [A-Z]+ ")
 
 
@@ -143,7 +132,9 @@ def test_json_logs_name_the_request_and_a_session_prefix(stack: Stack, tmp_path:
     )
     try:
         url = f"http://127.0.0.1:{port}/mcp"
-        opened = httpx2.post(url, json=INIT, headers={**HEADERS, "X-Request-Id": "req-init"}, timeout=10)
+        opened = httpx2.post(
+            url, json=INITIALIZE, headers={**HEADERS, "X-Request-Id": "req-init"}, timeout=10
+        )
         session_id = opened.headers["mcp-session-id"]
         session = {"Mcp-Session-Id": session_id, "MCP-Protocol-Version": "2025-11-25"}
         find = {
