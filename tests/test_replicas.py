@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import signal
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import ExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -229,6 +229,13 @@ async def test_a_health_change_gives_each_session_exactly_one_new_version_across
         assert seen[0].version.number == first + 2
 
 
+def _logged(proc: Proc, text: str) -> Callable[[], Awaitable[bool]]:
+    async def check() -> bool:
+        return text in proc.output()
+
+    return check
+
+
 async def _backends_agree(replicas: Replicas) -> bool:
     statuses = [await asyncio.to_thread(fetch, address, 5.0) for address in replicas.indexers]
     seen = [{b.id: b.status for b in status.backends} for status in statuses]
@@ -248,8 +255,10 @@ async def test_a_redis_outage_answers_503_retry_shortly_and_no_replica_logs_a_tr
             answer = httpx2.post(replicas.mcp_url(router), json=call, headers=headers, timeout=30)
             assert answer.status_code == 503 and answer.headers["retry-after"] == "1"
             assert answer.json()["error"]["message"] == "indexer unavailable, retry shortly"
+        for name in ("indexer1", "indexer2"):  # each replica's lease loop notices on its next beat
+            proc = replicas.procs[name]
+            await until(_logged(proc, "shared state unavailable"), f"{name} reports the outage")
     finally:
         replicas.redis.start()  # empty: the sessions are gone, as with a Redis that lost its data
     for name in ("indexer1", "indexer2"):
-        output = replicas.procs[name].output()
-        assert "Traceback" not in output and "shared state unavailable" in output
+        assert "Traceback" not in replicas.procs[name].output()
