@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 
 import grpc
 
+from indexer.embeddings import Embeddings
 from indexer.errors import (
     IndexerError,
     InvalidRequest,
@@ -82,11 +83,13 @@ def _version_ref(session: Session) -> pb.IndexVersionRef:
 class IndexerService(pb_grpc.IndexerServicer):
     """Answers the router: sessions, searches, resolutions and status."""
 
-    def __init__(self, sessions: SessionManager, registry: Registry, finder: Finder, model: str) -> None:
+    def __init__(
+        self, sessions: SessionManager, registry: Registry, finder: Finder, embeddings: Embeddings
+    ) -> None:
         self._sessions = sessions
         self._registry = registry
         self._finder = finder
-        self._model = model
+        self._embeddings = embeddings
 
     @translated
     async def OpenSession(
@@ -150,7 +153,15 @@ class IndexerService(pb_grpc.IndexerServicer):
 
     @translated
     async def Status(self, request: pb.StatusRequest, context: grpc.aio.ServicerContext) -> pb.StatusResponse:
-        response = pb.StatusResponse(model=self._model)
+        embeddings = self._embeddings
+        response = pb.StatusResponse(
+            model=embeddings.identity,
+            embedding=pb.EmbeddingCounters(
+                model_calls=embeddings.model_calls,
+                texts_embedded=embeddings.texts_embedded,
+                cache_hits=embeddings.cache_hits,
+            ),
+        )
         for state in self._registry.states.values():
             response.backends.append(
                 pb.BackendStatus(

@@ -98,6 +98,7 @@ def test_quick_bench_reports_every_part(tmp_path: Path) -> None:
         latency(cold["steady_baseline"])
         latency(cold["same_caller_next_opens"])
         has(opens["indexer_cold_start"][size], "seconds_to_ready", "cpu_seconds", "tools")
+        assert opens["indexer_cold_start"][size]["texts_embedded"] > 0  # an empty cache: the model ran
     assert opens["warm"]["large"]["tools"] > opens["warm"]["small"]["tools"]
 
     # 5: re-index at three session counts, each a backend going down and recovering
@@ -119,7 +120,8 @@ def test_quick_bench_reports_every_part(tmp_path: Path) -> None:
     assert embedding["cold_build"]["tools_per_second"] > 0
     assert embedding["cold_build"]["texts_embedded"] > 0
     has(embedding["restart"], "texts_embedded", "model_calls", "seconds_to_ready")
-    has(embedding["process_restart"], "seconds_to_ready", "cpu_seconds")
+    has(embedding["process_restart"], "seconds_to_ready", "cpu_seconds", "texts_embedded", "cache_hits")
+    assert embedding["process_restart"]["texts_embedded"] == 0  # the real process re-embeds nothing
 
     assert {t["target"] for t in results["targets"]} and all("pass" in t for t in results["targets"])
     report = (out / "results.md").read_text()

@@ -28,7 +28,14 @@ def fetch(address: str, timeout: float, security: ChannelSecurity | None = None)
 
 def render(status: pb.StatusResponse) -> str:
     """A plain-text report of a Status answer."""
-    lines = [f"model: {status.model}", "", "backends:"]
+    counters = status.embedding
+    lines = [
+        f"model: {status.model}",
+        f"embedding: {counters.texts_embedded} texts in {counters.model_calls} model calls, "
+        f"{counters.cache_hits} from the cache",
+        "",
+        "backends:",
+    ]
     for b in status.backends:
         extra = f"  ({b.last_error})" if b.last_error else ""
         circuit = f" circuit={b.circuit}" if b.circuit else ""

@@ -51,10 +51,14 @@ def started(stack: Stack, seconds: float, catalog: CatalogFile) -> dict[str, Any
         sick = [f"{b.id}: {b.status} {b.last_error}" for b in status.backends if b.status != "healthy"]
         raise RuntimeError(f"the indexer listed {listed} of {catalog.tools} tools; not healthy: {sick[:5]}")
     cpu = psutil.Process(stack.procs["indexer"].pid).cpu_times()
+    counters = status.embedding
     return {
         "tools": catalog.tools,
         "seconds_to_ready": round(seconds, 3),
         "cpu_seconds": round(cpu.user + cpu.system, 2),
+        "texts_embedded": counters.texts_embedded,
+        "model_calls": counters.model_calls,
+        "cache_hits": counters.cache_hits,
     }
 
 

@@ -1,10 +1,11 @@
-"""Cold embedding throughput, and an indexer restart on a filled cache that must embed nothing.
+"""Cold embedding throughput, and an indexer start in this process on a filled cache.
 
 The cold build is the indexer's own `build_version` over a catalog, with an empty embedding cache:
-it times the model work apart from the rest (text views, token counts, BM25, FAISS). The restart is
-the indexer's own start-up (`Indexer.build` then `start`: discovery over MCP from the real catalog
-server, then the warm-up build) run in this process on the cache dir a real indexer process filled,
-so its embedding counters can be read; the indexer process reports no such counter.
+it times the model work apart from the rest (text views, token counts, BM25, FAISS). The in-process
+start is the indexer's own start-up (`Indexer.build` then `start`: discovery over MCP from the real
+catalog server, then the warm-up build) on the cache dir a real indexer process filled; the
+re-index part runs on it. The restart that must embed nothing is judged on the real process, by the
+embedding counters of its Status answer (`catalogs.started`).
 """
 
 from __future__ import annotations

@@ -205,7 +205,7 @@ def reindex_memory(results: dict[str, Any]) -> list[str]:
     lines.append(
         row(f"all {mem['sessions']} ({alive})", mem["all_sessions"]["rss_mb"], mem["all_sessions"]["uss_mb"])
     )
-    cold, restart = results["embedding"]["cold_build"], results["embedding"]["restart"]
+    cold, restart = results["embedding"]["cold_build"], results["embedding"]["process_restart"]
     bg = results["background"]
     return [
         *lines,
@@ -215,9 +215,9 @@ def reindex_memory(results: dict[str, Any]) -> list[str]:
         f"- Cold build of {cold['tools']} tools: {cold['build_seconds']} s, "
         f"{cold['tools_per_second']} tools/s; {cold['texts_embedded']} texts in "
         f"{cold['model_calls']} model calls, {cold['texts_per_second']} texts/s.",
-        f"- Restart on the filled cache: {restart['texts_embedded']} texts embedded, "
-        f"{restart['model_calls']} model calls; ready in {restart['seconds_to_ready']} s "
-        f"({restart['tools']} tools).",
+        f"- Indexer process restarted on the filled cache: {restart['texts_embedded']} texts embedded, "
+        f"{restart['model_calls']} model calls, {restart['cache_hits']} texts from the cache; ready in "
+        f"{restart['seconds_to_ready']} s ({restart['tools']} tools).",
         f"- Idle for {bg['wall_seconds']:.0f} s, {bg['backends']} backends probed every "
         f"{results.get('health_probes', {}).get('interval_seconds', '?')} s: "
         f"indexer {bg['indexer']['core_percent']}% of a core, "

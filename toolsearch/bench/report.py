@@ -76,7 +76,7 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     sessions = get("memory", "sessions")
     delta = get("memory", "delta_rss_mb")
     out.append(_target(f"indexer RSS above idle, {sessions} sessions, 3 catalogs", delta, 300, "MB"))
-    texts = get("embedding", "restart", "texts_embedded")
+    texts = get("embedding", "process_restart", "texts_embedded")
     out.append(_target("texts embedded by a restart on a filled cache", texts, 0, "texts"))
     return out
 

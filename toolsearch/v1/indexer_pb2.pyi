@@ -620,6 +620,36 @@ class VersionStatus(_message.Message):
 Global___VersionStatus: _TypeAlias = VersionStatus  # noqa: Y015
 
 @_typing.final
+class EmbeddingCounters(_message.Message):
+    """What the embedding model has done since the indexer started."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MODEL_CALLS_FIELD_NUMBER: _builtins.int
+    TEXTS_EMBEDDED_FIELD_NUMBER: _builtins.int
+    CACHE_HITS_FIELD_NUMBER: _builtins.int
+    model_calls: _builtins.int
+    """calls of the model"""
+    texts_embedded: _builtins.int
+    """texts passed to the model"""
+    cache_hits: _builtins.int
+    """distinct texts answered from the cache, without the model"""
+    def __init__(
+        self,
+        *,
+        model_calls: _builtins.int = ...,
+        texts_embedded: _builtins.int = ...,
+        cache_hits: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cache_hits", b"cache_hits", "model_calls", b"model_calls", "texts_embedded", b"texts_embedded"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___EmbeddingCounters: _TypeAlias = EmbeddingCounters  # noqa: Y015
+
+@_typing.final
 class StatusResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -627,6 +657,7 @@ class StatusResponse(_message.Message):
     BACKENDS_FIELD_NUMBER: _builtins.int
     SESSIONS_FIELD_NUMBER: _builtins.int
     VERSIONS_FIELD_NUMBER: _builtins.int
+    EMBEDDING_FIELD_NUMBER: _builtins.int
     model: _builtins.str
     @_builtins.property
     def backends(self) -> _containers.RepeatedCompositeFieldContainer[Global___BackendStatus]: ...
@@ -634,6 +665,8 @@ class StatusResponse(_message.Message):
     def sessions(self) -> _containers.RepeatedCompositeFieldContainer[Global___SessionStatus]: ...
     @_builtins.property
     def versions(self) -> _containers.RepeatedCompositeFieldContainer[Global___VersionStatus]: ...
+    @_builtins.property
+    def embedding(self) -> Global___EmbeddingCounters: ...
     def __init__(
         self,
         *,
@@ -641,10 +674,11 @@ class StatusResponse(_message.Message):
         backends: _abc.Iterable[Global___BackendStatus] | None = ...,
         sessions: _abc.Iterable[Global___SessionStatus] | None = ...,
         versions: _abc.Iterable[Global___VersionStatus] | None = ...,
+        embedding: Global___EmbeddingCounters | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["embedding", b"embedding"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["backends", b"backends", "model", b"model", "sessions", b"sessions", "versions", b"versions"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["backends", b"backends", "embedding", b"embedding", "model", b"model", "sessions", b"sessions", "versions", b"versions"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
