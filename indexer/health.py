@@ -1,6 +1,7 @@
 """Backend health: each backend probed on an interval, its status judged from the outcomes.
 
-A probe is what discovery does (MCP `initialize` + `tools/list`), bounded by the health timeout.
+A probe is what discovery does (MCP `initialize` + `tools/list`), bounded by the health timeout;
+at most `max_concurrent_probes` run at once, and a probe's timeout starts once it holds a slot.
 `judge` turns the previous status and one outcome into the next status; `CircuitBreaker` decides
 whether a dead backend is probed at all; `HealthMonitor` runs one probe loop per backend, records the
 verdicts in the `Registry`, and calls `Registry.changed(reason)` when what sessions may see changes:
@@ -15,7 +16,7 @@ import contextlib
 import logging
 import time
 import zlib
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Literal
 
 from indexer.discovery import Listing
@@ -116,12 +117,21 @@ class HealthMonitor:
         self._breakers: dict[str, CircuitBreaker] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._stops: dict[str, asyncio.Event] = {}
+        # Probes in flight, over all backends: hundreds at once would take the event loop from the
+        # requests being served, and wait for the shared connection pool.
+        self._slots = asyncio.Semaphore(settings.max_concurrent_probes)
+        self._queued: set[asyncio.Task[object]] = set()  # tasks waiting for a slot
         self.probes = 0
 
     @property
     def tracked(self) -> list[str]:
         """The backends with a running probe loop."""
         return [b for b, task in self._tasks.items() if not task.done()]
+
+    @property
+    def queued(self) -> int:
+        """How many probes wait for a slot now."""
+        return len(self._queued)
 
     def start(self) -> None:
         """Start a probe loop for every backend of the registry."""
@@ -142,24 +152,27 @@ class HealthMonitor:
         )
 
     async def untrack(self, backend_id: str) -> None:
-        """Stop probing one backend and wait until its loop has ended."""
+        """Stop probing one backend, wait until its loop has ended, and close its probe client."""
         self._breakers.pop(backend_id, None)
         task = self._tasks.pop(backend_id, None)
         stop = self._stops.pop(backend_id, None)
-        if task is None or stop is None:
-            return
-        stop.set()
-        # A probe in flight is let finish (its timeout bounds it): cancelling the MCP client half-way
-        # through an exchange can leave the SDK's own tasks waiting forever.
-        done, _ = await asyncio.wait({task}, timeout=self._settings.timeout + 2 * _GUARD_SLACK)
-        if not done:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        if task is not None and stop is not None:
+            stop.set()
+            if task in self._queued:
+                task.cancel()  # still waiting for a slot: no exchange has begun, so it can end now
+            # A probe in flight is let finish (its timeout bounds it): cancelling the MCP client
+            # half-way through an exchange can leave the SDK's own tasks waiting forever.
+            done, _ = await asyncio.wait({task}, timeout=self._settings.timeout + 2 * _GUARD_SLACK)
+            if not done:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        await self._registry.close_probe_client(backend_id)
 
     async def close(self) -> None:
-        """Stop every probe loop, all at once."""
+        """Stop every probe loop, all at once, and close every probe client."""
         await asyncio.gather(*(self.untrack(backend_id) for backend_id in list(self._tasks)))
+        await self._registry.close_probe_clients()
 
     async def _loop(self, backend_id: str, stop: asyncio.Event) -> None:
         # A fixed cadence rather than a pause after each probe, so a slow probe does not stretch it.
@@ -188,6 +201,21 @@ class HealthMonitor:
                 # a bug in one verdict must not end monitoring of this backend
                 logger.exception("health probe of %s failed unexpectedly", backend_id)
 
+    @contextlib.asynccontextmanager
+    async def _slot(self) -> AsyncIterator[None]:
+        """Hold one of the probe slots; while waiting, `untrack` may cancel the task at once."""
+        task = asyncio.current_task()
+        assert task is not None
+        self._queued.add(task)
+        try:
+            await self._slots.acquire()
+        finally:
+            self._queued.discard(task)
+        try:
+            yield
+        finally:
+            self._slots.release()
+
     async def _outcome(self, backend: Backend) -> tuple[Outcome, Listing | None, BackendError | None]:
         timeout = min(self._settings.timeout, backend.timeout)
         try:
@@ -205,13 +233,17 @@ class HealthMonitor:
         return "ok", listing, None
 
     async def check(self, backend_id: str) -> str | None:
-        """Probe one backend now and record the verdict; returns the reason it was announced, if any."""
+        """Probe one backend once a slot is free and record the verdict; returns the reason announced, if any.
+
+        Neither the timeout nor the latency counts the wait for a slot: waiting is not the backend's doing.
+        """
         state = self._registry.states.get(backend_id)
         if state is None:
             return None
-        started = time.perf_counter()
-        outcome, listing, error = await self._outcome(state.config)
-        latency = time.perf_counter() - started
+        async with self._slot():
+            started = time.perf_counter()
+            outcome, listing, error = await self._outcome(state.config)
+            latency = time.perf_counter() - started
         self.probes += 1
         if self._registry.states.get(backend_id) is not state:
             return None  # removed or replaced by a config reload while it was probed

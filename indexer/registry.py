@@ -8,6 +8,7 @@ caller's token (see `indexer.sessions`). The health monitor updates the statuses
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import time
@@ -17,8 +18,8 @@ from typing import Literal
 
 import httpx2
 
-from indexer.discovery import Listing, list_tools
-from indexer.errors import BackendError, BackendRejected, InvalidRequest
+from indexer.discovery import Listing, ProbeClient, list_tools, pinned_mode
+from indexer.errors import BackendError, BackendRejected, BackendUnavailable, InvalidRequest
 from toolsearch.config import Backend
 
 Status = Literal["healthy", "degraded", "unhealthy", "unknown", "unauthenticated"]
@@ -79,6 +80,7 @@ class Registry:
         self._transport = transport
         self.states: dict[str, BackendState] = {b.id: BackendState(config=b) for b in backends}
         self._listeners: list[Callable[[str], None]] = []
+        self._probe_clients: dict[str, ProbeClient] = {}  # one per probed backend, kept across probes
 
     def subscribe(self, listener: Callable[[str], None]) -> None:
         """Call `listener(reason)` whenever what a session may see of the backends changes."""
@@ -126,13 +128,73 @@ class Registry:
         self.states.pop(backend_id, None)
 
     async def probe(self, backend: Backend, timeout: float) -> Listing:
-        """List a backend as a health probe: with its own credentials, or none for passthrough ones."""
-        if backend.auth.type == "passthrough":
-            # No caller is at hand: a 401/403 (BackendRejected) then still proves it answers.
-            return await list_tools(
-                backend.id, backend.url, {}, min(timeout, backend.timeout), transport=self._transport
-            )
-        return await self.list_backend(backend, timeout=timeout)
+        """List a backend as a health probe: with its own credentials, or none for passthrough ones.
+
+        While the backend answers, a probe reuses its HTTP client and speaks the protocol version it
+        answered in last, without negotiating again. After a failure it negotiates ("auto"), and a
+        pinned version the backend now refuses is retried with negotiation in the time left, so a
+        backend that changed its protocol is not counted as failing.
+        """
+        timeout = min(timeout, backend.timeout)
+        # No caller is at hand for a passthrough backend: a 401/403 (BackendRejected) then still
+        # proves it answers.
+        headers = {} if backend.auth.type == "passthrough" else self.headers(backend, None)
+        state = self.states.get(backend.id)
+        if state is None or state.config is not backend:
+            # removed or replaced meanwhile: nothing to pin, no client to keep
+            return await list_tools(backend.id, backend.url, headers, timeout, transport=self._transport)
+        mode = pinned_mode(state.protocol_version) if state.consecutive_failures == 0 else "auto"
+        client, stale = self._claim_probe_client(backend.id, headers, timeout)
+        try:
+            if stale is not None:
+                await stale.aclose()
+            started = time.perf_counter()
+            try:
+                return await list_tools(
+                    backend.id, backend.url, headers, timeout, self._transport, mode=mode, client=client
+                )
+            except BackendUnavailable as refused:
+                left = timeout - (time.perf_counter() - started)
+                if mode == "auto" or left <= 0:
+                    raise
+                with contextlib.suppress(BackendUnavailable):
+                    return await list_tools(
+                        backend.id, backend.url, headers, left, self._transport, client=client
+                    )
+                # the retry was only in case the protocol changed: report what the probe itself met
+                raise refused
+        finally:
+            if client is not None:
+                client.busy = False
+
+    def _claim_probe_client(
+        self, backend_id: str, headers: Mapping[str, str], timeout: float
+    ) -> tuple[ProbeClient | None, ProbeClient | None]:
+        """Claim the backend's kept probe client; returns it and a replaced one for the caller to close.
+
+        A client is built anew when the headers or timeout changed. While another probe of the same
+        backend holds it, there is none to claim (None): that listing builds a client of its own.
+        """
+        client = self._probe_clients.get(backend_id)
+        if client is not None and client.busy:
+            return None, None
+        stale = None
+        if client is None or not client.fits(headers, timeout):
+            stale, client = client, ProbeClient(headers, timeout, self._transport)
+            self._probe_clients[backend_id] = client
+        client.busy = True
+        return client, stale
+
+    async def close_probe_client(self, backend_id: str) -> None:
+        """Close a backend's kept probe client, when it is no longer probed."""
+        client = self._probe_clients.pop(backend_id, None)
+        if client is not None:
+            await client.aclose()
+
+    async def close_probe_clients(self) -> None:
+        """Close every kept probe client (the shared transport stays open: its owner closes it)."""
+        for backend_id in list(self._probe_clients):
+            await self.close_probe_client(backend_id)
 
     def record_listing(self, backend_id: str, listing: Listing, status: Status = "healthy") -> bool:
         """Store a successful listing; returns whether the tool list changed."""
@@ -176,7 +238,13 @@ class Registry:
             # Listed per caller; here only whether it answers at all matters.
             started = time.perf_counter()
             try:
-                await self.probe(backend, self._timeout)
+                await list_tools(
+                    backend.id,
+                    backend.url,
+                    {},
+                    min(self._timeout, backend.timeout),
+                    transport=self._transport,
+                )
             except BackendRejected:
                 self.record_answer(backend_id, time.perf_counter() - started, "healthy")
             except BackendError as exc:

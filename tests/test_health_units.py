@@ -1,19 +1,28 @@
 """Health without processes: the status rules, the circuit breaker, the monitor and the fan-out.
 
 Probes are fake coroutines and the breaker's clock is a number the test moves, so every case runs
-in milliseconds; loops that must run for real wait on conditions, never on fixed sleeps.
+in milliseconds; loops that must run for real wait on conditions, never on fixed sleeps. What a probe
+sends over the wire is checked against an in-process MCP server behind the registry's transport.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+import contextlib
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
+import httpx2
+import mcp_types as types
 import pytest
+from mcp.server.lowlevel.server import Server
+from mcp.server.transport_security import TransportSecuritySettings
 
 from indexer.discovery import Listing
 from indexer.errors import BackendRejected, BackendUnavailable
 from indexer.fanout import Rebuilder, summarise
+from indexer.health import _GUARD_SLACK as GUARD_SLACK
 from indexer.health import CircuitBreaker, HealthMonitor, judge
 from indexer.registry import Registry, Status
 from toolsearch.config import Backend, BackendAuth, Health
@@ -209,6 +218,230 @@ async def test_an_open_circuit_stops_probing_until_the_cooldown_passes() -> None
         assert registry.get("b").circuit == "closed"
     finally:
         await monitor.close()
+
+
+class GatedBackends:
+    """A probe that holds each backend's answer until the test opens that backend's gate."""
+
+    def __init__(self) -> None:
+        self.gates: dict[str, asyncio.Event] = {}
+        self.started: list[str] = []
+        self.in_flight = 0
+        self.most_in_flight = 0
+
+    def gate(self, backend_id: str) -> asyncio.Event:
+        return self.gates.setdefault(backend_id, asyncio.Event())
+
+    async def __call__(self, backend: Backend, timeout: float) -> Listing:
+        self.started.append(backend.id)
+        self.in_flight += 1
+        self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        try:
+            await self.gate(backend.id).wait()
+        finally:
+            self.in_flight -= 1
+        return listing("tool")
+
+
+def listed_registry(*backends: Backend, transport: httpx2.AsyncBaseTransport | None = None) -> Registry:
+    registry = Registry(backends, {}, timeout=5.0, transport=transport)
+    for backend in backends:
+        registry.record_listing(backend.id, listing("tool"))
+    return registry
+
+
+async def test_no_more_than_the_cap_of_probes_run_at_once() -> None:
+    backends = [Backend(id=f"b{n}", url=f"http://127.0.0.1:9/b{n}") for n in range(6)]
+    registry = listed_registry(*backends)
+    gated = GatedBackends()
+    monitor = HealthMonitor(registry, Health(max_concurrent_probes=2), gated)
+    checks = [asyncio.create_task(monitor.check(b.id)) for b in backends]
+    await wait_for(lambda: gated.in_flight == 2 and monitor.queued == 4)
+    for backend in backends:
+        gated.gate(backend.id).set()
+    async with asyncio.timeout(WAIT):
+        await asyncio.gather(*checks)
+    assert gated.most_in_flight == 2
+    assert sorted(gated.started) == [b.id for b in backends]
+    assert {registry.get(b.id).status for b in backends} == {"healthy"}
+    assert monitor.queued == 0
+
+
+async def test_waiting_for_a_slot_counts_neither_towards_the_timeout_nor_the_latency() -> None:
+    slow = Backend(id="slow", url="http://127.0.0.1:9/slow")
+    quick = Backend(id="quick", url="http://127.0.0.1:9/quick", timeout=0.1)
+    registry = listed_registry(slow, quick)
+    started: list[str] = []
+
+    async def probe(backend: Backend, timeout: float) -> Listing:
+        started.append(backend.id)
+        if backend.id == "slow":
+            # the slow backend's answer time: longer than quick's timeout, even with the guard's slack
+            await asyncio.sleep(0.1 + GUARD_SLACK + 0.2)
+        return listing("tool")
+
+    settings = Health(max_concurrent_probes=1, unhealthy_after=1, degraded_latency=0.2)
+    monitor = HealthMonitor(registry, settings, probe)
+    holding = asyncio.create_task(monitor.check("slow"))
+    await wait_for(lambda: started == ["slow"])
+    async with asyncio.timeout(WAIT):
+        assert await monitor.check("quick") is None
+        await holding
+    assert registry.get("quick").status == "healthy"  # not unhealthy (timed out), not degraded (slow)
+    assert registry.get("slow").status == "degraded"
+
+
+async def test_untracking_a_backend_that_waits_for_a_slot_ends_its_loop_at_once() -> None:
+    backends = [Backend(id=b, url=f"http://127.0.0.1:9/{b}") for b in "abc"]
+    gated = GatedBackends()
+    settings = Health(interval=0.02, timeout=5.0, max_concurrent_probes=1)
+    monitor = HealthMonitor(listed_registry(*backends), settings, gated)
+    monitor.start()
+    try:
+        await wait_for(lambda: gated.in_flight == 1 and monitor.queued == 2)
+        holder = gated.started[0]
+        waiting = next(b.id for b in backends if b.id != holder)
+        async with asyncio.timeout(1.0):  # far less than the 5 s a probe in flight is granted
+            await monitor.untrack(waiting)
+        assert waiting not in gated.started and waiting not in monitor.tracked
+        assert monitor.queued == 1
+    finally:
+        for backend in backends:
+            gated.gate(backend.id).set()
+        await monitor.close()
+    assert monitor.tracked == []
+
+
+async def test_a_failed_probe_gives_its_slot_back() -> None:
+    monitor, registry, fake, _ = make_monitor(Health(max_concurrent_probes=1, unhealthy_after=1))
+    fake.answers["a"] = BackendUnavailable("a", "connection refused")
+    async with asyncio.timeout(WAIT):
+        await monitor.check("a")
+        await monitor.check("a")
+        assert await monitor.check("b") is None
+    assert registry.get("a").status == "unhealthy" and registry.get("b").status == "healthy"
+
+
+class WireBackend(httpx2.AsyncBaseTransport):
+    """The registry's shared transport to an in-process MCP server: notes each JSON-RPC method sent,
+    and answers in the backend's stead with an HTTP status when the test says so."""
+
+    def __init__(self, app: Any) -> None:
+        self._inner = httpx2.ASGITransport(app)
+        self.methods: list[str] = []
+        self.status: int | None = None  # answer every request with this status
+        self.refused: set[str] = set()  # JSON-RPC methods answered with HTTP 400
+        self.closed = False
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        method = json.loads(request.content).get("method", "") if request.content else request.method
+        self.methods.append(method)
+        if self.status is not None:
+            return httpx2.Response(self.status)
+        if method in self.refused:
+            return httpx2.Response(400, json={"error": f"{method} is not supported"})
+        return await self._inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        self.closed = True
+        await self._inner.aclose()
+
+
+@contextlib.asynccontextmanager
+async def wire_backend() -> AsyncIterator[tuple[WireBackend, Registry, HealthMonitor]]:
+    """A registry of one discovered backend `m` (an in-process MCP server) and a monitor probing it."""
+
+    async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=[types.Tool(name="add", input_schema={"type": "object"})])
+
+    app = Server("math", on_list_tools=list_tools).streamable_http_app(
+        stateless_http=True,
+        json_response=True,
+        transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+    )
+    async with app.router.lifespan_context(app):
+        transport = WireBackend(app)
+        registry = Registry([Backend(id="m", url="http://m.test/mcp")], {}, timeout=5.0, transport=transport)
+        await registry.discover("m")
+        assert registry.get("m").status == "healthy"
+        monitor = HealthMonitor(registry, Health(unhealthy_after=1))
+        try:
+            yield transport, registry, monitor
+        finally:
+            await monitor.close()
+
+
+async def test_a_probe_speaks_the_protocol_the_backend_answered_in_without_negotiating_again() -> None:
+    async with wire_backend() as (wire, registry, monitor):
+        assert registry.get("m").protocol_version == "2026-07-28"
+        wire.methods.clear()
+        await monitor.check("m")
+        assert wire.methods == ["tools/list"]  # no server/discover before it
+        registry.get("m").protocol_version = "2025-11-25"  # as if it had answered the handshake
+        wire.methods.clear()
+        await monitor.check("m")
+        assert wire.methods[0] == "initialize" and "server/discover" not in wire.methods
+        assert registry.get("m").status == "healthy"
+
+
+async def test_after_a_failed_probe_the_next_one_negotiates_the_protocol_again() -> None:
+    async with wire_backend() as (wire, registry, monitor):
+        wire.status = 503
+        await monitor.check("m")
+        assert registry.get("m").status == "unhealthy"
+        wire.status = None
+        wire.methods.clear()
+        assert await monitor.check("m") == "backend m recovered"
+        assert wire.methods[0] == "server/discover"
+        wire.methods.clear()
+        await monitor.check("m")
+        assert wire.methods == ["tools/list"]
+
+
+async def test_a_backend_that_dropped_its_pinned_protocol_is_listed_by_negotiating_at_once() -> None:
+    async with wire_backend() as (wire, registry, monitor):
+        registry.get("m").protocol_version = "2025-11-25"
+        wire.refused = {"initialize"}
+        wire.methods.clear()
+        assert await monitor.check("m") is None
+        assert wire.methods[:2] == ["initialize", "server/discover"]
+        state = registry.get("m")
+        assert state.status == "healthy" and state.consecutive_failures == 0
+        assert state.protocol_version == "2026-07-28"
+
+
+async def test_probes_of_one_backend_share_one_http_client_closed_with_the_monitor(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    built: list[httpx2.AsyncClient] = []
+
+    class CountedClient(httpx2.AsyncClient):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            built.append(self)
+
+    async with wire_backend() as (wire, registry, monitor):
+        monkeypatch.setattr(httpx2, "AsyncClient", CountedClient)
+        for _ in range(3):
+            await monitor.check("m")
+        assert len(built) == 1 and not built[0].is_closed
+        await monitor.close()
+        assert built[0].is_closed
+        assert not wire.closed  # the pool is shared with discovery and every other backend
+        await registry.discover("m")
+        assert registry.get("m").status == "healthy"
+
+
+async def test_a_kept_client_reports_a_401_only_for_the_probe_that_met_it() -> None:
+    async with wire_backend() as (wire, registry, monitor):
+        wire.status = 401
+        assert await monitor.check("m") == "backend m unauthenticated"
+        wire.status = 503
+        await monitor.check("m")
+        assert registry.get("m").status == "unhealthy"
+        wire.status = None
+        assert await monitor.check("m") == "backend m recovered"
+        assert registry.get("m").status == "degraded"
 
 
 async def _counting(

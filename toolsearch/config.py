@@ -135,6 +135,7 @@ class Health(_Model):
     timeout: float = Field(default=5.0, gt=0)
     unhealthy_after: int = Field(default=3, ge=1)
     degraded_latency: float = Field(default=2.0, gt=0)
+    max_concurrent_probes: int = Field(default=16, ge=1)  # probes in flight at once, over all backends
     circuit_breaker: CircuitBreaker = CircuitBreaker()
 
 
