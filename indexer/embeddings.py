@@ -15,7 +15,9 @@ cannot be used, the cache runs from memory. Replicas that share state through Re
 there instead (`indexer.state`), with the same keys and the same checks on read.
 
 Model calls are serialised by a gate that lets a waiting query go before the next chunk of a large
-document batch, so `find_tool` latency stays low while an index builds.
+document batch, so `find_tool` latency stays low while an index builds. A chunk is bounded by its
+padded size in characters as well as by its count, and texts are chunked longest first, so that
+chunk mates pad little and no chunk holds the model for more than a fraction of a second.
 """
 
 from __future__ import annotations
@@ -42,6 +44,9 @@ _log = logging.getLogger(__name__)
 
 _SCHEMA_VERSION = "1"
 _QUERY_BATCH = 64  # queries per model call: more only delays the first of them
+# a document chunk's padded size (texts x its longest, in characters): about 500 word pieces,
+# a fraction of a second of one torch thread, which is as long as a waiting query can wait
+_DOCUMENT_CHARS = 2048
 _SQL_VARIABLES = 500  # keys per SELECT, under SQLite's bound-parameter limit
 _CORRUPTION_CODES = {sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB}
 
@@ -233,17 +238,21 @@ class Embeddings:
         memory_items: int = 200_000,
         *,
         query_items: int = 4096,
-        document_batch: int = 256,
+        document_batch: int = 64,
+        document_chars: int = _DOCUMENT_CHARS,
         store: EmbeddingStore | None = None,
     ) -> None:
         if document_batch < 1:
             raise ValueError("document_batch must be at least 1")
+        if document_chars < 1:
+            raise ValueError("document_chars must be at least 1")
         self.embedder = embedder
         self._identity = embedder.identity.encode() + b"\0"
         self._dimension = embedder.dimension
         self._memory_items = memory_items
         self._query_items = query_items
         self._document_batch = document_batch
+        self._document_chars = document_chars
         self._lock = threading.Lock()
         self._memory: OrderedDict[bytes, Vectors] = OrderedDict()
         self._disk: EmbeddingStore | None = store
@@ -277,8 +286,9 @@ class Embeddings:
     def embed_documents(self, texts: Sequence[str]) -> Vectors:
         """Vectors for `texts`, (n, dimension) float32; only texts never seen before reach the model.
 
-        Blocking. Misses are embedded in chunks of `document_batch` texts, each stored as it comes,
-        so an interrupted build keeps what it paid for.
+        Blocking. Misses are embedded longest first in chunks of at most `document_batch` texts and
+        `document_chars` padded characters (a text longer than that is a chunk alone), each stored as
+        it comes, so an interrupted build keeps what it paid for and a query waits one chunk at most.
         """
         keys = [self.key(text) for text in texts]
         unique = dict(zip(keys, texts, strict=True))
@@ -305,8 +315,9 @@ class Embeddings:
         with self._lock:
             self.cache_hits += len(unique) - len(missing)
             self.cache_misses += len(missing)
-        for start in range(0, len(missing), self._document_batch):
-            chunk = missing[start : start + self._document_batch]
+        lengths = [len(unique[key]) for key in missing]
+        for rows in padded_chunks(lengths, self._document_batch, self._document_chars):
+            chunk = [missing[row] for row in rows]
             vectors = self._embed([unique[key] for key in chunk], query=False)
             fresh = {key: self._frozen(vector) for key, vector in zip(chunk, vectors, strict=True)}
             found.update(fresh)
@@ -422,6 +433,24 @@ class Embeddings:
         self._executor.shutdown(wait=True, cancel_futures=True)
         if self._disk is not None:
             self._disk.close()
+
+
+def padded_chunks(lengths: Sequence[int], max_items: int, max_padded: int) -> Iterator[list[int]]:
+    """Positions of `lengths` in chunks, longest first, each chunk's count x its longest <= `max_padded`.
+
+    A model call pads every text to the longest of its batch, so its cost is about count x longest;
+    sorted, chunk mates are of like length and little is padding. A text longer than `max_padded`
+    goes alone. At most `max_items` per chunk.
+    """
+    order = sorted(range(len(lengths)), key=lambda row: -lengths[row])
+    chunk: list[int] = []
+    for row in order:
+        if chunk and (len(chunk) >= max_items or (len(chunk) + 1) * max(lengths[chunk[0]], 1) > max_padded):
+            yield chunk
+            chunk = []
+        chunk.append(row)
+    if chunk:
+        yield chunk
 
 
 def _unit_rows(array: Vectors) -> npt.NDArray[np.bool_]:

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 from indexer.embedder import Embedder, EmbedderError, FakeEmbedder, Vectors
-from indexer.embeddings import Embeddings
+from indexer.embedder.sentence import padding_batches
+from indexer.embeddings import Embeddings, padded_chunks
 from toolsearch.model import prepare_default_model
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -275,8 +276,40 @@ async def test_a_query_goes_before_the_next_chunk_of_a_document_build() -> None:
     await until(lambda: embeddings._gate.queries_waiting == 1)
     held.release.set()
     await asyncio.wait_for(asyncio.gather(build, query), 10)
-    assert held.batches == [TOOL_TEXTS[:2], ["find the weather"], TOOL_TEXTS[2:4], TOOL_TEXTS[4:]]
+    longest_first = sorted(TOOL_TEXTS, key=len, reverse=True)
+    assert held.batches == [longest_first[:2], ["find the weather"], longest_first[2:4], longest_first[4:]]
     embeddings.close()
+
+
+async def test_a_waiting_query_runs_before_the_rest_of_a_large_document_build() -> None:
+    held = HeldEmbedder()
+    embeddings = Embeddings(held, None)  # the default chunking
+    texts = [f"tool {i}: " + "does one thing with its options " * (1 + i % 12) for i in range(400)]
+    build = asyncio.create_task(asyncio.to_thread(embeddings.embed_documents, texts))
+    assert await asyncio.to_thread(held.entered.wait, 10)
+    query = asyncio.create_task(embeddings.embed_query("find the weather"))
+    await until(lambda: embeddings._gate.queries_waiting == 1)
+    held.release.set()
+    vectors, _ = await asyncio.wait_for(asyncio.gather(build, query), 10)
+    first, second, *rest = held.batches
+    assert second == ["find the weather"]
+    # the query waited for one small chunk, not for hundreds of texts of the build
+    assert len(first) * max(map(len, first)) <= 2048 and len(first) < 10
+    assert sorted(text for batch in [first, *rest] for text in batch) == sorted(texts)
+    np.testing.assert_array_equal(vectors, FakeEmbedder().embed(texts))
+    embeddings.close()
+
+
+def test_document_chunks_go_longest_first_and_stay_within_their_padded_size() -> None:
+    lengths = [10, 300, 40, 1200, 290, 35, 5, 310, 45]
+    chunks = list(padded_chunks(lengths, max_items=3, max_padded=1000))
+    assert sorted(row for chunk in chunks for row in chunk) == list(range(len(lengths)))
+    flat = [lengths[row] for chunk in chunks for row in chunk]
+    assert flat == sorted(lengths, reverse=True)
+    assert chunks[0] == [3]  # longer than the budget: alone
+    for chunk in chunks[1:]:
+        assert len(chunk) <= 3 and len(chunk) * lengths[chunk[0]] <= 1000
+    assert list(padded_chunks([], 3, 1000)) == []
 
 
 async def test_an_embedder_returning_the_wrong_shape_is_reported() -> None:
@@ -337,3 +370,29 @@ def test_loading_a_missing_model_folder_says_how_to_prepare_it(tmp_path: Path) -
     (tmp_path / "empty").mkdir()
     with pytest.raises(EmbedderError, match="not a sentence-transformers model"):
         SentenceTransformerEmbedder(tmp_path / "empty")
+
+
+def test_a_long_query_and_its_short_sentences_go_to_the_model_in_separate_batches() -> None:
+    # the whole query, then its three sentences: one batch would be mostly padding
+    assert padding_batches([240, 80, 75, 70], max_size=64) == [[0], [1, 2, 3]]
+
+
+def test_texts_of_like_length_share_a_batch_up_to_the_batch_size() -> None:
+    assert padding_batches([50, 48, 52, 49, 51], max_size=64) == [[2, 4, 0, 3, 1]]
+    assert padding_batches([50] * 5, max_size=2) == [[0, 1], [2, 3], [4]]
+    assert padding_batches([], max_size=8) == []
+
+
+def test_the_real_model_gives_each_text_the_same_vector_whichever_batch_it_lands_in(
+    minilm: Embedder,
+) -> None:
+    texts = [
+        "Get the weather forecast for Paris tomorrow, then email it to Bob and book a table for two.",
+        "Get the weather forecast for Paris tomorrow.",
+        "Then email it to Bob.",
+        "Book a table.",
+        *TOOL_TEXTS,
+    ]
+    together = minilm.embed(texts)
+    alone = np.vstack([minilm.embed([text]) for text in texts])
+    np.testing.assert_allclose(together, alone, atol=1e-5)

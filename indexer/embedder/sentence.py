@@ -14,6 +14,8 @@ import numpy as np
 
 from indexer.embedder.base import EmbedderError, Vectors
 
+MAX_PADDING = 0.25  # the share of a forward pass that may be padding before a batch is split
+
 
 def folder_digest(folder: Path) -> str:
     """A sha256 over every file of a model folder (weights, tokenizer, configuration), hidden ones aside.
@@ -98,23 +100,28 @@ class SentenceTransformerEmbedder:
         return self._max_tokens
 
     def embed(self, texts: Sequence[str]) -> Vectors:
-        """Embed `texts` in batches of `batch_size`: (n, dimension) float32, L2-normalised."""
+        """Embed `texts`: (n, dimension) float32, L2-normalised.
+
+        Texts go to the model in batches of like length (`padding_batches`), at most `batch_size`
+        each: a forward pass pads every text to its batch's longest, so one batch of a long query and
+        short sentences would mostly compute padding.
+        """
         if not texts:
             return np.zeros((0, self._dimension), dtype=np.float32)
+        array = np.empty((len(texts), self._dimension), dtype=np.float32)
         try:
             with self._lock:
-                vectors = self._model.encode(
-                    list(texts),
-                    batch_size=self._batch_size,
-                    normalize_embeddings=True,
-                    convert_to_numpy=True,
-                    show_progress_bar=False,
-                )
+                for rows in padding_batches([len(text) for text in texts], self._batch_size):
+                    vectors = self._model.encode(
+                        [texts[row] for row in rows],
+                        batch_size=self._batch_size,
+                        normalize_embeddings=True,
+                        convert_to_numpy=True,
+                        show_progress_bar=False,
+                    )
+                    array[rows] = np.asarray(vectors, dtype=np.float32).reshape(len(rows), -1)
         except Exception as exc:
             raise EmbedderError(f"embedding {len(texts)} texts failed: {exc}") from exc
-        array = np.ascontiguousarray(vectors, dtype=np.float32)
-        if array.shape != (len(texts), self._dimension):
-            raise EmbedderError(f"model returned shape {array.shape} for {len(texts)} texts")
         return array
 
     def count_tokens(self, text: str) -> int:
@@ -122,6 +129,30 @@ class SentenceTransformerEmbedder:
         with self._counter_lock:
             encoded = self._counter(text, add_special_tokens=True, truncation=False, verbose=False)
         return len(encoded["input_ids"])
+
+
+def padding_batches(lengths: Sequence[int], max_size: int, max_waste: float = MAX_PADDING) -> list[list[int]]:
+    """Positions of `lengths` in batches, longest first, each padding at most `max_waste` of its size.
+
+    A batch's cost is its count times its longest; the padding is what its shorter texts leave of
+    that. A batch closes when the next text would take the padding past `max_waste`, or at `max_size`.
+    """
+    order = sorted(range(len(lengths)), key=lambda row: -lengths[row])
+    batches: list[list[int]] = []
+    batch: list[int] = []
+    used = 0
+    for row in order:
+        if batch:
+            longest = max(lengths[batch[0]], 1)
+            padded = (len(batch) + 1) * longest
+            if len(batch) >= max_size or padded - (used + lengths[row]) > max_waste * padded:
+                batches.append(batch)
+                batch, used = [], 0
+        batch.append(row)
+        used += lengths[row]
+    if batch:
+        batches.append(batch)
+    return batches
 
 
 def _load(model_dir: Path, threads: int) -> Any:
