@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
+import gc
 import logging
 import os
 import signal
@@ -234,6 +235,10 @@ async def serve(config: Config, secrets: Mapping[str, str], config_path: Path | 
     embedder = await asyncio.to_thread(load_embedder, config.indexer.model)
     indexer = Indexer.build(config, embedder, secrets)
     await indexer.start()
+    # What start-up loaded lives as long as the process (torch, the model, the warm-up's versions):
+    # frozen, a full collection no longer walks it, which took up to a second in the middle of a
+    # re-index or a request.
+    gc.freeze()
     parts = (indexer.sessions, indexer.pool, indexer.registry, indexer.embeddings)
     metrics = IndexerMetrics(snapshot_reader(*parts, asyncio.get_running_loop()))
     server, port = await create_server(indexer, interceptors=[metrics.interceptor()], security=security)

@@ -10,6 +10,7 @@ embedding counters of its Status answer (`catalogs.started`).
 
 from __future__ import annotations
 
+import gc
 import os
 import time
 from collections.abc import Sequence
@@ -88,6 +89,7 @@ async def restart_in_process(config_path: Path, embedder: Embedder) -> tuple[Ind
     started = time.perf_counter()
     await indexer.start()
     seconds = time.perf_counter() - started
+    gc.freeze()  # as `indexer.server.serve` does once started
     states = indexer.registry.states.values()
     public = [s for s in states if s.config.auth.type != "passthrough"]
     embeddings = indexer.embeddings
