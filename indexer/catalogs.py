@@ -1,10 +1,11 @@
 """Session catalogs: the tools a session may see now, and the index version a stored catalog names.
 
 A catalog is the advertised tools of a session's usable backends, built from each backend's current
-listing (or the session's own listing, for passthrough backends). It is memoised by the listings it
-comes from, and it names them by digest (`refs`), which is what a session record keeps: another
-replica holding the same listings (from the shared state) builds the very same version from those
-references and the shared embeddings, without a model call.
+listing (or the session's own listing, for passthrough backends). It is memoised by the digests of
+the listings it comes from, so sessions whose tokens see the same tools share one catalog (and its
+version) however their listings were obtained, and it names them by digest (`refs`), which is what a
+session record keeps: another replica holding the same listings (from the shared state) builds the
+very same version from those references and the shared embeddings, without a model call.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from dataclasses import dataclass
 
 from indexer.discovery import Listing
 from indexer.index import IndexVersion, VersionPool, fingerprint
-from indexer.registry import Registry, listing_digest
+from indexer.interning import digest_of
+from indexer.registry import Registry
 from indexer.state import CatalogRef, CatalogStore
 from indexer.tools import Tool, advertise
 from toolsearch.config import Naming
@@ -25,7 +27,7 @@ __all__ = ["Catalog", "Catalogs"]
 
 logger = logging.getLogger(__name__)
 
-_MEMO = 64  # catalogs remembered by the listings they come from
+_MEMO = 64  # catalogs remembered by the digests of the listings they come from
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,17 +50,17 @@ class Catalogs:
         self._pool = pool
         self._naming = naming
         self._store = store  # the shared listings, when replicas share state
-        # (backend, listing id) pairs -> catalog; the catalog keeps its listings alive so the ids stay unique
-        self._memo: OrderedDict[tuple[tuple[str, int], ...], Catalog] = OrderedDict()
+        # its refs, (backend, listing digest) pairs -> catalog: equal tool lists are one catalog
+        self._memo: OrderedDict[CatalogRef, Catalog] = OrderedDict()
 
     def _advertise(self, listings: dict[str, Listing]) -> list[Tool]:
         tools = {b: listing.tools for b, listing in listings.items()}
         return advertise(tools, prefix=self._naming.prefix, separator=self._naming.separator)
 
     def current(self, accepted: Iterable[str], own: dict[str, Listing]) -> Catalog:
-        """The advertised tools of a session's usable backends now, memoised by their listings."""
+        """The advertised tools of a session's usable backends now, memoised by their listings' digests."""
         listings: dict[str, Listing] = {}
-        digests: dict[str, str] = {}  # the registry's own, where the listing is the registry's
+        digests: list[tuple[str, str]] = []
         for backend_id in sorted(accepted):
             state = self._registry.states.get(backend_id)
             if state is None or not state.advertised:
@@ -66,14 +68,14 @@ class Catalogs:
             listing = own.get(backend_id) or state.listing
             if listing is not None:
                 listings[backend_id] = listing
-                if listing is state.listing and state.digest:
-                    digests[backend_id] = state.digest
-        key = tuple((b, id(listing)) for b, listing in listings.items())
+                # the registry knows its own listings' digests; interned ones carry theirs
+                known = state.digest if listing is state.listing else ""
+                digests.append((backend_id, known or digest_of(listing)))
+        key: CatalogRef = tuple(digests)
         catalog = self._memo.get(key)
         if catalog is None:
             tools = self._advertise(listings)
-            refs = tuple((b, digests.get(b) or listing_digest(x)) for b, x in listings.items())
-            catalog = Catalog(tuple(listings.values()), tools, fingerprint(tools), refs)
+            catalog = Catalog(tuple(listings.values()), tools, fingerprint(tools), key)
             self._memo[key] = catalog
             if len(self._memo) > _MEMO:
                 self._memo.popitem(last=False)

@@ -12,6 +12,10 @@ stored at creation. What a listing attempt means (DESIGN "Identity and credentia
 - `unavailable`: anything else, our own failures included; the session keeps what it had and the
   backend is tried again at the next rebuild.
 
+A listing is interned by its digest (`indexer.interning`): the sessions whose tokens see the same
+tools hold one `Listing`, and so share one catalog and one version. Verdicts are not interned: each
+session keeps its own rejected backends.
+
 Who stores what: an authenticated principal (one with an issuer) keeps its token. An anonymous
 session keeps none. An implied session of a principal without an issuer is shared by every such
 caller, so it keeps none either: one caller's token must never decide the tools another sees.
@@ -27,6 +31,7 @@ from typing import Literal
 
 from indexer.discovery import Listing
 from indexer.errors import BackendError, BackendRejected
+from indexer.interning import intern_backends, intern_listing
 from indexer.registry import MissingCredentials, Registry
 
 __all__ = [
@@ -106,7 +111,7 @@ async def list_passthrough(
             # A fault of our own is never the backend rejecting anyone: retried at the next rebuild.
             logger.exception("listing backend %s with a session's credentials failed", backend_id)
             return Attempt("unavailable", epoch)
-        return Attempt("listed", epoch, listing)
+        return Attempt("listed", epoch, intern_listing(listing))
 
     attempts = await asyncio.gather(*(attempt(b) for b in backend_ids))
     return dict(zip(backend_ids, attempts, strict=True))
@@ -122,7 +127,7 @@ async def list_at_creation(
     """
     attempts = await list_passthrough(registry, backend_ids, token)
     listed = {b: a for b, a in attempts.items() if a.listing is not None}
-    rejected = frozenset(b for b, a in attempts.items() if a.verdict in ("rejected", "forbidden"))
+    rejected = intern_backends(b for b, a in attempts.items() if a.verdict in ("rejected", "forbidden"))
     own = {b: a.listing for b, a in listed.items() if a.listing is not None}
     return own, {b: a.epoch for b, a in listed.items()}, rejected
 

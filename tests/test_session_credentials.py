@@ -8,8 +8,10 @@ passthrough auth); the other servers do not. Waits are on conditions with bounde
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import time
+import weakref
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -19,13 +21,22 @@ import httpx2
 import jwt
 import pytest
 
+from indexer.catalogs import Catalogs
+from indexer.credentials import list_at_creation
+from indexer.discovery import Listing
 from indexer.embedder.fake import FakeEmbedder
+from indexer.embeddings import Embeddings
+from indexer.errors import BackendRejected, BackendUnavailable
+from indexer.index import Builder, VersionPool
+from indexer.interning import digest_of, intern_listing
+from indexer.registry import Registry
+from indexer.search import SearchSettings
 from indexer.server import Indexer
-from indexer.sessions import ANONYMOUS, Session
+from indexer.sessions import ANONYMOUS, Principal, Session, SessionManager
 from tests.support.catalogs import small_catalog
 from tests.support.processes import Proc, free_port, start_process
 from tests.support.stack import CLI
-from toolsearch.config import Config, parse_config
+from toolsearch.config import Backend, BackendAuth, Config, Naming, parse_config
 
 WAIT = 15.0  # seconds any condition below may take at most
 SECRET = "a-test-secret-that-is-long-enough-for-hs256"
@@ -227,3 +238,111 @@ async def test_a_header_backend_is_listed_once_with_the_secret_from_the_environm
         assert "cocktails_by_key" in anonymous.current.version.backends  # the service's key, not the caller's
     async with running(catalog, [keyed], {}) as indexer:
         assert indexer.registry.get("cocktails_by_key").status == "unauthenticated"
+
+
+# In-process units: a registry whose passthrough backend answers by the caller's team, no server.
+
+
+class TeamRegistry(Registry):
+    """Lists the passthrough backend `team` with the tools of the token's team ("<team>-<n>").
+
+    Every walk makes fresh objects, as a real one does; `denied-*` gets 401 and `barred-*` 403.
+    """
+
+    def __init__(self) -> None:
+        team = Backend(id="team", url="http://127.0.0.1:9/team", auth=BackendAuth(type="passthrough"))
+        super().__init__([Backend(id="nba", url="http://127.0.0.1:9/nba"), team], {}, timeout=5.0)
+        self.record_listing("nba", Listing(({"name": "get_players"},), "2025-11-25", 0.0))
+        self.record_answer("team", 0.01, "healthy")
+
+    async def list_backend(
+        self, backend: Backend, token: str | None = None, timeout: float | None = None
+    ) -> Listing:
+        self.headers(backend, token)  # no token: MissingCredentials, as for a real backend
+        team = (token or "").split("-")[0]
+        if team in ("denied", "barred"):
+            raise BackendRejected(backend.id, 401 if team == "denied" else 403)
+        names = ("search_docs", f"{team}_report")
+        return Listing(tuple({"name": name} for name in names), "2025-11-25", 0.01)
+
+
+def team_manager() -> tuple[TeamRegistry, VersionPool, SessionManager]:
+    registry = TeamRegistry()
+    embedder = FakeEmbedder()
+    embed = Embeddings(embedder, None).embed_documents
+    pool = VersionPool(Builder(embed, embedder.count_tokens, embedder.max_tokens, SearchSettings()))
+    return registry, pool, SessionManager(registry, pool, Naming())
+
+
+def member(team: str, n: int) -> Principal:
+    return ("https://issuer.test", f"{team}{n}")
+
+
+async def test_sessions_of_one_team_share_one_listing_and_one_catalog() -> None:
+    registry, pool, manager = team_manager()
+    sessions = [await manager.open(member("alpha", n), f"alpha-{n}") for n in range(3)]
+    first = sessions[0]
+    assert {t.name for t in first.current.version.tools} == {"get_players", "search_docs", "alpha_report"}
+    for session in sessions[1:]:
+        assert session.own_listings["team"] is first.own_listings["team"]
+        assert session.current.version is first.current.version and session.catalog is first.catalog
+    assert pool.builds == 1
+    # the memo is keyed by digests: a team's listings give one catalog, not one per session
+    catalogs = Catalogs(registry, pool, Naming())
+    own = [(await list_at_creation(registry, ["team"], f"alpha-{n}"))[0] for n in range(2)]
+    assert catalogs.current({"nba", "team"}, own[0]) is catalogs.current({"nba", "team"}, own[1])
+
+
+async def test_equal_listings_made_apart_are_one_catalog() -> None:
+    registry, pool, _ = team_manager()
+    catalogs = Catalogs(registry, pool, Naming())
+    apart = [Listing(({"name": "search_docs"},), "2025-11-25", latency) for latency in (0.1, 0.2)]
+    assert apart[0] is not apart[1]
+    assert catalogs.current({"nba", "team"}, {"team": apart[0]}) is catalogs.current(
+        {"nba", "team"}, {"team": apart[1]}
+    )
+
+
+async def test_a_caller_whose_token_sees_other_tools_gets_another_catalog() -> None:
+    _, pool, manager = team_manager()
+    alpha = await manager.open(member("alpha", 1), "alpha-1")
+    beta = await manager.open(member("beta", 1), "beta-1")
+    assert alpha.own_listings["team"] is not beta.own_listings["team"]
+    assert alpha.catalog != beta.catalog and alpha.current.version is not beta.current.version
+    assert beta.current.version.resolve("beta_report") and not alpha.current.version.resolve("beta_report")
+    assert pool.builds == 2
+
+
+async def test_a_rejected_listing_stays_with_the_caller_it_rejected() -> None:
+    _, _, manager = team_manager()
+    alpha = await manager.open(member("alpha", 1), "alpha-1")
+    denied = await manager.open(member("denied", 1), "denied-1")
+    barred = await manager.open(member("barred", 1), "barred-1")
+    again = await manager.open(member("alpha", 2), "alpha-2")
+    for refused in (denied, barred):
+        assert refused.rejected_at_creation == {"team"} and "team" not in refused.accepted
+        assert refused.current.version.backends == {"nba"} and not refused.own_listings
+    for session in (alpha, again):
+        assert not session.rejected_at_creation and session.current.version.backends == {"nba", "team"}
+    assert again.current.version is alpha.current.version
+
+
+async def test_a_health_change_moves_a_team_s_sessions_to_one_new_version() -> None:
+    registry, pool, manager = team_manager()
+    sessions = [await manager.open(member("alpha", n), f"alpha-{n}") for n in range(3)]
+    registry.record_failure("nba", BackendUnavailable("nba", "down"), "unhealthy")
+    assert await manager.rebuild_all("backend nba unhealthy") == 3
+    assert pool.builds == 2
+    assert all(s.current.version is sessions[0].current.version for s in sessions)
+    assert sessions[0].current.version.backends == {"team"}
+
+
+def test_an_interned_listing_lives_only_while_something_holds_it() -> None:
+    made = Listing(({"name": "only_here"},), "2025-11-25", 0.0)
+    held = intern_listing(made)
+    assert intern_listing(Listing(made.tools, "2025-11-25", 0.5)) is held
+    assert digest_of(held) == digest_of(made)
+    table = weakref.ref(held)
+    del held
+    gc.collect()
+    assert table() is None

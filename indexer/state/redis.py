@@ -28,6 +28,7 @@ from redis.retry import Retry as SyncRetry
 
 from indexer.discovery import Listing
 from indexer.errors import StateUnavailable
+from indexer.interning import intern_listing
 from indexer.state.base import BackendRecord
 
 __all__ = ["TIMEOUT", "Keys", "RedisCatalogs", "RedisEmbeddings", "RedisHealth", "connect", "guarded"]
@@ -156,7 +157,8 @@ class RedisCatalogs:
                     continue
                 data = json.loads(value)
                 listing = Listing(tuple(data["tools"]), str(data["protocol_version"]), 0.0)
-                found[digest] = self.remember(digest, listing)
+                # the object the sessions listing it here hold too, if any: one copy, digest known
+                found[digest] = self.remember(digest, intern_listing(listing, digest))
         return found
 
     async def touch(self, digests: Iterable[str]) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 
 import redis.asyncio as aredis
 
-from indexer.registry import listing_digest
+from indexer.interning import digest_of, intern_backends
 from indexer.state.base import SWAPS_KEPT, CatalogRef, Principal, SessionRecord, Swap, SwapChange
 from indexer.state.redis import Keys, RedisCatalogs, chunks, guarded, text
 
@@ -102,7 +102,7 @@ class RedisSessions:
         self._forget_implied = client.register_script(_FORGET_IMPLIED)
 
     async def _backend_fields(self, record: SessionRecord) -> dict[str, str]:
-        own = {backend: listing_digest(listing) for backend, listing in record.own_listings.items()}
+        own = {backend: digest_of(listing) for backend, listing in record.own_listings.items()}
         await self._catalogs.put((own[b], listing) for b, listing in record.own_listings.items())
         return {
             "accepted": json.dumps(sorted(record.accepted)),
@@ -186,8 +186,9 @@ class RedisSessions:
                 principal=(fields.get("issuer", ""), fields.get("subject", "")),
                 token=fields.get("token") or None,
                 implied=fields.get("implied") == "1",
-                accepted=frozenset(json.loads(fields.get("accepted") or "[]")),
-                rejected_at_creation=frozenset(json.loads(fields.get("rejected") or "[]")),
+                # one object per distinct set, however many sessions this replica caches
+                accepted=intern_backends(json.loads(fields.get("accepted") or "[]")),
+                rejected_at_creation=intern_backends(json.loads(fields.get("rejected") or "[]")),
                 own_listings=kept,
                 ref=(int(fields["number"]), fields["fingerprint"]),
                 catalog=catalog,
