@@ -9,13 +9,23 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import threading
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 import numpy as np
 
-from indexer.search import Hit, Method, SearchIndex, SearchSettings, build_tool_index
+from indexer.search import (
+    Hit,
+    Method,
+    SearchIndex,
+    SearchSettings,
+    ToolDocument,
+    index_documents,
+    tool_documents,
+)
 from indexer.tools import Tool
 
 
@@ -40,6 +50,8 @@ class IndexVersion:
     search_index: SearchIndex | None = field(repr=False)  # None for an empty tool set
     baseline_tokens: int
     backends: frozenset[str]
+    # what each tool brought, held so that the builder's memo keeps it while this version lives
+    documents: tuple[ToolDocument, ...] = field(default=(), repr=False)
 
     def find(
         self,
@@ -67,31 +79,83 @@ def _aliases(tool: Tool, separator: str) -> list[str]:
     return sorted(names)
 
 
+DocumentKey = tuple[str, str, str]  # backend, the backend's own name, the advertised definition (JSON)
+
+
+def document_key(tool: Tool) -> DocumentKey:
+    """What a tool's document is derived from, as content: its backend and its definition.
+
+    The advertised JSON holds the whole definition but the backend's own name, which the text uses.
+    """
+    return (tool.backend_id, tool.original_name, tool.definition_json)
+
+
+class Documents:
+    """Tool documents by content, for as long as some version holds them.
+
+    A health change moves sessions to a version over tools the current one already holds, so the
+    memo needs nothing else, and bounds itself: an entry goes with the last version that used it.
+    """
+
+    def __init__(self) -> None:
+        self._known: weakref.WeakValueDictionary[DocumentKey, ToolDocument] = weakref.WeakValueDictionary()
+        self._lock = threading.Lock()  # versions are built in worker threads, several at once
+        self.derived = 0  # tools whose document was derived rather than found
+
+    def __len__(self) -> int:
+        return len(self._known)
+
+    def of(self, tools: Sequence[Tool], builder: Builder) -> list[ToolDocument]:
+        """The documents of `tools`, in order: the ones known reused, the others derived together."""
+        keys = [document_key(tool) for tool in tools]
+        with self._lock:
+            found = [self._known.get(key) for key in keys]
+        missing = [position for position, document in enumerate(found) if document is None]
+        if missing:
+            fresh = tool_documents(
+                [tools[p].definition for p in missing],
+                [tools[p].backend_id for p in missing],
+                builder.embed_documents,
+                builder.count_tokens,
+                builder.max_tokens,
+            )
+            with self._lock:
+                self.derived += len(missing)
+                for position, document in zip(missing, fresh, strict=True):
+                    # another build may have derived the same tool meanwhile: share the first
+                    found[position] = self._known.setdefault(keys[position], document)
+        return cast("list[ToolDocument]", found)  # every gap was filled above
+
+
 @dataclass(frozen=True)
 class Builder:
-    """What building a version needs: the embedder's document path and the search settings."""
+    """What building a version needs: the embedder's document path, the search settings, and the memo.
+
+    `documents` remembers what each tool of a live version brought, so a version over tools seen
+    before (a health change, a recovery) only concatenates them and builds FAISS and BM25.
+    """
 
     embed_documents: Callable[[Sequence[str]], np.ndarray]
     count_tokens: Callable[[str], int]
     max_tokens: int
     settings: SearchSettings
     separator: str = "_"
+    documents: Documents = field(default_factory=Documents, compare=False, repr=False)
 
 
 def build_version(tools: Sequence[Tool], builder: Builder) -> IndexVersion:
-    """Build a version (blocking: embeds what the cache lacks and builds both indexes)."""
+    """Build a version (blocking: derives and embeds what no live version holds, builds both indexes)."""
     ordered = tuple(sorted(tools, key=lambda t: t.name))
     search_index = None
+    documents: tuple[ToolDocument, ...] = ()
     if ordered:
-        search_index = build_tool_index(
-            definitions=[tool.definition for tool in ordered],
-            backends=[tool.backend_id for tool in ordered],
+        documents = tuple(builder.documents.of(ordered, builder))
+        search_index = index_documents(
+            documents,
             names=[tool.name for tool in ordered],
             aliases=[_aliases(tool, builder.separator) for tool in ordered],
-            embed_documents=builder.embed_documents,
             settings=builder.settings,
-            count_tokens=builder.count_tokens,
-            max_tokens=builder.max_tokens,
+            backends=[tool.backend_id for tool in ordered],
         )
     return IndexVersion(
         fingerprint=fingerprint(ordered),
@@ -100,6 +164,7 @@ def build_version(tools: Sequence[Tool], builder: Builder) -> IndexVersion:
         search_index=search_index,
         baseline_tokens=sum(tool.tokens for tool in ordered),
         backends=frozenset(tool.backend_id for tool in ordered),
+        documents=documents,
     )
 
 

@@ -19,7 +19,7 @@ import faiss
 import numpy as np
 import numpy.typing as npt
 
-from indexer.text import document_views, estimate_tokens, lexical_text, lexical_tokens, name_key
+from indexer.text import document_texts, estimate_tokens, lexical_tokens, name_key
 
 Method = Literal["hybrid", "dense", "lexical"]
 FloatArray = npt.NDArray[np.float32]
@@ -123,7 +123,25 @@ class SearchIndex:
         `vectors` has one row per view; `owners[r]` is the tool of row r (default: one row per tool,
         in order). `backends[i]`, when given, is tool i's backend, for the backend lift.
         """
-        size = len(texts)
+        terms = [lexical_tokens([text]) for text in texts]
+        return cls.from_terms(terms, names, aliases, vectors, settings, owners, backends)
+
+    @classmethod
+    def from_terms(
+        cls,
+        terms: Sequence[Sequence[str]],
+        names: Sequence[str],
+        aliases: Sequence[Sequence[str]],
+        vectors: np.ndarray,
+        settings: SearchSettings,
+        owners: np.ndarray | None = None,
+        backends: Sequence[str] | None = None,
+    ) -> SearchIndex:
+        """Index tools whose BM25 terms are known already: `terms[i]` are tool i's (`lexical_tokens`).
+
+        The other arguments are as for `build`.
+        """
+        size = len(terms)
         if len(names) != size or len(aliases) != size or (backends is not None and len(backends) != size):
             raise ValueError("texts, names, aliases and backends must have one entry per tool")
         matrix = np.ascontiguousarray(vectors, dtype=np.float32)
@@ -136,11 +154,10 @@ class SearchIndex:
             raise ValueError("every tool needs at least one vector, and owners must be tool positions")
         dense = faiss.IndexFlatIP(matrix.shape[1])
         dense.add(matrix[order])
-        corpus = [lexical_tokens([text]) for text in texts]
         lexical = None
-        if any(corpus):  # bm25s cannot index a corpus without a single term
+        if any(terms):  # bm25s cannot index a corpus without a single term
             lexical = bm25s.BM25(k1=settings.bm25_k1, b=settings.bm25_b, method="lucene")
-            lexical.index(corpus, show_progress=False)
+            lexical.index(terms, show_progress=False)
         exact: dict[str, list[int]] = {}
         for position, (name, others) in enumerate(zip(names, aliases, strict=True)):
             for key in {name_key(name), *(name_key(alias) for alias in others)} - {""}:
@@ -242,6 +259,67 @@ class SearchIndex:
         return hits
 
 
+@dataclass(frozen=True, eq=False)
+class ToolDocument:
+    """What one tool brings to an index whatever the rest of the catalog: its BM25 terms and view vectors.
+
+    It depends on the tool's definition and backend alone, so a build over tools seen before reuses
+    it instead of deriving the text, counting tokens and looking the embeddings up again.
+    """
+
+    terms: tuple[str, ...]
+    vectors: FloatArray  # one read-only row per view (`document_views`)
+
+
+def tool_documents(
+    definitions: Sequence[Mapping[str, Any]],
+    backends: Sequence[str],
+    embed_documents: Callable[[Sequence[str]], np.ndarray],
+    count_tokens: Callable[[str], int] = estimate_tokens,
+    max_tokens: int = 256,
+) -> list[ToolDocument]:
+    """Each tool's terms and view vectors, the views of all of them embedded in one call.
+
+    `count_tokens` and `max_tokens` are the embedder's, so that views are cut to what it reads.
+    """
+    counts: dict[str, int] = {}
+
+    def count(text: str) -> int:
+        # chunking counts some texts twice (a text, then the same words joined again): once is enough
+        known = counts.get(text)
+        if known is None:
+            known = counts[text] = count_tokens(text)
+        return known
+
+    texts = [document_texts(d, b, count, max_tokens) for d, b in zip(definitions, backends, strict=True)]
+    vectors = np.asarray(embed_documents([view for views, _ in texts for view in views]), np.float32)
+    documents: list[ToolDocument] = []
+    start = 0
+    for views, lexical in texts:
+        # a copy per tool: a view into the shared array would keep every other tool's rows alive
+        rows = vectors[start : start + len(views)].copy()
+        rows.flags.writeable = False
+        start += len(views)
+        documents.append(ToolDocument(tuple(lexical_tokens([lexical])), rows))
+    return documents
+
+
+def index_documents(
+    documents: Sequence[ToolDocument],
+    names: Sequence[str],
+    aliases: Sequence[Sequence[str]],
+    settings: SearchSettings,
+    backends: Sequence[str] | None = None,
+) -> SearchIndex:
+    """An index over tools already derived: their vectors and terms concatenated, FAISS and BM25 built."""
+    if not documents:
+        raise ValueError("an index needs at least one tool")
+    vectors = np.concatenate([document.vectors for document in documents])
+    owners = np.repeat(np.arange(len(documents)), [len(document.vectors) for document in documents])
+    terms = [document.terms for document in documents]
+    return SearchIndex.from_terms(terms, names, aliases, vectors, settings, owners=owners, backends=backends)
+
+
 def build_tool_index(
     definitions: Sequence[Mapping[str, Any]],
     backends: Sequence[str],
@@ -256,10 +334,9 @@ def build_tool_index(
 
     `count_tokens` and `max_tokens` are the embedder's, so that views are cut to what it reads.
     """
-    texts = [lexical_text(d, b) for d, b in zip(definitions, backends, strict=True)]
-    views = [
-        document_views(d, b, count_tokens, max_tokens) for d, b in zip(definitions, backends, strict=True)
-    ]
-    owners = np.repeat(np.arange(len(views)), [len(v) for v in views])
-    vectors = embed_documents([view for tool_views in views for view in tool_views])
-    return SearchIndex.build(texts, names, aliases, vectors, settings, owners=owners, backends=backends)
+    if not definitions:  # nothing to concatenate: the empty index takes its dimension from the embedder
+        return SearchIndex.build(
+            [], names, aliases, np.asarray(embed_documents([])), settings, backends=backends
+        )
+    documents = tool_documents(definitions, backends, embed_documents, count_tokens, max_tokens)
+    return index_documents(documents, names, aliases, settings, backends)

@@ -22,6 +22,9 @@ from bm25s.stopwords import STOPWORDS_EN
 MAX_QUERY_PARTS = 8  # sentences embedded beside the whole query: a cap on a find_tool's model work
 CHUNK_OVERLAP_WORDS = 16  # words repeated across chunk boundaries, so no phrase is only ever cut
 _SPECIAL_TOKENS = 2  # [CLS] and [SEP], counted by the model but not part of the text
+# Room a tokenizer may take beside the text's own characters: the special tokens, and a
+# SentencePiece-style word marker at the start that stands for no character.
+_UNCOUNTED_ROOM = _SPECIAL_TOKENS + 1
 
 _ACRONYM = re.compile(r"([A-Z]+)([A-Z][a-z])")  # HTTPServer -> HTTP Server
 _CAMEL = re.compile(r"([a-z0-9])([A-Z])")  # getForecast -> get Forecast
@@ -79,7 +82,10 @@ def _description(definition: Mapping[str, Any]) -> str:
 
 def tool_text(definition: Mapping[str, Any], backend: str) -> str:
     """The full text of a tool: head, description, then each parameter's name and description."""
-    head, description = _head(definition, backend), _description(definition)
+    return _full_text(definition, _head(definition, backend), _description(definition))
+
+
+def _full_text(definition: Mapping[str, Any], head: str, description: str) -> str:
     text = f"{head}: {description}" if description else head
     parameters = _parameters(definition)
     if parameters:
@@ -92,12 +98,23 @@ def tool_text(definition: Mapping[str, Any], backend: str) -> str:
 
 def lexical_text(definition: Mapping[str, Any], backend: str) -> str:
     """What BM25 indexes: the full text with the head (backend and name) once more, as a field weight."""
-    return f"{_head(definition, backend)} {tool_text(definition, backend)}"
+    head = _head(definition, backend)
+    return f"{head} {_full_text(definition, head, _description(definition))}"
 
 
 def estimate_tokens(text: str) -> int:
     """Word pieces of a text, estimated (a word of English is about 1.3 pieces; symbols are more)."""
     return _SPECIAL_TOKENS + max(len(text.split()) * 4 // 3, len(text) // 4)
+
+
+def fits_window(text: str, count_tokens: Callable[[str], int], max_tokens: int) -> bool:
+    """Whether the model reads `text` whole; a short ASCII text is known to fit without a count.
+
+    Each word piece of an ASCII text covers at least one of its characters, so a text that leaves room
+    for the special tokens cannot exceed the window. Other texts may grow when a tokenizer decomposes
+    them (Hangul into jamo, or UTF-8 bytes as pieces), so they are counted.
+    """
+    return (len(text) <= max_tokens - _UNCOUNTED_ROOM and text.isascii()) or count_tokens(text) <= max_tokens
 
 
 def document_chunks(
@@ -109,7 +126,7 @@ def document_chunks(
     not fit (dense runs of symbols, code, URLs) is halved until it does; a word longer than a
     piece may be is cut first (a word piece is at least one character).
     """
-    if count_tokens(text) <= max_tokens:
+    if fits_window(text, count_tokens, max_tokens):
         return [text]
     budget = max(16, max_tokens - (count_tokens(prefix) if prefix else 0) - 3)  # room beside "prefix: "
     words = [word[i : i + budget] for word in text.split() for i in range(0, len(word), budget)]
@@ -117,7 +134,9 @@ def document_chunks(
     step = max(1, per_chunk - CHUNK_OVERLAP_WORDS)
 
     def fits(piece: list[str]) -> bool:
-        return count_tokens(f"{prefix}: {' '.join(piece)}" if prefix else " ".join(piece)) <= max_tokens
+        return fits_window(
+            f"{prefix}: {' '.join(piece)}" if prefix else " ".join(piece), count_tokens, max_tokens
+        )
 
     def halve(piece: list[str]) -> list[list[str]]:
         if len(piece) <= 1 or fits(piece):
@@ -145,13 +164,24 @@ def document_views(
     The head view (backend, name, description) keeps what a tool is for from being diluted by
     its parameters; the full text, chunked to the model's window, covers everything else.
     """
+    return document_texts(definition, backend, count_tokens, max_tokens)[0]
+
+
+def document_texts(
+    definition: Mapping[str, Any],
+    backend: str,
+    count_tokens: Callable[[str], int] = estimate_tokens,
+    max_tokens: int = 256,
+) -> tuple[list[str], str]:
+    """A tool's views (`document_views`) and its lexical text (`lexical_text`), its text derived once."""
     head, description = _head(definition, backend), _description(definition)
+    full = _full_text(definition, head, description)
     short = f"{head}: {description}" if description else head
     views = document_chunks(short, head, count_tokens, max_tokens)[:1]
-    for chunk in document_chunks(tool_text(definition, backend), head, count_tokens, max_tokens):
+    for chunk in document_chunks(full, head, count_tokens, max_tokens):
         if chunk not in views:
             views.append(chunk)
-    return views
+    return views, f"{head} {full}"
 
 
 def query_text(query: str, keywords: Sequence[str] = ()) -> str:

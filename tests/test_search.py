@@ -10,11 +10,15 @@ from typing import Any
 import numpy as np
 import pytest
 
+from indexer import text as text_module
 from indexer.embedder import FakeEmbedder
 from indexer.search import Hit, SearchIndex, SearchSettings, build_tool_index
 from indexer.text import (
     document_chunks,
     document_views,
+    estimate_tokens,
+    fits_window,
+    lexical_text,
     lexical_tokens,
     name_key,
     query_texts,
@@ -117,6 +121,55 @@ def test_dense_text_is_cut_until_every_piece_fits() -> None:
     chunks = document_chunks(text, "tool head", count, 64)
     assert all(count(chunk) <= 64 for chunk in chunks)
     assert chunks[-1].endswith("the end") and all(c.startswith("tool head: ") for c in chunks[1:])
+
+
+def test_a_short_ascii_text_fits_the_window_without_a_count() -> None:
+    def refuse(text: str) -> int:
+        raise AssertionError(f"counted {text!r}")
+
+    assert fits_window("x" * 61, refuse, 64)  # 61 characters and the special tokens: at most 64 pieces
+    counted: list[str] = []
+
+    def count(text: str) -> int:
+        counted.append(text)
+        return len(text) + 2
+
+    assert fits_window("x" * 62, count, 64) and not fits_window("x" * 63, count, 64)
+    assert not fits_window("한" * 30, lambda text: 3 * len(text) + 2, 64)  # jamo: counted, not assumed
+    assert counted == ["x" * 62, "x" * 63]
+
+
+@pytest.mark.parametrize("count_tokens", [estimate_tokens, EMBEDDER.count_tokens])
+def test_skipping_the_count_of_short_texts_cuts_the_same_views(
+    count_tokens: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    long_tool = tool("long_tool", " ".join(f"word{i}" for i in range(300)), tail="the last thing said")
+    catalog = [*CATALOG, ("backend", long_tool)]
+    sizes = (16, 24, 64, 128)
+    skipped = [document_views(d, b, count_tokens, size) for b, d in catalog for size in sizes]
+    monkeypatch.setattr(text_module, "_UNCOUNTED_ROOM", 10**9)  # every text counted, as before
+    assert skipped == [document_views(d, b, count_tokens, size) for b, d in catalog for size in sizes]
+
+
+def test_an_index_from_tool_documents_equals_one_from_texts_and_views() -> None:
+    index, names = build()
+    views = [document_views(d, b, estimate_tokens, 256) for b, d in CATALOG]
+    owners = np.repeat(np.arange(len(views)), [len(v) for v in views])
+    direct = SearchIndex.build(
+        [lexical_text(d, b) for b, d in CATALOG],
+        names,
+        [[] for _ in names],
+        EMBEDDER.embed([view for tool_views in views for view in tool_views]),
+        SearchSettings(),
+        owners=owners,
+        backends=[b for b, _ in CATALOG],
+    )
+    for query in ("weather forecast for a city", "refund a charge. then email the customer"):
+        vector = EMBEDDER.embed(query_texts(query))
+        for method in ("dense", "lexical"):
+            assert np.array_equal(
+                index.scores(query, vector, [], method), direct.scores(query, vector, [], method)
+            )
 
 
 def test_query_texts_add_sentences_of_a_long_query() -> None:

@@ -17,18 +17,20 @@ from typing import Any
 
 import httpx2
 import jwt
+import numpy as np
 import pytest
 
 from indexer.discovery import Listing
 from indexer.embedder.fake import FakeEmbedder
 from indexer.embeddings import Embeddings
 from indexer.errors import BackendUnavailable
-from indexer.index import Builder, IndexVersion, VersionPool
+from indexer.index import Builder, IndexVersion, VersionPool, build_version
 from indexer.registry import Registry
 from indexer.search import SearchSettings
 from indexer.server import Indexer
 from indexer.sessions import ANONYMOUS, SessionManager
-from indexer.tools import Tool
+from indexer.text import query_texts
+from indexer.tools import Tool, advertise
 from tests.support.catalogs import small_catalog
 from tests.support.processes import Proc, free_port, start_process
 from tests.support.stack import CLI
@@ -285,3 +287,94 @@ async def test_a_session_opened_during_a_health_change_catches_up_with_it() -> N
     session = await opening
     assert session.current.version.backends == {"nba"}
     assert [swap.reason for swap in session.swaps] == ["created", "backends changed while the session opened"]
+
+
+class CountingEmbedder(FakeEmbedder):
+    """The fake embedder, with the texts it was asked to count and embed recorded."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.counted: list[str] = []
+        self.embedded: list[str] = []
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        self.embedded += texts
+        return super().embed(texts)
+
+    def count_tokens(self, text: str) -> int:
+        self.counted.append(text)
+        return super().count_tokens(text)
+
+
+def builder_of(embedder: FakeEmbedder, max_tokens: int = 16) -> Builder:
+    return Builder(embedder.embed, embedder.count_tokens, max_tokens, SearchSettings())
+
+
+LISTINGS = {
+    "nba": [
+        {"name": "get_players", "description": "All players of a team, with their positions and numbers"},
+        {"name": "get_games", "description": "Games of a season", "inputSchema": {"properties": {}}},
+    ],
+    "weather": [{"name": "forecast", "description": "Weather forecast for a city for the next seven days"}],
+    "maps": [{"name": "forecast", "description": "Traffic forecast along a route"}],
+}
+
+
+def answers(version: IndexVersion) -> list[list[tuple[str, float]]]:
+    queries = ["forecast for a city", "basketball players of a team", "traffic. then the weather"]
+    embedder = FakeEmbedder()
+    return [[(t.name, s) for t, s in version.find(q, embedder.embed(query_texts(q)), [], 4)] for q in queries]
+
+
+def test_a_rebuild_over_tools_seen_before_derives_nothing_again() -> None:
+    embedder = CountingEmbedder()
+    builder = builder_of(embedder)
+    everything = build_version(advertise(LISTINGS), builder)
+    derived, counted, embedded = builder.documents.derived, len(embedder.counted), len(embedder.embedded)
+    assert derived == 4 and counted and embedded
+    # nba goes down, then comes back: the same tools under the same names
+    fewer = build_version(advertise({b: t for b, t in LISTINGS.items() if b != "nba"}), builder)
+    again = build_version(advertise(LISTINGS), builder)
+    assert (builder.documents.derived, len(embedder.counted), len(embedder.embedded)) == (
+        derived,
+        counted,
+        embedded,
+    )
+    assert again.fingerprint == everything.fingerprint
+    # what a builder that never saw these tools makes of them
+    for version in (fewer, again):
+        fresh = build_version(version.tools, builder_of(FakeEmbedder()))
+        assert version.fingerprint == fresh.fingerprint
+        assert answers(version) == answers(fresh)
+
+
+def test_a_tool_renamed_by_a_collision_is_derived_again() -> None:
+    builder = builder_of(FakeEmbedder())
+    everything = build_version(advertise(LISTINGS), builder)  # the forecasts are prefixed: maps_forecast
+    held = build_version(advertise({b: t for b, t in LISTINGS.items() if b != "weather"}), builder)
+    assert held.resolve("forecast") is not None
+    assert builder.documents.derived == 5  # its advertised definition changed: maps' forecast only
+    assert everything.resolve("maps_forecast") is not None
+
+
+def test_a_tool_no_version_holds_is_forgotten() -> None:
+    builder = builder_of(FakeEmbedder())
+    version = build_version(advertise(LISTINGS), builder)
+    assert len(builder.documents) == 4
+    del version
+    gc.collect()
+    assert len(builder.documents) == 0
+    build_version(advertise(LISTINGS), builder)
+    assert builder.documents.derived == 8
+
+
+async def test_sessions_with_the_same_backends_share_one_set_of_them() -> None:
+    backends = [Backend(id=b, url=f"http://127.0.0.1:9/{b}") for b in ("nba", "weather")]
+    registry = Registry(backends, {}, timeout=5.0)
+    for backend in backends:
+        registry.record_listing(backend.id, Listing(({"name": f"{backend.id}_tool"},), "2025-11-25", 0.0))
+    manager = SessionManager(registry, VersionPool(builder_of(FakeEmbedder())), Naming())
+    first, second = [await manager.open(ANONYMOUS, None) for _ in range(2)]
+    assert first.accepted == {"nba", "weather"} and first.accepted is second.accepted
+    await manager.remove_backends(["weather"])
+    assert first.accepted == {"nba"} and first.accepted is second.accepted
