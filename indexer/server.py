@@ -212,11 +212,11 @@ async def create_server(
     return server, port
 
 
-def load_embedder(model_dir: Path) -> Embedder:
+def load_embedder(model_dir: Path, threads: int | None = None) -> Embedder:
     """The sentence-transformers model of a directory (imported here: the router never loads torch)."""
     from indexer.embedder.sentence import SentenceTransformerEmbedder
 
-    return SentenceTransformerEmbedder(model_dir)
+    return SentenceTransformerEmbedder(model_dir, threads=threads)
 
 
 async def _reload_from(indexer: Indexer, path: Path, env: Mapping[str, str]) -> None:
@@ -232,7 +232,7 @@ async def _reload_from(indexer: Indexer, path: Path, env: Mapping[str, str]) -> 
 async def serve(config: Config, secrets: Mapping[str, str], config_path: Path | None = None) -> None:
     """Run the indexer until SIGTERM or SIGINT, then drain in-flight calls; SIGHUP rereads `config_path`."""
     security = server_security(config.indexer, secrets)  # before the slow start: a bad secret fails fast
-    embedder = await asyncio.to_thread(load_embedder, config.indexer.model)
+    embedder = await asyncio.to_thread(load_embedder, config.indexer.model, config.indexer.model_threads)
     indexer = Indexer.build(config, embedder, secrets)
     await indexer.start()
     # What start-up loaded lives as long as the process (torch, the model, the warm-up's versions):

@@ -63,6 +63,14 @@ def test_environment_overrides_listen_addresses(tmp_path: Path) -> None:
     assert config.router.indexer == ["indexer-1:6000", "indexer-2:6000"]
 
 
+def test_the_model_threads_come_from_the_environment_and_zero_is_refused(tmp_path: Path) -> None:
+    path = write(tmp_path, "")
+    assert load_config(path).indexer.model_threads is None  # every CPU the indexer may use
+    assert load_config(path, {"TOOLSEARCH_INDEXER_MODEL_THREADS": "3"}).indexer.model_threads == 3
+    with pytest.raises(ConfigError, match=r"indexer\.model_threads"):
+        load_config(path, {"TOOLSEARCH_INDEXER_MODEL_THREADS": "0"})
+
+
 def test_a_catalog_server_registers_one_backend_per_server(tmp_path: Path) -> None:
     lines = [
         {"server": "Weather Co", "name": "forecast", "description": "d", "inputSchema": {"type": "object"}},

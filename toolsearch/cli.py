@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -47,6 +48,10 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code."""
+    # Before anything loads torch: its OpenMP workers then sleep while they wait instead of spinning,
+    # so a model call on every core does not stall when the router or a client takes one of them
+    # (see `indexer.embedder.sentence.default_threads`). An operator's own setting wins.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     args_list = list(sys.argv[1:] if argv is None else argv)
     first = next((a for a in args_list if not a.startswith("-")), None)
     parser = build_parser(first)

@@ -162,6 +162,7 @@ _TlsModel = TypeVar("_TlsModel", IndexerTls, IndexerClientTls)
 class Indexer(_Model):
     listen: str = "127.0.0.1:50051"
     model: Path = Path("models/all-MiniLM-L6-v2")
+    model_threads: int | None = Field(default=None, ge=1)  # torch threads; None: every CPU it may use
     cache_dir: Path = Path(".toolsearch/cache")
     state: str = "memory"
     # redis state only: seconds a session lives after its last use, and the lease's time to live
@@ -300,6 +301,7 @@ def _apply_env(raw: dict[str, object], env: Mapping[str, str]) -> None:
         "TOOLSEARCH_INDEXER_STATE": ("indexer", "state"),
         "TOOLSEARCH_INDEXER_CACHE_DIR": ("indexer", "cache_dir"),
         "TOOLSEARCH_INDEXER_MODEL": ("indexer", "model"),
+        "TOOLSEARCH_INDEXER_MODEL_THREADS": ("indexer", "model_threads"),
         "TOOLSEARCH_INDEXER_METRICS_LISTEN": ("indexer", "metrics_listen"),
     }
     for name, (section, key) in overrides.items():
