@@ -362,6 +362,23 @@ def test_the_real_model_names_its_weights_and_counts_word_pieces(minilm: Embedde
     assert minilm.count_tokens("word " * 1000) == 1002  # counted untruncated
 
 
+def test_a_lone_short_query_runs_on_one_thread_and_a_large_batch_on_all_of_them() -> None:
+    import torch
+
+    from indexer.embedder import SentenceTransformerEmbedder
+    from indexer.embedder.sentence import PARALLEL_CHARS
+
+    before = torch.get_num_threads()
+    try:
+        embedder = SentenceTransformerEmbedder(prepare_default_model(ROOT / "models"), threads=3)
+        embedder.embed(["weather in Berlin"])
+        assert torch.get_num_threads() == 1
+        embedder.embed(["a tool that files an issue in a tracker"] * (PARALLEL_CHARS // 20))
+        assert torch.get_num_threads() == 3
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_loading_a_missing_model_folder_says_how_to_prepare_it(tmp_path: Path) -> None:
     from indexer.embedder import SentenceTransformerEmbedder
 
