@@ -64,7 +64,8 @@ def test_quick_bench_reports_every_part(tmp_path: Path) -> None:
         "memory",
         "embedding",
     )
-    has(results, "targets", "background", "catalogs")
+    has(results, "targets", "background", "catalogs", "probe_load")
+    assert results["probe_load"]["backends_advertised_after"] == results["probe_load"]["backends"]
     has(results["machine"], "cpus", "memory_gb", "cpu_model")
 
     # 1 and 2: the floor, and find_tool through the router at 1, 8 and 32 clients

@@ -222,6 +222,7 @@ def reindex_memory(results: dict[str, Any]) -> list[str]:
         f"{results.get('health_probes', {}).get('interval_seconds', '?')} s: "
         f"indexer {bg['indexer']['core_percent']}% of a core, "
         f"catalog server {bg['catalog-main']['core_percent']}%, router {bg['router']['core_percent']}%.",
+        *_probe_load(results.get("probe_load")),
     ]
 
 
@@ -243,3 +244,15 @@ def markdown(results: dict[str, Any]) -> str:
             lines += ["", f"({section.__name__.replace('_', ' ')}: not measured, missing {exc})"]
     lines += failures(results)
     return "\n".join([*lines, "", f"![find_tool latency against concurrency]({CHART})", ""])
+
+
+def _probe_load(load: dict[str, Any] | None) -> list[str]:
+    """The line on the indexer's CPU with the default health settings, when that part ran."""
+    if not load:
+        return []
+    return [
+        f"- Idle for {load['wall_seconds']:.0f} s with the default health settings ({load['backends']} "
+        f"backends probed every {load['interval_seconds']:g} s, at most {load['max_concurrent_probes']} "
+        f"at once, {load['timeout_seconds']:g} s timeout): indexer {load['indexer']['core_percent']}% of "
+        f"a core; {load['backends_advertised_after']} backends advertised after it."
+    ]

@@ -30,6 +30,7 @@ from toolsearch.bench.plan import CONCURRENCY, QUERY_SETS, Plan
 from toolsearch.bench.reindex import reindex
 from toolsearch.bench.sessions import cold_open, open_many
 from toolsearch.bench.stack import CatalogSpec, Stack, secret
+from toolsearch.config import Health
 
 FLOOR_WARMUP = 5  # model calls before the floor's clock starts: the first ones of a process are slow
 # a cold open embeds a whole catalog inside initialize: far past the router's default deadlines
@@ -120,6 +121,7 @@ class Run:
             await self.guarded("find_tool", self.find_tool(stack))
             await self.guarded("call_tool", self.call_tool(stack))
             await self.guarded("session_open", self.warm_opens(stack, "large", cat.large))
+            await self.guarded("probe_load", self.probe_load(stack))
             self.progress("indexer restart on its filled cache")
             out["embedding"]["process_restart"] = started(stack, await stack.start_indexer(), cat.large)
             await self.guarded("memory", self.memory(stack, specs))
@@ -134,6 +136,27 @@ class Run:
                 await indexer.close()
         finally:
             stack.close()
+
+    async def probe_load(self, stack: Stack) -> None:
+        """The indexer's CPU while it probes every backend with the default health settings.
+
+        The other parts probe once in `plan.health_interval` so that probes stay out of their
+        figures; this one shows what the defaults cost an idle indexer with this many backends.
+        """
+        defaults = Health()
+        seconds = max(self.plan.idle_seconds, 2 * defaults.interval)
+        self.progress(f"health probes every {defaults.interval:g}s (the default): idle for {seconds:g}s")
+        await stack.start_indexer(config=stack.variant("default-health", {"health": {}}))
+        meter = CpuMeter({"indexer": stack.procs["indexer"].pid})
+        await asyncio.sleep(seconds)
+        self.out["probe_load"] = {
+            "interval_seconds": defaults.interval,
+            "timeout_seconds": defaults.timeout,
+            "max_concurrent_probes": defaults.max_concurrent_probes,
+            "backends": len(self.catalogs.large.servers) + 2,
+            "backends_advertised_after": advertised(stack),
+            **meter.stop(),
+        }
 
     async def reindex(self, indexer: Any) -> None:
         self.out["reindex"] = await reindex(indexer, self.plan.reindex_sessions, self.progress)

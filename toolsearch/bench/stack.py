@@ -213,10 +213,19 @@ class Stack:
             proc = self._start(f"catalog-{spec.name}", args, env)
             await wait_for(functools.partial(http_answers, f"{spec.url}/healthz"), 60, proc)
 
-    async def start_indexer(self, timeout: float = 1800.0) -> float:
-        """Start the indexer; returns the seconds from launch until it serves (after its warm-up)."""
+    def variant(self, name: str, indexer: dict[str, Any]) -> Path:
+        """A copy of the stack's configuration with some indexer settings replaced; returns its path."""
+        config = yaml.safe_load(self.config_path.read_text())
+        config["indexer"].update(indexer)
+        path = self.folder / f"toolsearch-{name}.yaml"
+        path.write_text(yaml.safe_dump(config))
+        return path
+
+    async def start_indexer(self, timeout: float = 1800.0, config: Path | None = None) -> float:
+        """Start the indexer (on `config`, default the stack's); returns the seconds until it serves."""
         self.stop("indexer")  # a restart: the log file goes on
-        proc = self._start("indexer", [*CLI, "indexer", "--config", str(self.config_path)])
+        path = config or self.config_path
+        proc = self._start("indexer", [*CLI, "indexer", "--config", str(path)])
         return await wait_for(lambda: grpc_serving(self.indexer_address), timeout, proc)
 
     async def start_router(self) -> None:
