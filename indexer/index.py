@@ -30,13 +30,16 @@ from indexer.tools import Tool
 
 
 def fingerprint(tools: Sequence[Tool]) -> str:
-    """A hash of a tool set: the same tools under the same names give the same fingerprint."""
+    """A hash of a tool set: the same tools under the same names give the same fingerprint.
+
+    The backend's own name is part of it: an advertised `a_x` may be backend a's `x`, prefixed on a
+    collision, or its `a_x`, and the two must not share a version (calls go by the original name).
+    """
     digest = hashlib.sha256()
     for tool in sorted(tools, key=lambda t: t.name):
-        digest.update(tool.backend_id.encode())
-        digest.update(b"\0")
-        digest.update(tool.definition_json.encode())
-        digest.update(b"\0")
+        for part in (tool.backend_id, tool.original_name, tool.definition_json):
+            digest.update(part.encode())
+            digest.update(b"\0")
     return digest.hexdigest()[:32]
 
 

@@ -24,7 +24,7 @@ from indexer.discovery import Listing
 from indexer.embedder.fake import FakeEmbedder
 from indexer.embeddings import Embeddings
 from indexer.errors import BackendUnavailable
-from indexer.index import Builder, IndexVersion, VersionPool, build_version
+from indexer.index import Builder, IndexVersion, VersionPool, build_version, fingerprint
 from indexer.registry import Registry
 from indexer.search import SearchSettings
 from indexer.server import Indexer
@@ -355,6 +355,16 @@ def test_a_tool_renamed_by_a_collision_is_derived_again() -> None:
     assert held.resolve("forecast") is not None
     assert builder.documents.derived == 5  # its advertised definition changed: maps' forecast only
     assert everything.resolve("maps_forecast") is not None
+
+
+def test_a_prefixed_name_and_the_same_name_listed_as_is_are_different_tool_sets() -> None:
+    def tool(name: str) -> dict[str, Any]:
+        return {"name": name, "description": "Look a thing up.", "inputSchema": {"type": "object"}}
+
+    prefixed = advertise({"a": [tool("x")], "b": [tool("x")]})  # a_x calls a's x
+    as_listed = advertise({"a": [tool("a_x")], "b": [tool("b_x")]})  # a_x calls a's a_x
+    assert [t.name for t in prefixed] == [t.name for t in as_listed] == ["a_x", "b_x"]
+    assert fingerprint(prefixed) != fingerprint(as_listed)
 
 
 def test_a_tool_no_version_holds_is_forgotten() -> None:
