@@ -45,7 +45,7 @@ _log = logging.getLogger(__name__)
 _SCHEMA_VERSION = "1"
 _QUERY_BATCH = 64  # queries per model call: more only delays the first of them
 # a document chunk's padded size (texts x its longest, in characters): about 500 word pieces,
-# a fraction of a second of one torch thread, which is as long as a waiting query can wait
+# a fraction of a second of the model, which is as long as a waiting query can wait
 _DOCUMENT_CHARS = 2048
 _SQL_VARIABLES = 500  # keys per SELECT, under SQLite's bound-parameter limit
 _CORRUPTION_CODES = {sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB}
