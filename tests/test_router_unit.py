@@ -45,6 +45,7 @@ from router.indexer_client import IndexerClient, Principal, translate
 from router.meta_tools import parse_call_tool, parse_find_tool, tool_result_for
 from router.session_layer import bearer_token, error_response, is_handshake_era, parse_message
 from tests.support.processes import free_port
+from tests.support.stack import INITIALIZE
 from toolsearch.config import parse_config
 from toolsearch.v1 import indexer_pb2 as pb
 from toolsearch.v1 import indexer_pb2_grpc
@@ -330,16 +331,6 @@ class Running:
         return Client(streamable_http_client("http://router.test/mcp", http_client=self.http), mode=mode)
 
 
-INIT = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-11-25",
-        "capabilities": {},
-        "clientInfo": {"name": "t", "version": "1"},
-    },
-}
 JSON_HEADERS = {"content-type": "application/json", "accept": "application/json, text/event-stream"}
 
 
@@ -402,7 +393,7 @@ def _text(result: types.CallToolResult) -> str:
 
 
 async def _initialize(running: Running) -> str:
-    response = await running.http.post("/mcp", json=INIT, headers=JSON_HEADERS)
+    response = await running.http.post("/mcp", json=INITIALIZE, headers=JSON_HEADERS)
     assert response.status_code == 200, response.text
     return response.headers["mcp-session-id"]
 
@@ -541,7 +532,7 @@ async def test_an_unreachable_indexer_is_a_503_not_a_traceback() -> None:
     app = create_app(_config(f"127.0.0.1:{free_port()}"), {})
     async with _lifespans(app):
         http = httpx2.AsyncClient(transport=httpx2.ASGITransport(app), base_url="http://router.test")
-        response = await http.post("/mcp", json=INIT, headers=JSON_HEADERS)
+        response = await http.post("/mcp", json=INITIALIZE, headers=JSON_HEADERS)
         assert response.status_code == 503
         assert response.json()["error"]["message"] == "indexer unavailable, retry shortly"
         ready = await http.get("/readyz")
