@@ -21,6 +21,7 @@ COPY pyproject.toml README.md ./
 COPY toolsearch/ toolsearch/
 COPY router/ router/
 COPY indexer/ indexer/
+COPY commands/ commands/
 RUN pip install . && pip check
 
 # --- final: the virtualenv, the example catalog and the containers' configuration; no build tools

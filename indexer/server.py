@@ -1,14 +1,11 @@
-"""The indexer process: its parts wired together, the gRPC server, and `toolsearch indexer`."""
+"""The indexer process: its parts wired together, and the gRPC server (`toolsearch indexer` runs `serve`)."""
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import contextlib
 import dataclasses
 import gc
 import logging
-import os
 import signal
 import sys
 from collections.abc import Mapping, Sequence
@@ -24,7 +21,6 @@ from grpc_reflection.v1alpha import reflection
 from indexer.access import SharedSecretGuard
 from indexer.embedder import Embedder
 from indexer.embeddings import Embeddings
-from indexer.errors import EmbedderError, StateUnavailable
 from indexer.fanout import Rebuilder
 from indexer.finder import Finder
 from indexer.health import HealthMonitor
@@ -38,8 +34,7 @@ from indexer.service import IndexerService
 from indexer.sessions import SessionManager
 from indexer.state import LocalSessions, State, make_state
 from toolsearch.config import Config, ConfigError, load_config
-from toolsearch.logs import add_log_format_argument, configure_logging
-from toolsearch.transport import ServerSecurity, TransportConfigError, server_security
+from toolsearch.transport import ServerSecurity, server_security
 from toolsearch.v1 import indexer_pb2, indexer_pb2_grpc
 
 logger = logging.getLogger(__name__)
@@ -270,26 +265,3 @@ async def serve(config: Config, secrets: Mapping[str, str], config_path: Path | 
         if exporter is not None:
             await asyncio.to_thread(exporter.close)  # waits for its serving thread
         await indexer.close()
-
-
-def run_cli(args: argparse.Namespace) -> int:
-    config = load_config(Path(args.config), os.environ)
-    configure_logging(args.log_level, args.log_format)
-    try:
-        with contextlib.suppress(KeyboardInterrupt):
-            asyncio.run(serve(config, os.environ, Path(args.config)))
-    except (EmbedderError, TransportConfigError) as exc:
-        print(f"indexer: {exc}", file=sys.stderr)
-        return 2
-    except (OSError, StateUnavailable) as exc:
-        print(f"indexer: {exc}", file=sys.stderr)
-        return 1
-    return 0
-
-
-def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser("indexer", help="run the indexer (gRPC)")
-    parser.add_argument("--config", required=True, help="the YAML configuration file")
-    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
-    add_log_format_argument(parser)
-    parser.set_defaults(func=run_cli)

@@ -2,22 +2,19 @@
 
 `create_app` builds the FastAPI app; its lifespan opens what every request shares (the gRPC channel
 to the indexer, the HTTP connection pool to the backends, the SDK's stateless session manager) and
-closes them on shutdown. `toolsearch router --config FILE` runs it under uvicorn.
+closes them on shutdown. `serve` runs it under uvicorn (`toolsearch router --config FILE`).
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import logging
-import os
 import signal
 import socket
 import sys
 from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Any
 
 import httpx2
@@ -38,11 +35,10 @@ from router.indexer_client import IndexerClient
 from router.meta_tools import MetaTools
 from router.metrics import RequestObserver, RouterMetrics
 from router.session_layer import Authenticator, SessionLayer, jsonrpc_error
-from toolsearch.config import Config, RouterAuth, load_config
-from toolsearch.logs import add_log_format_argument, configure_logging
+from toolsearch.config import Config, RouterAuth
 from toolsearch.transport import ChannelSecurity, TransportConfigError, channel_security
 
-__all__ = ["add_parser", "build_server", "create_app"]
+__all__ = ["build_server", "create_app", "serve"]
 
 logger = logging.getLogger(__name__)
 
@@ -218,44 +214,30 @@ def configured_authenticator(settings: RouterAuth, environ: Mapping[str, str]) -
     return authenticator_for(settings, secret, jwks)
 
 
-def run(args: argparse.Namespace) -> int:
-    """`toolsearch router`: serve until interrupted."""
-    config = load_config(Path(args.config), os.environ)
-    level = "debug" if args.log_level == "trace" else args.log_level
-    configure_logging(level, args.log_format)
+def serve(config: Config, environ: Mapping[str, str], log_level: str, log_format: str) -> int:
+    """Serve `config` under uvicorn until interrupted; returns the exit code.
+
+    `environ` holds the key material the configuration names (entry points pass the environment).
+    """
     try:
-        authenticator = configured_authenticator(config.router.auth, os.environ)
-        security = channel_security(config.router, os.environ)
+        authenticator = configured_authenticator(config.router.auth, environ)
+        security = channel_security(config.router, environ)
     except (AuthConfigError, TransportConfigError) as exc:
         print(f"router: {exc}", file=sys.stderr)
         return 2
     host, _, port = config.router.listen.rpartition(":")
     server = _Server(
         uvicorn.Config(
-            create_app(config, os.environ, authenticator, indexer_security=security),
+            create_app(config, environ, authenticator, indexer_security=security),
             host=host,
             port=int(port),
-            log_level=args.log_level,
-            access_log=args.log_level in ("debug", "trace"),
+            log_level=log_level,
+            access_log=log_level in ("debug", "trace"),
             # uvicorn types it as int; a float works the same (an asyncio timeout)
             timeout_graceful_shutdown=config.router.shutdown_grace,  # type: ignore[arg-type]
             # JSON lines: uvicorn's loggers reach the root handler instead of uvicorn's own text ones
-            log_config=None if args.log_format == "json" else uvicorn.config.LOGGING_CONFIG,
+            log_config=None if log_format == "json" else uvicorn.config.LOGGING_CONFIG,
         )
     )
     server.run()
     return 0 if server.started else 1
-
-
-def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Register `toolsearch router`."""
-    parser = subparsers.add_parser("router", help="serve find_tool and call_tool over MCP at /mcp")
-    parser.add_argument("--config", required=True, help="the YAML configuration file")
-    parser.add_argument(
-        "--log-level",
-        default="warning",
-        choices=["critical", "error", "warning", "info", "debug", "trace"],
-        help="log level; requests are logged from debug on (default: warning)",
-    )
-    add_log_format_argument(parser)
-    parser.set_defaults(func=run)

@@ -36,7 +36,7 @@ def test_quick_bench_reports_every_part(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "toolsearch.cli",
+            "commands.cli",
             "bench",
             "--quick",
             "--out",

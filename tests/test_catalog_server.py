@@ -22,9 +22,9 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS
 
+from commands.catalog_server import CatalogServerSettings, create_app
 from tests.support.processes import Proc, free_port, start_process
 from toolsearch.catalog import group_by_server, load_catalog
-from toolsearch.catalog_server import CatalogServerSettings, create_app
 from toolsearch.config import load_config
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -81,7 +81,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
     path.write_text("".join(json.dumps(line) + "\n" for line in CATALOG))
     port = free_port()
     base = f"http://127.0.0.1:{port}"
-    args = [sys.executable, "-m", "toolsearch.cli", "catalog-server", "--catalog", str(path)]
+    args = [sys.executable, "-m", "commands.cli", "catalog-server", "--catalog", str(path)]
     args += ["--port", str(port), "--page-size", "2", "--control"]
     args += ["--require-jwt", "Secure Notes", "--allowed-subjects", "alice"]
     proc = start_process(args, f"{base}/healthz", env={SECRET_ENV: SECRET})
@@ -331,7 +331,7 @@ async def test_control_requests_that_make_no_sense_get_a_clear_error(
 
 
 def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "toolsearch.cli", "catalog-server", *args]
+    command = [sys.executable, "-m", "commands.cli", "catalog-server", *args]
     environment = {k: v for k, v in os.environ.items() if k != SECRET_ENV} | (env or {})
     return subprocess.run(command, capture_output=True, text=True, timeout=60, env=environment, check=False)
 
@@ -362,7 +362,7 @@ async def test_tokens_never_reach_the_log_even_at_debug_level(tmp_path: Path) ->
     path = tmp_path / "catalog.jsonl"
     path.write_text(json.dumps(tool("Secure Notes", "read_note")) + "\n")
     port = free_port()
-    args = [sys.executable, "-m", "toolsearch.cli", "catalog-server", "--catalog", str(path)]
+    args = [sys.executable, "-m", "commands.cli", "catalog-server", "--catalog", str(path)]
     args += ["--port", str(port), "--require-jwt", "*", "--log-level", "debug"]
     proc = start_process(args, f"http://127.0.0.1:{port}/healthz", env={SECRET_ENV: SECRET})
     good, expired = token(), token(expires_in=-60)

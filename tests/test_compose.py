@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 import yaml
 
+from commands.cli import build_parser
 from router.indexer_client import channel_options
-from toolsearch.cli import build_parser
 from toolsearch.config import Config, load_config
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -20,10 +20,10 @@ import httpx2
 import jwt
 import pytest
 
+from commands.status import fetch
 from tests.support.catalogs import small_catalog
 from tests.support.clients import until
 from tests.support.stack import HEADERS, INITIALIZE, Stack, running_stack
-from toolsearch.status import fetch
 
 WAIT = 30.0
 SECRET = "containment-test-secret-long-enough-for-hs256"

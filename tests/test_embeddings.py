@@ -13,10 +13,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from commands.model import prepare_default_model
 from indexer.embedder import Embedder, EmbedderError, FakeEmbedder, Vectors
 from indexer.embedder.sentence import padding_batches
 from indexer.embeddings import Embeddings, padded_chunks
-from toolsearch.model import prepare_default_model
 
 ROOT = Path(__file__).resolve().parents[1]
 TOOL_TEXTS = [

@@ -13,14 +13,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from commands.cli import main
+from commands.evaluation import METRICS, SHIPPED_SETS, build_index, evaluate, load_queries, score_ranking
+from commands.model import prepare_default_model
 from indexer.embedder import SentenceTransformerEmbedder
 from indexer.embeddings import Embeddings
 from indexer.search import SearchIndex, SearchSettings
 from indexer.text import name_key, query_texts
 from toolsearch.catalog import load_catalog
-from toolsearch.cli import main
-from toolsearch.evaluation import METRICS, SHIPPED_SETS, build_index, evaluate, load_queries, score_ranking
-from toolsearch.model import prepare_default_model
 
 ROOT = Path(__file__).resolve().parents[1]
 CACHE = ROOT / ".toolsearch" / "cache"

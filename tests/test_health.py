@@ -21,10 +21,10 @@ import yaml
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
+from commands.status import fetch
 from tests.support.catalogs import small_catalog
 from tests.support.clients import until
 from tests.support.stack import Stack, running_stack, structured
-from toolsearch.status import fetch
 from toolsearch.v1 import indexer_pb2 as pb
 
 INTERVAL = 0.3  # seconds between probes of one backend

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from toolsearch.cli import main
-from toolsearch.model import (
+from commands.cli import main
+from commands.model import (
     DEFAULT_MODEL_NAME,
     DEFAULT_WEIGHTS_SHA256,
     WEIGHTS_FILE,

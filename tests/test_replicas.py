@@ -23,6 +23,7 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
+from commands.status import fetch
 from tests.support.catalogs import small_catalog
 from tests.support.clients import Alternating, SessionIds, until
 from tests.support.processes import Proc, free_port, start_process
@@ -37,7 +38,6 @@ from tests.support.stack import (
     wait_until,
     write_config,
 )
-from toolsearch.status import fetch
 from toolsearch.v1 import indexer_pb2 as pb
 from toolsearch.v1 import indexer_pb2_grpc as pb_grpc
 

@@ -23,13 +23,13 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from mcp import Client
 
+from commands.health_check import check_grpc
+from commands.status import fetch
 from tests.support.catalogs import small_catalog
 from tests.support.certs import Authority
 from tests.support.processes import Proc, free_port, start_process
 from tests.support.stack import CLI, HEADERS, INITIALIZE, Stack, running_stack, structured
 from toolsearch.config import load_config
-from toolsearch.health_check import check_grpc
-from toolsearch.status import fetch
 from toolsearch.transport import channel_security
 from toolsearch.v1 import indexer_pb2 as pb
 from toolsearch.v1 import indexer_pb2_grpc as pb_grpc

@@ -12,7 +12,6 @@ so only its first `SESSION_PREFIX` characters are ever kept here; tokens are nev
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import logging
@@ -28,7 +27,6 @@ __all__ = [
     "REQUEST_ID_HEADER",
     "SESSION_PREFIX",
     "JsonFormatter",
-    "add_log_format_argument",
     "bind_request",
     "bind_session",
     "bound",
@@ -122,13 +120,3 @@ def configure_logging(level: str, log_format: str) -> None:
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level.upper())
-
-
-def add_log_format_argument(parser: argparse.ArgumentParser) -> None:
-    """Add `--log-format text|json` to a service's subcommand."""
-    parser.add_argument(
-        "--log-format",
-        default="text",
-        choices=LOG_FORMATS,
-        help="text for people (the default), json for one JSON object per line",
-    )

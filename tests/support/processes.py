@@ -1,7 +1,7 @@
 """Real processes for tests: a free port, a process started and waited for, and a clean stop.
 
     port = free_port()
-    proc = start_process([sys.executable, "-m", "toolsearch.cli", ...], f"http://127.0.0.1:{port}/healthz")
+    proc = start_process([sys.executable, "-m", "commands.cli", ...], f"http://127.0.0.1:{port}/healthz")
     try:
         ...
     finally:

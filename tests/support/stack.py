@@ -23,7 +23,7 @@ from toolsearch.transport import ChannelSecurity, channel_security, sync_channel
 ROOT = Path(__file__).resolve().parents[2]
 DEMO_CATALOG = ROOT / "examples" / "catalog.jsonl"
 MODEL = ROOT / "models" / "all-MiniLM-L6-v2"
-CLI = [sys.executable, "-m", "toolsearch.cli"]
+CLI = [sys.executable, "-m", "commands.cli"]
 START_TIMEOUT = 180.0  # a cold indexer embeds every tool before it serves
 HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 INITIALIZE = {

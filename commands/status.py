@@ -12,6 +12,7 @@ from pathlib import Path
 import grpc
 from google.protobuf.json_format import MessageToDict
 
+from commands.options import add_config
 from toolsearch.config import load_config
 from toolsearch.transport import ChannelSecurity, TransportConfigError, channel_security, sync_channel
 from toolsearch.v1 import indexer_pb2 as pb
@@ -82,7 +83,7 @@ def run_cli(args: argparse.Namespace) -> int:
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser("status", help="print the indexer's backends, sessions and versions")
-    parser.add_argument("--config", required=True, help="the YAML configuration file")
+    add_config(parser)
     parser.add_argument("--indexer", help="the indexer address (default: the config's first)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--timeout", type=float, default=5.0)

@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType
 
+from commands.options import add_config
 from toolsearch.config import Config, load_config
 from toolsearch.transport import ChannelSecurity, TransportConfigError, channel_security, sync_channel
 
@@ -63,7 +64,7 @@ class Stack:
         self.processes: list[tuple[str, subprocess.Popen[bytes]]] = []
 
     def start(self, name: str, args: Sequence[str], ready: Callable[[], bool]) -> None:
-        command = [sys.executable, "-m", "toolsearch.cli", *args]
+        command = [sys.executable, "-m", "commands.cli", *args]
         process = subprocess.Popen(command, stdin=subprocess.DEVNULL)
         self.processes.append((name, process))
         deadline = time.monotonic() + READY_TIMEOUT
@@ -142,5 +143,5 @@ def run_cli(args: argparse.Namespace) -> int:
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser("up", help="start everything a configuration describes, in the foreground")
-    parser.add_argument("--config", required=True, help="the YAML configuration file")
+    add_config(parser)
     parser.set_defaults(func=run_cli)

@@ -30,12 +30,12 @@ __all__ = ["add_parser", "run_cli"]
 
 
 async def _main(args: argparse.Namespace) -> int:
+    from commands.bench.common import Progress, machine
+    from commands.bench.latency import close_clients
+    from commands.bench.plan import FULL, QUICK
+    from commands.bench.report import write
+    from commands.bench.run import Run
     from indexer.server import load_embedder
-    from toolsearch.bench.common import Progress, machine
-    from toolsearch.bench.latency import close_clients
-    from toolsearch.bench.plan import FULL, QUICK
-    from toolsearch.bench.report import write
-    from toolsearch.bench.run import Run
 
     progress = Progress()
     plan = QUICK if args.quick else FULL

@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from toolsearch.bench.markdown import CHART, markdown
-from toolsearch.bench.plan import CONCURRENCY, QUERY_SETS
+from commands.bench.markdown import CHART, markdown
+from commands.bench.plan import CONCURRENCY, QUERY_SETS
 
 
 def _target(name: str, value: float | None, limit: float, unit: str, at_most: bool = True) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from typing import Any
 
 import grpc
 
-from toolsearch.bench.common import rss_mb
+from commands.bench.common import rss_mb
 from toolsearch.v1 import indexer_pb2 as pb
 from toolsearch.v1 import indexer_pb2_grpc as pb_grpc
 

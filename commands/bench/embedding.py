@@ -19,13 +19,13 @@ from typing import Any
 
 import numpy as np
 
+from commands.bench.common import CatalogFile
 from indexer.embedder import Embedder
 from indexer.embeddings import Embeddings
 from indexer.index import Builder, IndexVersion, build_version
 from indexer.search import SearchSettings
 from indexer.server import Indexer
 from indexer.tools import advertise
-from toolsearch.bench.common import CatalogFile
 from toolsearch.catalog import group_by_server, load_catalog
 from toolsearch.config import Config, load_config
 

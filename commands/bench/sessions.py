@@ -21,8 +21,8 @@ from typing import Any
 
 import mcp_types as types
 
-from toolsearch.bench.common import summarize
-from toolsearch.bench.latency import LIMIT, connect, find, found_tools
+from commands.bench.common import summarize
+from commands.bench.latency import LIMIT, connect, find, found_tools
 
 
 async def open_once(url: str, query: str, token: str | None = None) -> dict[str, float]:

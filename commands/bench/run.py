@@ -14,22 +14,22 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from indexer.embedder import Embedder
-from toolsearch.bench.catalogs import Catalogs, advertised, call_target, started
-from toolsearch.bench.common import CatalogFile, CpuMeter, QueryPool
-from toolsearch.bench.embedding import cold_build, restart_in_process
-from toolsearch.bench.latency import (
+from commands.bench.catalogs import Catalogs, advertised, call_target, started
+from commands.bench.common import CatalogFile, CpuMeter, QueryPool
+from commands.bench.embedding import cold_build, restart_in_process
+from commands.bench.latency import (
     call_tool_latency,
     describe,
     find_tool_load,
     floor,
     floor_once,
 )
-from toolsearch.bench.memory import memory
-from toolsearch.bench.plan import CONCURRENCY, QUERY_SETS, Plan
-from toolsearch.bench.reindex import reindex
-from toolsearch.bench.sessions import cold_open, open_many
-from toolsearch.bench.stack import CatalogSpec, Stack, secret
+from commands.bench.memory import memory
+from commands.bench.plan import CONCURRENCY, QUERY_SETS, Plan
+from commands.bench.reindex import reindex
+from commands.bench.sessions import cold_open, open_many
+from commands.bench.stack import CatalogSpec, Stack, secret
+from indexer.embedder import Embedder
 from toolsearch.config import Health
 
 FLOOR_WARMUP = 5  # model calls before the floor's clock starts: the first ones of a process are slow

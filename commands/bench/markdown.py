@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from toolsearch.bench.plan import CONCURRENCY, QUERY_SETS
+from commands.bench.plan import CONCURRENCY, QUERY_SETS
 
 CHART = "bench-latency.png"
 # find_tool CPU columns: the process names the run measures, and how the table heads them

@@ -32,9 +32,9 @@ import jwt
 import yaml
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from toolsearch.bench.common import CatalogFile
+from commands.bench.common import CatalogFile
 
-CLI = [sys.executable, "-m", "toolsearch.cli"]
+CLI = [sys.executable, "-m", "commands.cli"]
 _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: never via a proxy
 _LOOPBACK_ENV = {
     "NO_PROXY": "127.0.0.1,localhost",

@@ -10,14 +10,14 @@ from typing import Any
 
 import psutil
 
+from commands.bench.common import METATOOL, STABLETOOLBENCH, CatalogFile, slice_catalog
+from commands.bench.embedding import catalog_tools
+from commands.bench.latency import call_arguments
+from commands.bench.plan import Plan
+from commands.bench.stack import Stack
+from commands.status import fetch
 from indexer.tools import advertise
-from toolsearch.bench.common import METATOOL, STABLETOOLBENCH, CatalogFile, slice_catalog
-from toolsearch.bench.embedding import catalog_tools
-from toolsearch.bench.latency import call_arguments
-from toolsearch.bench.plan import Plan
-from toolsearch.bench.stack import Stack
 from toolsearch.catalog import argument_problem, input_validator, load_catalog
-from toolsearch.status import fetch
 
 
 @dataclass(frozen=True)

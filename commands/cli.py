@@ -16,15 +16,15 @@ from toolsearch.config import ConfigError
 
 # module -> the subcommands it registers, imported lazily so `toolsearch router` never loads torch
 _COMMANDS = {
-    "toolsearch.up": ("up",),
-    "indexer.server": ("indexer",),
-    "router.app": ("router",),
-    "toolsearch.catalog_server": ("catalog-server",),
-    "toolsearch.model": ("model",),
-    "toolsearch.evaluation": ("eval",),
-    "toolsearch.status": ("status",),
-    "toolsearch.bench": ("bench",),
-    "toolsearch.health_check": ("health",),
+    "commands.up": ("up",),
+    "commands.indexer": ("indexer",),
+    "commands.router": ("router",),
+    "commands.catalog_server": ("catalog-server",),
+    "commands.model": ("model",),
+    "commands.evaluation": ("eval",),
+    "commands.status": ("status",),
+    "commands.bench": ("bench",),
+    "commands.health_check": ("health",),
 }
 
 

@@ -1,0 +1,42 @@
+"""`toolsearch indexer`: run the indexer's gRPC service until SIGTERM (`indexer.server.serve`)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import sys
+from pathlib import Path
+
+from commands.options import add_config, add_logging
+from indexer.errors import EmbedderError, StateUnavailable
+from indexer.server import serve
+from toolsearch.config import load_config
+from toolsearch.logs import configure_logging
+from toolsearch.transport import TransportConfigError
+
+__all__ = ["add_parser"]
+
+
+def run(args: argparse.Namespace) -> int:
+    config = load_config(Path(args.config), os.environ)
+    configure_logging(args.log_level, args.log_format)
+    try:
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(serve(config, os.environ, Path(args.config)))
+    except (EmbedderError, TransportConfigError) as exc:
+        print(f"indexer: {exc}", file=sys.stderr)
+        return 2
+    except (OSError, StateUnavailable) as exc:
+        print(f"indexer: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register `toolsearch indexer`."""
+    parser = subparsers.add_parser("indexer", help="run the indexer (gRPC)")
+    add_config(parser)
+    add_logging(parser)
+    parser.set_defaults(func=run)
