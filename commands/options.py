@@ -7,8 +7,6 @@ from collections.abc import Sequence
 
 from toolsearch.logs import LOG_FORMATS
 
-__all__ = ["add_config", "add_logging"]
-
 LEVELS = ("debug", "info", "warning", "error")
 
 

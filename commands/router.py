@@ -11,8 +11,6 @@ from router.app import serve
 from toolsearch.config import load_config
 from toolsearch.logs import configure_logging
 
-__all__ = ["add_parser"]
-
 # uvicorn's levels: requests are logged from debug on
 LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
 

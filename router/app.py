@@ -1,8 +1,9 @@
 """The router application: MCP Streamable HTTP at `/mcp`, health at `/healthz` and `/readyz`, `/metrics`.
 
-`create_app` builds the FastAPI app; its lifespan opens what every request shares (the gRPC channel
-to the indexer, the HTTP connection pool to the backends, the SDK's stateless session manager) and
-closes them on shutdown. `serve` runs it under uvicorn (`toolsearch router --config FILE`).
+`create_app` builds a plain Starlette app (the SDK's own framework); its lifespan opens what every
+request shares (the gRPC channel to the indexer, the HTTP connection pool to the backends, the SDK's
+stateless session manager behind the session layer), hands it to requests as lifespan state, and
+closes it on shutdown. `serve` runs the app under uvicorn (`toolsearch router --config FILE`).
 """
 
 from __future__ import annotations
@@ -15,30 +16,31 @@ import socket
 import sys
 from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, TypedDict
 
 import httpx2
 import uvicorn
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response
 from mcp.server.caching import CacheHint
 from mcp.server.lowlevel.server import Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
-from mcp_types import INTERNAL_ERROR, CallToolRequestParams
+from mcp_types import CallToolRequestParams
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
-from router.auth import AnonymousAuthenticator, authenticator_for
+from router.auth import AnonymousAuthenticator, Authenticator, authenticator_for
 from router.backends import BackendCaller, create_transport
 from router.errors import AuthConfigError
 from router.indexer_client import IndexerClient
 from router.meta_tools import MetaTools
 from router.metrics import RequestObserver, RouterMetrics
-from router.session_layer import Authenticator, SessionLayer, jsonrpc_error
+from router.session_layer import SessionLayer
 from toolsearch.config import Config, RouterAuth
 from toolsearch.transport import ChannelSecurity, TransportConfigError, channel_security
-
-__all__ = ["build_server", "create_app", "serve"]
 
 logger = logging.getLogger(__name__)
 
@@ -69,20 +71,44 @@ def build_server(tools: MetaTools, metrics: RouterMetrics | None = None) -> Serv
     return server
 
 
-class _Endpoint:
-    """The `/mcp` route: delegates to the session layer the lifespan builds."""
+class RouterState(TypedDict):
+    """What the lifespan opens for every request, handed to requests as Starlette lifespan state.
 
-    def __init__(self) -> None:
-        self.app: ASGIApp | None = None
+    An ASGI server copies it into each request's `scope["state"]`; handlers read `request.state`.
+    """
+
+    indexer: IndexerClient
+    sessions: SessionLayer  # `/mcp`: the session layer in front of the SDK's handler
+
+
+class _Mcp:
+    """`/mcp`: the session layer the lifespan built.
+
+    An object rather than a function: Starlette routes an object as an ASGI app, a function as a
+    request handler.
+    """
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if self.app is None:
-            response = jsonrpc_error(
-                503, INTERNAL_ERROR, "router starting, retry shortly", headers={"Retry-After": "1"}
-            )
-            await response(scope, receive, send)
-            return
-        await self.app(scope, receive, send)
+        state: RouterState = scope["state"]
+        await state["sessions"](scope, receive, send)
+
+
+async def _healthz(request: Request) -> JSONResponse:
+    return JSONResponse({"status": "ok"})
+
+
+async def _readyz(request: Request[RouterState]) -> JSONResponse:
+    statuses = await request.state["indexer"].check_health()
+    if "SERVING" in statuses.values():
+        return JSONResponse({"status": "ready", "indexer": statuses})
+    reason = "no indexer answers the health check with SERVING"
+    return JSONResponse({"status": "not ready", "reason": reason, "indexer": statuses}, status_code=503)
+
+
+async def _http_error(request: Request, exc: Exception) -> JSONResponse:
+    # Routing's 404 and 405 answer JSON, as everything else the router says does.
+    assert isinstance(exc, HTTPException)  # the only exception it is registered for
+    return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=exc.headers)
 
 
 def create_app(
@@ -91,7 +117,7 @@ def create_app(
     authenticator: Authenticator | None = None,
     backend_transport: httpx2.AsyncBaseTransport | None = None,
     indexer_security: ChannelSecurity | None = None,
-) -> FastAPI:
+) -> Starlette:
     """The router app for `config`.
 
     `secrets` holds the values of backends' `header` credentials and of the indexer's shared secret
@@ -102,11 +128,10 @@ def create_app(
     """
     settings = config.router
     security = indexer_security or channel_security(settings, secrets)
-    endpoint = _Endpoint()
     metrics = RouterMetrics()
 
     @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    async def lifespan(app: Starlette) -> AsyncIterator[RouterState]:
         indexer = IndexerClient(
             settings.indexer,
             settings.indexer_timeout,
@@ -128,47 +153,35 @@ def create_app(
             json_response=True,
             max_request_body_size=settings.max_body_bytes,
         )
-        app.state.indexer = indexer
+        sessions = SessionLayer(
+            manager.handle_request,
+            indexer,
+            authenticator or AnonymousAuthenticator(),
+            settings.max_body_bytes,
+        )
         try:
             async with manager.run():
-                endpoint.app = SessionLayer(
-                    manager.handle_request,
-                    indexer,
-                    authenticator or AnonymousAuthenticator(),
-                    settings.max_body_bytes,
-                )
-                yield
+                yield {"indexer": indexer, "sessions": sessions}
         finally:
-            endpoint.app = None
             if backend_transport is None:
                 await transport.aclose()
             await indexer.close()
 
-    app = FastAPI(
-        title="toolsearch router", lifespan=lifespan, openapi_url=None, docs_url=None, redoc_url=None
-    )
-    app.router.routes.append(Route("/mcp", endpoint=endpoint))
-    app.add_middleware(RequestObserver, metrics=metrics)
-
-    @app.get("/healthz")
-    async def healthz() -> dict[str, str]:
-        return {"status": "ok"}
-
-    @app.get("/readyz")
-    async def readyz(request: Request) -> JSONResponse:
-        indexer: IndexerClient = request.app.state.indexer
-        statuses = await indexer.check_health()
-        if "SERVING" in statuses.values():
-            return JSONResponse({"status": "ready", "indexer": statuses})
-        reason = "no indexer answers the health check with SERVING"
-        return JSONResponse({"status": "not ready", "reason": reason, "indexer": statuses}, status_code=503)
-
-    @app.get("/metrics")
-    async def prometheus_metrics() -> Response:
+    async def prometheus_metrics(request: Request) -> Response:
         body, content_type = metrics.render()
         return Response(body, media_type=content_type)
 
-    return app
+    return Starlette(
+        routes=[
+            Route("/mcp", _Mcp()),
+            Route("/healthz", _healthz),
+            Route("/readyz", _readyz),
+            Route("/metrics", prometheus_metrics),
+        ],
+        middleware=[Middleware(RequestObserver, metrics=metrics)],
+        exception_handlers={HTTPException: _http_error},
+        lifespan=lifespan,
+    )
 
 
 class _Server(uvicorn.Server):

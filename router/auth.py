@@ -11,6 +11,9 @@ request for passthrough backends, which judge it; it also makes the caller the `
 pseudo-principal rather than the anonymous one, so that a session opened without a token and a
 request carrying one (or the reverse) never meet: the request gets 404.
 
+The protocol the session layer calls lives here too: an `Authenticator` turns a request's headers
+into an `Identity` (the `Principal` sessions are bound to, and the bearer token it presented).
+
 Library code takes key material as arguments; `toolsearch router` reads it (router/app.py).
 """
 
@@ -18,27 +21,46 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 import jwt
 from starlette.datastructures import Headers
 
 from router.errors import AuthConfigError, Unauthenticated
-from router.indexer_client import Principal
-from router.session_layer import Authenticator, Identity, bearer_token
 from toolsearch.config import RouterAuth
 
-__all__ = [
-    "REALM",
-    "TOKEN_HOLDER",
-    "AnonymousAuthenticator",
-    "JwtAuthenticator",
-    "authenticator_for",
-    "challenge",
-    "public_keys",
-]
-
 logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """Who is calling: an issuer and a subject. Both empty means anonymous."""
+
+    issuer: str = ""
+    subject: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """An authenticated caller: the principal sessions are bound to, and the token it presented."""
+
+    principal: Principal
+    bearer_token: str | None = field(repr=False)  # a credential: kept out of every repr and log
+
+
+class Authenticator(Protocol):
+    """Decides who a request comes from; raises `Unauthenticated` to refuse it (HTTP 401)."""
+
+    async def authenticate(self, headers: Headers) -> Identity: ...
+
+
+def bearer_token(headers: Headers) -> str | None:
+    """The token of an `Authorization: Bearer` header, if the request has one."""
+    scheme, _, token = headers.get("authorization", "").partition(" ")
+    token = token.strip()
+    return token if scheme.lower() == "bearer" and token else None
+
 
 REALM = "toolsearch"
 # Callers of an anonymous router that send a token: not a person, only "whoever holds some token".

@@ -42,8 +42,6 @@ from router.errors import (
 )
 from toolsearch.v1 import indexer_pb2 as pb
 
-__all__ = ["BackendCaller", "SchemaValidators", "create_transport", "outgoing_headers"]
-
 logger = logging.getLogger(__name__)
 
 CLIENT_INFO = types.Implementation(name="toolsearch-router", version="0.1.0")

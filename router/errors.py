@@ -22,23 +22,6 @@ results or JSON-RPC errors, `router/session_layer.py` into HTTP responses.
 
 from __future__ import annotations
 
-__all__ = [
-    "AuthConfigError",
-    "BackendError",
-    "BackendRejected",
-    "BackendTimeout",
-    "BackendUnavailable",
-    "IndexerFailed",
-    "IndexerUnavailable",
-    "InvalidRequest",
-    "MissingCredentials",
-    "RouterError",
-    "SessionNotFound",
-    "TooManySessions",
-    "ToolNotFound",
-    "Unauthenticated",
-]
-
 
 class RouterError(Exception):
     """Raised when the router cannot serve a request; the base of every router error."""

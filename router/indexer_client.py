@@ -14,13 +14,14 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 import grpc
+from google.protobuf.message import Message
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from router.auth import Principal
 from router.errors import (
     IndexerFailed,
     IndexerUnavailable,
@@ -34,7 +35,8 @@ from toolsearch.transport import ChannelSecurity, aio_channel
 from toolsearch.v1 import indexer_pb2 as pb
 from toolsearch.v1 import indexer_pb2_grpc
 
-__all__ = ["IndexerClient", "Principal"]
+if TYPE_CHECKING:
+    from toolsearch.v1.indexer_pb2_grpc import IndexerAsyncStub  # declared for type checkers only
 
 logger = logging.getLogger(__name__)
 
@@ -51,16 +53,27 @@ _FAILOVER = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXC
 _ERROR_KEY = "toolsearch-error"
 UNAVAILABLE_MESSAGE = "indexer unavailable, retry shortly"
 
+_Request = TypeVar("_Request", bound=Message)
+_Response = TypeVar("_Response", bound=Message)
+_Request_contra = TypeVar("_Request_contra", bound=Message, contravariant=True)
+_Response_co = TypeVar("_Response_co", bound=Message, covariant=True)
 
-@dataclass(frozen=True, slots=True)
-class Principal:
-    """Who is calling: an issuer and a subject. Both empty means anonymous."""
 
-    issuer: str = ""
-    subject: str = ""
+class _Unary(Protocol[_Request_contra, _Response_co]):
+    """A unary-unary method of an asyncio stub, as the router calls it; grpc ships no types of its own."""
 
-    def to_proto(self) -> pb.Principal:
-        return pb.Principal(issuer=self.issuer, subject=self.subject)
+    def __call__(
+        self,
+        request: _Request_contra,
+        *,
+        timeout: float,
+        wait_for_ready: bool,
+        metadata: Sequence[tuple[str, str]] | None,
+    ) -> Awaitable[_Response_co]: ...
+
+
+def _principal(principal: Principal) -> pb.Principal:
+    return pb.Principal(issuer=principal.issuer, subject=principal.subject)
 
 
 def _error_kind(exc: grpc.aio.AioRpcError) -> str:
@@ -120,7 +133,8 @@ class IndexerClient:
         self._channels = [
             aio_channel(a, self._security, channel_options(a), interceptors) for a in self.addresses
         ]
-        self._stubs = [indexer_pb2_grpc.IndexerStub(c) for c in self._channels]
+        # The stub of an asyncio channel is an IndexerAsyncStub; grpc ships no types to tell mypy so.
+        self._stubs = [cast("IndexerAsyncStub", indexer_pb2_grpc.IndexerStub(c)) for c in self._channels]
         self._health = [health_pb2_grpc.HealthStub(channel) for channel in self._channels]
         self._current = 0  # the address calls start from; moves on after a failover
         # a balanced channel counts twice: its retry goes to another of the replicas behind it
@@ -131,14 +145,23 @@ class IndexerClient:
         await asyncio.gather(*(channel.close() for channel in self._channels))
 
     async def _call(
-        self, method: str, request: Any, tool_name: str = "", timeout: float | None = None
-    ) -> Any:
+        self,
+        method: Callable[[IndexerAsyncStub], _Unary[_Request, _Response]],
+        request: _Request,
+        tool_name: str = "",
+        timeout: float | None = None,
+    ) -> _Response:
+        """Call `method` with `request`, failing over to the next address; a failure becomes a router error.
+
+        `method` picks the method off a stub (`lambda stub: stub.FindTools`) rather than being one
+        stub's bound method: each address has a stub of its own, and a failover calls another's.
+        """
         tries = self._tries
         start = self._current
         metadata = self._security.metadata or None
         for attempt in range(tries):
             index = (start + attempt) % len(self._stubs)
-            rpc = getattr(self._stubs[index], method)
+            rpc = method(self._stubs[index])
             try:
                 return await rpc(
                     request, timeout=timeout or self.timeout, wait_for_ready=False, metadata=metadata
@@ -152,7 +175,9 @@ class IndexerClient:
                         self.addresses[index],
                     )
                 if exc.code() in _FAILOVER:
-                    logger.warning("indexer %s: %s %s", self.addresses[index], method, exc.code().name)
+                    # each request message is named for its method: OpenSessionRequest, ...
+                    name = request.DESCRIPTOR.name.removesuffix("Request")
+                    logger.warning("indexer %s: %s %s", self.addresses[index], name, exc.code().name)
                     if attempt + 1 < tries:
                         self._current = (index + 1) % len(self._stubs)
                         continue
@@ -164,25 +189,21 @@ class IndexerClient:
     ) -> pb.OpenSessionResponse:
         """Open a session for `principal`; with `implied`, its implied session (created on first use)."""
         request = pb.OpenSessionRequest(
-            principal=principal.to_proto(),
+            principal=_principal(principal),
             credentials=pb.Credentials(bearer_token=bearer_token or ""),
             implied=implied,
         )
-        response: pb.OpenSessionResponse = await self._call(
-            "OpenSession", request, timeout=self.open_session_timeout
-        )
-        return response
+        return await self._call(lambda stub: stub.OpenSession, request, timeout=self.open_session_timeout)
 
     async def get_session(self, session_id: str, principal: Principal) -> pb.GetSessionResponse:
         """Check that a session exists and belongs to `principal`; raises `SessionNotFound`."""
-        request = pb.GetSessionRequest(session_id=session_id, principal=principal.to_proto())
-        response: pb.GetSessionResponse = await self._call("GetSession", request)
-        return response
+        request = pb.GetSessionRequest(session_id=session_id, principal=_principal(principal))
+        return await self._call(lambda stub: stub.GetSession, request)
 
     async def close_session(self, session_id: str, principal: Principal) -> None:
         """End a session; raises `SessionNotFound` when it is unknown or foreign."""
-        request = pb.CloseSessionRequest(session_id=session_id, principal=principal.to_proto())
-        await self._call("CloseSession", request)
+        request = pb.CloseSessionRequest(session_id=session_id, principal=_principal(principal))
+        await self._call(lambda stub: stub.CloseSession, request)
 
     async def find_tools(
         self, session_id: str, principal: Principal, query: str, keywords: Sequence[str], limit: int
@@ -190,19 +211,17 @@ class IndexerClient:
         """Search the session's current index version; `limit` 0 means the indexer's default."""
         request = pb.FindToolsRequest(
             session_id=session_id,
-            principal=principal.to_proto(),
+            principal=_principal(principal),
             query=query,
             keywords=keywords,
             limit=limit,
         )
-        response: pb.FindToolsResponse = await self._call("FindTools", request)
-        return response
+        return await self._call(lambda stub: stub.FindTools, request)
 
     async def resolve_tool(self, session_id: str, principal: Principal, name: str) -> pb.ResolveToolResponse:
         """Resolve an advertised tool name to its backend; raises `ToolNotFound`."""
-        request = pb.ResolveToolRequest(session_id=session_id, principal=principal.to_proto(), name=name)
-        response: pb.ResolveToolResponse = await self._call("ResolveTool", request, tool_name=name)
-        return response
+        request = pb.ResolveToolRequest(session_id=session_id, principal=_principal(principal), name=name)
+        return await self._call(lambda stub: stub.ResolveTool, request, tool_name=name)
 
     async def check_health(self) -> dict[str, str]:
         """Each address's answer to the standard gRPC health check: SERVING, NOT_SERVING, or why not."""

@@ -25,8 +25,6 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from toolsearch.logs import REQUEST_ID_HEADER, bound, clean_request_id, current_request_id
 
-__all__ = ["RequestObserver", "RouterMetrics"]
-
 TOOLS = frozenset({"find_tool", "call_tool"})
 ROUTES = frozenset({"/mcp", "/healthz", "/readyz", "/metrics"})
 METHODS = frozenset({"GET", "POST", "DELETE", "PUT", "PATCH", "HEAD", "OPTIONS"})

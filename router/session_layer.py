@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Any
 
 from mcp_types import INTERNAL_ERROR, INVALID_REQUEST, PARSE_ERROR
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
@@ -23,6 +23,7 @@ from starlette.datastructures import Headers
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from router.auth import Authenticator, Identity
 from router.errors import (
     IndexerFailed,
     IndexerUnavailable,
@@ -32,21 +33,8 @@ from router.errors import (
     TooManySessions,
     Unauthenticated,
 )
-from router.indexer_client import IndexerClient, Principal
+from router.indexer_client import IndexerClient
 from toolsearch.logs import bind_session
-
-__all__ = [
-    "STATE_KEY",
-    "Authenticator",
-    "Caller",
-    "ClientError",
-    "Identity",
-    "JsonRpcMessage",
-    "SessionLayer",
-    "error_response",
-    "is_handshake_era",
-    "parse_message",
-]
 
 logger = logging.getLogger(__name__)
 
@@ -54,27 +42,6 @@ STATE_KEY = "toolsearch.caller"  # where the layer leaves the `Caller` in scope[
 SESSION_HEADER = "mcp-session-id"
 VERSION_HEADER = "mcp-protocol-version"
 MISSING_SESSION = "missing Mcp-Session-Id header: send the id returned by initialize"
-
-
-@dataclass(frozen=True, slots=True)
-class Identity:
-    """An authenticated caller: the principal sessions are bound to, and the token it presented."""
-
-    principal: Principal
-    bearer_token: str | None = field(repr=False)  # a credential: kept out of every repr and log
-
-
-class Authenticator(Protocol):
-    """Decides who a request comes from; raises `Unauthenticated` to refuse it (HTTP 401)."""
-
-    async def authenticate(self, headers: Headers) -> Identity: ...
-
-
-def bearer_token(headers: Headers) -> str | None:
-    """The token of an `Authorization: Bearer` header, if the request has one."""
-    scheme, _, token = headers.get("authorization", "").partition(" ")
-    token = token.strip()
-    return token if scheme.lower() == "bearer" and token else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,9 +21,8 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from router.app import configured_authenticator
-from router.auth import TOKEN_HOLDER, AnonymousAuthenticator, JwtAuthenticator
+from router.auth import TOKEN_HOLDER, AnonymousAuthenticator, JwtAuthenticator, Principal
 from router.errors import AuthConfigError, Unauthenticated
-from router.indexer_client import Principal
 from router.session_layer import SessionLayer
 from toolsearch.config import ConfigError, RouterAuth, parse_config
 

@@ -26,8 +26,11 @@ from mcp.server.lowlevel.server import Server
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
 from starlette.datastructures import Headers
+from starlette.types import Receive, Scope, Send
 
-from router.app import create_app
+from router.app import RouterState, create_app
+from router.arguments import parse_call_tool, parse_find_tool
+from router.auth import Principal, bearer_token
 from router.backends import SchemaValidators, outgoing_headers
 from router.errors import (
     BackendTimeout,
@@ -41,9 +44,9 @@ from router.errors import (
     TooManySessions,
     Unauthenticated,
 )
-from router.indexer_client import IndexerClient, Principal, translate
-from router.meta_tools import parse_call_tool, parse_find_tool, tool_result_for
-from router.session_layer import bearer_token, error_response, is_handshake_era, parse_message
+from router.indexer_client import IndexerClient, translate
+from router.meta_tools import tool_result_for
+from router.session_layer import error_response, is_handshake_era, parse_message
 from tests.support.processes import free_port
 from tests.support.stack import INITIALIZE
 from toolsearch.config import parse_config
@@ -325,7 +328,7 @@ class Running:
     http: httpx2.AsyncClient
     indexer: FakeIndexer
     backend: Backend
-    app: Any
+    state: RouterState
 
     def client(self, mode: str = "legacy") -> Client:
         return Client(streamable_http_client("http://router.test/mcp", http_client=self.http), mode=mode)
@@ -340,14 +343,18 @@ def _config(indexer_address: str) -> Any:
 
 
 @contextlib.asynccontextmanager
-async def _lifespans(*apps: Any) -> AsyncIterator[None]:
-    """Run the apps' lifespans in a task of their own: their task groups must exit where they began."""
+async def _lifespans(*apps: Any) -> AsyncIterator[list[Any]]:
+    """Run the apps' lifespans in a task of their own: their task groups must exit where they began.
+
+    Yields each app's lifespan state (None for an app without any).
+    """
     started, stop = asyncio.Event(), asyncio.Event()
+    states: list[Any] = []
 
     async def hold() -> None:
         async with contextlib.AsyncExitStack() as stack:
             for app in apps:
-                await stack.enter_async_context(app.router.lifespan_context(app))
+                states.append(await stack.enter_async_context(app.router.lifespan_context(app)))
             started.set()
             await stop.wait()
 
@@ -356,10 +363,19 @@ async def _lifespans(*apps: Any) -> AsyncIterator[None]:
     if task.done():
         task.result()
     try:
-        yield
+        yield states
     finally:
         stop.set()
         await task
+
+
+def _served(app: Any, state: RouterState) -> httpx2.ASGITransport:
+    """A transport to `app` that hands each request the lifespan state, as an ASGI server does."""
+
+    async def with_state(scope: Scope, receive: Receive, send: Send) -> None:
+        await app({**scope, "state": dict(state)}, receive, send)
+
+    return httpx2.ASGITransport(with_state)
 
 
 @pytest.fixture(scope="module")
@@ -380,9 +396,9 @@ async def running() -> AsyncIterator[Running]:
         transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
     )
     app = create_app(_config(f"127.0.0.1:{port}"), {}, backend_transport=httpx2.ASGITransport(backend_app))
-    async with _lifespans(backend_app, app):
-        http = httpx2.AsyncClient(transport=httpx2.ASGITransport(app), base_url="http://router.test")
-        yield Running(http, fake, backend, app)
+    async with _lifespans(backend_app, app) as (_, state):
+        http = httpx2.AsyncClient(transport=_served(app, state), base_url="http://router.test")
+        yield Running(http, fake, backend, state)
     await grpc_server.stop(None)
 
 
@@ -530,8 +546,8 @@ async def test_readiness_follows_the_indexer_health_check(running: Running) -> N
 
 async def test_an_unreachable_indexer_is_a_503_not_a_traceback() -> None:
     app = create_app(_config(f"127.0.0.1:{free_port()}"), {})
-    async with _lifespans(app):
-        http = httpx2.AsyncClient(transport=httpx2.ASGITransport(app), base_url="http://router.test")
+    async with _lifespans(app) as (state,):
+        http = httpx2.AsyncClient(transport=_served(app, state), base_url="http://router.test")
         response = await http.post("/mcp", json=INITIALIZE, headers=JSON_HEADERS)
         assert response.status_code == 503
         assert response.json()["error"]["message"] == "indexer unavailable, retry shortly"
@@ -540,7 +556,7 @@ async def test_an_unreachable_indexer_is_a_503_not_a_traceback() -> None:
 
 
 async def test_an_unreachable_indexer_address_fails_over_to_the_next(running: Running) -> None:
-    live = running.app.state.indexer.addresses[0]
+    live = running.state["indexer"].addresses[0]
     client = IndexerClient([f"127.0.0.1:{free_port()}", live], timeout=2.0)
     try:
         opened = await client.open_session(Principal(), None)

@@ -10,8 +10,8 @@ import grpc
 import pytest
 
 from indexer.access import SharedSecretGuard
+from router.arguments import parse_call_tool
 from router.errors import InvalidRequest
-from router.meta_tools import parse_call_tool
 from tests.support.certs import Authority
 from toolsearch.config import load_config
 from toolsearch.transport import TransportConfigError, channel_security, server_security
