@@ -26,13 +26,14 @@ import numpy as np
 from indexer.embedder import Embedder
 from indexer.embeddings import Embeddings
 from indexer.search import SearchIndex, SearchSettings, build_tool_index
+from indexer.state.disk import disk_embeddings
 from indexer.text import query_texts
 from indexer.tools import advertise
-from toolsearch.catalog import CatalogTool, load_catalog
+from toolsearch.catalog import EVAL_DATA, CatalogTool, load_catalog
 
 Method = Literal["hybrid", "dense", "lexical"]
 METHODS: tuple[Method, ...] = get_args(Method)
-DATA = Path(__file__).resolve().parent / "data" / "eval"
+DATA = EVAL_DATA
 SHIPPED_SETS = {  # name -> (catalog, queries)
     "stabletoolbench": (DATA / "stabletoolbench" / "tools.jsonl", DATA / "stabletoolbench" / "queries.jsonl"),
     "metatool multi": (DATA / "metatool" / "tools.jsonl", DATA / "metatool" / "queries_multi.jsonl"),
@@ -148,7 +149,8 @@ def evaluate_methods(
         if missing := set(query.relevant) - known:
             raise EvalError(f"query {query.id} names tools the catalog lacks: {sorted(missing)[:3]}")
     settings = settings or SearchSettings()
-    index, ids = build_index(tools, Embeddings(embedder, cache_dir), settings)
+    store = disk_embeddings(cache_dir, embedder.identity, embedder.dimension)
+    index, ids = build_index(tools, Embeddings(embedder, store), settings)
     show = len(queries) >= PROGRESS_AFTER if progress is None else progress
     texts = [query_texts(q.query) for q in queries]
     started = time.perf_counter()

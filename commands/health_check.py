@@ -15,8 +15,6 @@ import sys
 import urllib.error
 import urllib.request
 
-__all__ = ["add_parser", "check_grpc", "check_http"]
-
 DEFAULT_TIMEOUT = 3.0
 # Inside a container a proxy from the environment must not answer for the service itself.
 _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))

@@ -10,13 +10,12 @@ import sys
 from pathlib import Path
 
 from commands.options import add_config, add_logging
-from indexer.errors import EmbedderError, StateUnavailable
+from indexer.embedder.base import EmbedderError
 from indexer.server import serve
+from indexer.state import StateUnavailable
 from toolsearch.config import load_config
 from toolsearch.logs import configure_logging
 from toolsearch.transport import TransportConfigError
-
-__all__ = ["add_parser"]
 
 
 def run(args: argparse.Namespace) -> int:

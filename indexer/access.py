@@ -18,8 +18,6 @@ from typing import Any
 
 import grpc
 
-__all__ = ["OPEN_METHODS", "REFUSED", "SharedSecretGuard"]
-
 logger = logging.getLogger(__name__)
 
 OPEN_METHODS = ("/grpc.health.v1.Health/",)  # prefixes of methods anyone may call

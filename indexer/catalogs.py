@@ -15,15 +15,12 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from indexer.discovery import Listing
 from indexer.index import IndexVersion, VersionPool, fingerprint
-from indexer.interning import digest_of
 from indexer.registry import Registry
 from indexer.state import CatalogRef, CatalogStore
+from indexer.state.listings import Listing, digest_of
 from indexer.tools import Tool, advertise
 from toolsearch.config import Naming
-
-__all__ = ["Catalog", "Catalogs"]
 
 logger = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ stored at creation. What a listing attempt means (DESIGN "Identity and credentia
 - `unavailable`: anything else, our own failures included; the session keeps what it had and the
   backend is tried again at the next rebuild.
 
-A listing is interned by its digest (`indexer.interning`): the sessions whose tokens see the same
+A listing is interned by its digest (`indexer.state.listings`): the sessions whose tokens see the same
 tools hold one `Listing`, and so share one catalog and one version. Verdicts are not interned: each
 session keeps its own rejected backends.
 
@@ -29,27 +29,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from indexer.discovery import Listing
-from indexer.errors import BackendError, BackendRejected
-from indexer.interning import intern_backends, intern_listing
-from indexer.registry import MissingCredentials, Registry
-
-__all__ = [
-    "ANONYMOUS",
-    "Attempt",
-    "Principal",
-    "authenticated",
-    "due_for_listing",
-    "list_at_creation",
-    "list_passthrough",
-    "record",
-    "stored_token",
-]
+from indexer.errors import BackendError, BackendRejected, NoCallerToken
+from indexer.registry import Registry
+from indexer.state import Principal
+from indexer.state.listings import Listing, intern_backends, intern_listing
 
 logger = logging.getLogger(__name__)
 
-Principal = tuple[str, str]  # (issuer, subject); ("", "") is anonymous
-ANONYMOUS: Principal = ("", "")
+ANONYMOUS = Principal("", "")
 Verdict = Literal["listed", "rejected", "forbidden", "unavailable"]
 
 
@@ -64,7 +51,7 @@ class Attempt:
 
 def authenticated(principal: Principal) -> bool:
     """Whether a principal was verified by the router: only those have an issuer."""
-    return bool(principal[0])
+    return bool(principal.issuer)
 
 
 def stored_token(principal: Principal, token: str | None, implied: bool) -> str | None:
@@ -100,7 +87,7 @@ async def list_passthrough(
         epoch = state.epoch
         try:
             listing = await registry.list_backend(state.config, token)
-        except MissingCredentials:
+        except NoCallerToken:
             return Attempt("rejected", epoch)
         except BackendRejected as exc:
             return Attempt("rejected" if exc.status == 401 else "forbidden", epoch)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -21,18 +20,10 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 
 from indexer.errors import BackendRejected, BackendUnavailable
+from indexer.state.listings import Listing
 
 # A server that pages forever must not hang discovery.
 MAX_PAGES = 1000
-
-
-@dataclass(frozen=True, slots=True)
-class Listing:
-    """What one `tools/list` walk found."""
-
-    tools: tuple[Mapping[str, Any], ...]  # MCP tool definitions, as the backend named them
-    protocol_version: str
-    latency: float  # seconds for the whole walk
 
 
 class _StatusRecorder:

@@ -1,18 +1,12 @@
-"""The embedding cache (memory, then disk) and query micro-batching in front of an `Embedder`.
+"""The embedding cache (memory, then a store) and query micro-batching in front of an `Embedder`.
 
 Vectors are keyed by sha256(identity + "\\0" + text), so a cache never mixes models or weights, and
 a health flip or a restart re-embeds nothing already seen.
 
-The second tier is an `EmbeddingStore`. By default it is one SQLite file per model identity in
-`cache_dir`, in WAL mode, written one transaction per model call. SQLite rather than our own segment
-files because it already is what those would have to become: a kill at any point leaves the last
-committed transaction, never a torn record; lookups by key need no in-memory index of the whole
-cache; and several processes can share one folder. What SQLite cannot rule out (a file damaged
-outside it, a disk that lies) is checked on open (`PRAGMA quick_check`) and on every read (a stored
-vector must have the model's dimension and unit norm): a damaged file is moved aside to `*.corrupt`
-and started anew, a bad row is re-embedded and overwritten. The disk tier is best effort: when it
-cannot be used, the cache runs from memory. Replicas that share state through Redis keep this tier
-there instead (`indexer.state`), with the same keys and the same checks on read.
+The second tier is an `EmbeddingStore` of the state backend (`indexer.state`): a SQLite file per
+model in `cache_dir` for one indexer, or Redis, shared by replicas. Whichever it is, every vector
+read back is checked (the model's dimension, unit norm) and a bad one is re-embedded and
+overwritten; a store that cannot be used leaves the cache running from memory.
 
 Model calls are serialised by a gate that lets a waiting query go before the next chunk of a large
 document batch, so `find_tool` latency stays low while an index builds. A chunk is bounded by its
@@ -27,167 +21,23 @@ import contextlib
 import hashlib
 import itertools
 import logging
-import sqlite3
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
-from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from indexer.embedder.base import Embedder, EmbedderError, Vectors
+from indexer.state.base import EmbeddingStore
 
 _log = logging.getLogger(__name__)
 
-_SCHEMA_VERSION = "1"
 _QUERY_BATCH = 64  # queries per model call: more only delays the first of them
 # a document chunk's padded size (texts x its longest, in characters): about 500 word pieces,
 # a fraction of a second of the model, which is as long as a waiting query can wait
 _DOCUMENT_CHARS = 2048
-_SQL_VARIABLES = 500  # keys per SELECT, under SQLite's bound-parameter limit
-_CORRUPTION_CODES = {sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB}
-
-
-class EmbeddingStore(Protocol):
-    """The second tier behind the memory cache: key -> vector bytes. Thread-safe; never raises."""
-
-    def get(self, keys: Sequence[bytes]) -> dict[bytes, bytes]:
-        """The stored vectors of those `keys` that are stored."""
-        ...
-
-    def put(self, items: Sequence[tuple[bytes, bytes]]) -> None:
-        """Store `items`; a failure loses only cached work."""
-        ...
-
-    def close(self) -> None:
-        """Release what the store holds open."""
-        ...
-
-
-class _Corrupt(Exception):
-    """Raised when a cache file opens but is not one of ours, or fails its integrity check."""
-
-
-class DiskCache:
-    """Key -> vector bytes in one SQLite file; every method is thread-safe and never raises."""
-
-    def __init__(self, folder: Path, identity: str, dimension: int) -> None:
-        self._path = folder / f"embeddings-{hashlib.sha256(identity.encode()).hexdigest()[:16]}.sqlite3"
-        self._identity = identity
-        self._dimension = dimension
-        self._lock = threading.Lock()
-        self._connection: sqlite3.Connection | None = None
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-            self._connection = self._open()
-        except (_Corrupt, sqlite3.DatabaseError) as exc:
-            if not self._is_corruption(exc):
-                _log.warning("embedding cache %s unusable, running from memory: %s", self._path, exc)
-                return
-            self._reset(exc)
-        except OSError as exc:
-            _log.warning("embedding cache folder %s unusable, running from memory: %s", folder, exc)
-
-    def _open(self) -> sqlite3.Connection:
-        connection = sqlite3.connect(self._path, timeout=30, isolation_level=None, check_same_thread=False)
-        try:
-            connection.execute("PRAGMA page_size=16384")  # takes on a new file only: fewer half-empty pages
-            connection.execute("PRAGMA journal_mode=WAL")
-            connection.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: a kill loses no commit
-            check = connection.execute("PRAGMA quick_check").fetchone()[0]
-            if check != "ok":
-                raise _Corrupt(f"integrity check failed: {check}")
-            connection.execute("CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)")
-            # a rowid table: WITHOUT ROWID stores rows this large (1.5 kB) in a third more pages
-            connection.execute(
-                "CREATE TABLE IF NOT EXISTS vectors (key BLOB PRIMARY KEY, vector BLOB NOT NULL)"
-            )
-            expected = {
-                "version": _SCHEMA_VERSION,
-                "identity": self._identity,
-                "dimension": str(self._dimension),
-            }
-            connection.executemany("INSERT OR IGNORE INTO meta VALUES (?, ?)", expected.items())
-            found = dict(connection.execute("SELECT name, value FROM meta").fetchall())
-            if any(found.get(name) != value for name, value in expected.items()):
-                raise _Corrupt(f"file belongs to another model or version: {found}")
-        except BaseException:
-            connection.close()
-            raise
-        return connection
-
-    @staticmethod
-    def _is_corruption(exc: BaseException) -> bool:
-        if isinstance(exc, _Corrupt):
-            return True
-        code = getattr(exc, "sqlite_errorcode", None)  # extended codes keep the primary in the low byte
-        return isinstance(code, int) and code & 0xFF in _CORRUPTION_CODES
-
-    def _reset(self, reason: BaseException) -> None:
-        """Move a damaged file aside and start an empty one; its vectors are re-embedded when needed."""
-        _log.warning("embedding cache %s is damaged (%s): moved aside, starting anew", self._path, reason)
-        if self._connection is not None:
-            with contextlib.suppress(sqlite3.Error):
-                self._connection.close()
-            self._connection = None
-        try:
-            self._path.replace(self._path.with_suffix(".corrupt"))
-            for suffix in ("-wal", "-shm"):
-                Path(f"{self._path}{suffix}").unlink(missing_ok=True)
-            self._connection = self._open()
-        except (OSError, _Corrupt, sqlite3.Error) as exc:
-            _log.warning("embedding cache %s unusable, running from memory: %s", self._path, exc)
-
-    def _failed(self, action: str, exc: sqlite3.Error) -> None:
-        if self._is_corruption(exc):
-            self._reset(exc)
-        else:
-            _log.warning("embedding cache %s: %s failed: %s", self._path, action, exc)
-
-    def get(self, keys: Sequence[bytes]) -> dict[bytes, bytes]:
-        """The stored vectors of those `keys` that are on disk."""
-        found: dict[bytes, bytes] = {}
-        with self._lock:
-            if self._connection is None:
-                return found
-            try:
-                for start in range(0, len(keys), _SQL_VARIABLES):
-                    chunk = keys[start : start + _SQL_VARIABLES]
-                    marks = ",".join("?" * len(chunk))
-                    rows = self._connection.execute(
-                        f"SELECT key, vector FROM vectors WHERE key IN ({marks})", chunk
-                    ).fetchall()
-                    found.update(rows)
-            except sqlite3.Error as exc:
-                self._failed("read", exc)
-        return found
-
-    def put(self, items: Sequence[tuple[bytes, bytes]]) -> None:
-        """Store `items` in one transaction: all of them or, after a kill, none."""
-        with self._lock:
-            if self._connection is None or not items:
-                return
-            try:
-                self._connection.execute("BEGIN IMMEDIATE")
-                try:
-                    self._connection.executemany("INSERT OR REPLACE INTO vectors VALUES (?, ?)", items)
-                    self._connection.execute("COMMIT")
-                except BaseException:
-                    self._connection.execute("ROLLBACK")
-                    raise
-            except sqlite3.Error as exc:
-                self._failed("write", exc)
-
-    def close(self) -> None:
-        """Close the file; the last connection's close folds the WAL back into it."""
-        with self._lock:
-            if self._connection is not None:
-                with contextlib.suppress(sqlite3.Error):
-                    self._connection.close()
-                self._connection = None
 
 
 class _ModelGate:
@@ -228,19 +78,18 @@ class Embeddings:
 
     `embed_documents` is blocking (run it in a worker thread); `embed_query` is a coroutine whose
     model calls run in one dedicated thread. The coroutine side belongs to one event loop. The second
-    tier is `store` when given, else a SQLite file in `cache_dir`, else none.
+    tier is `store` (the cache closes it), or none.
     """
 
     def __init__(
         self,
         embedder: Embedder,
-        cache_dir: Path | None,
+        store: EmbeddingStore | None = None,
         memory_items: int = 200_000,
         *,
         query_items: int = 4096,
         document_batch: int = 64,
         document_chars: int = _DOCUMENT_CHARS,
-        store: EmbeddingStore | None = None,
     ) -> None:
         if document_batch < 1:
             raise ValueError("document_batch must be at least 1")
@@ -255,9 +104,7 @@ class Embeddings:
         self._document_chars = document_chars
         self._lock = threading.Lock()
         self._memory: OrderedDict[bytes, Vectors] = OrderedDict()
-        self._disk: EmbeddingStore | None = store
-        if store is None and cache_dir is not None:
-            self._disk = DiskCache(cache_dir, embedder.identity, self._dimension)
+        self._store = store
         self._gate = _ModelGate()
         self._queries: OrderedDict[str, Vectors] = OrderedDict()
         self._pending: dict[str, asyncio.Future[Vectors]] = {}
@@ -299,8 +146,8 @@ class Embeddings:
                 if vector is not None:
                     self._memory.move_to_end(key)
                     found[key] = vector
-        if self._disk is not None and len(found) < len(unique):
-            stored = self._disk.get([key for key in unique if key not in found])
+        if self._store is not None and len(found) < len(unique):
+            stored = self._store.get([key for key in unique if key not in found])
             rejected = 0
             for key, blob in stored.items():
                 vector = self._from_blob(blob)
@@ -322,8 +169,8 @@ class Embeddings:
             fresh = {key: self._frozen(vector) for key, vector in zip(chunk, vectors, strict=True)}
             found.update(fresh)
             self._remember(fresh)
-            if self._disk is not None:
-                self._disk.put([(key, vector.tobytes()) for key, vector in fresh.items()])
+            if self._store is not None:
+                self._store.put([(key, vector.tobytes()) for key, vector in fresh.items()])
         result: Vectors = np.empty((len(texts), self._dimension), dtype=np.float32)
         for row, key in enumerate(keys):
             result[row] = found[key]
@@ -429,10 +276,10 @@ class Embeddings:
                 self.cache_misses += 1
 
     def close(self) -> None:
-        """Stop the query thread and close the disk cache; everything embedded is already committed."""
+        """Stop the query thread and close the store; everything embedded is already committed."""
         self._executor.shutdown(wait=True, cancel_futures=True)
-        if self._disk is not None:
-            self._disk.close()
+        if self._store is not None:
+            self._store.close()
 
 
 def padded_chunks(lengths: Sequence[int], max_items: int, max_padded: int) -> Iterator[list[int]]:

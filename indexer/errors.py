@@ -4,12 +4,13 @@ IndexerError
 ├── SessionNotFound        NOT_FOUND (toolsearch-error: session-not-found)
 ├── ToolNotFound           NOT_FOUND (toolsearch-error: tool-not-found)
 ├── InvalidRequest         INVALID_ARGUMENT
+│   └── NoCallerToken      (a passthrough backend listed for a caller without a bearer token)
 ├── TooManySessions        RESOURCE_EXHAUSTED
 ├── NotReady               UNAVAILABLE
-├── StateUnavailable       UNAVAILABLE (the shared state, Redis, cannot be reached)
 └── BackendError           (never leaves the indexer: a failing backend is left out of a catalog)
     ├── BackendUnavailable
     └── BackendRejected
+StateUnavailable           UNAVAILABLE (indexer.state: the shared state, Redis, cannot be reached)
 EmbedderError              (indexer.embedder: the model cannot be loaded or run)
 
 A call without the link's shared secret never reaches the servicer: the transport's boundary,
@@ -18,22 +19,6 @@ A call without the link's shared secret never reaches the servicer: the transpor
 """
 
 from __future__ import annotations
-
-from indexer.embedder.base import EmbedderError
-
-__all__ = [
-    "BackendError",
-    "BackendRejected",
-    "BackendUnavailable",
-    "EmbedderError",
-    "IndexerError",
-    "InvalidRequest",
-    "NotReady",
-    "SessionNotFound",
-    "StateUnavailable",
-    "TooManySessions",
-    "ToolNotFound",
-]
 
 
 class IndexerError(Exception):
@@ -60,16 +45,16 @@ class InvalidRequest(IndexerError):
     """Raised when a request breaks a limit or has a malformed field; the message says which."""
 
 
+class NoCallerToken(InvalidRequest):
+    """Raised when a passthrough backend is listed for a caller who sent no bearer token."""
+
+
 class TooManySessions(IndexerError):
     """Raised when a principal already holds as many sessions as the configuration allows."""
 
 
 class NotReady(IndexerError):
     """Raised when a request arrives before the indexer has loaded its model and catalogs."""
-
-
-class StateUnavailable(IndexerError):
-    """Raised when the shared state (Redis) does not answer in time; another replica may, later."""
 
 
 class BackendError(IndexerError):

@@ -1,10 +1,12 @@
-"""Fan-out: registry changes become new index versions for the sessions they affect, coalesced.
+"""Fan-out: changes to what sessions may see become new index versions for them, coalesced.
 
-`Registry.changed(reason)` may fire many times in a burst (several backends failing together, a
-flapping backend, a config reload). Each call only records its reason and marks the sessions dirty;
-one task, after a short debounce, rebuilds every session once with all the reasons gathered so far.
-Changes that arrive while that rebuild runs schedule exactly one more pass, never one per change.
-Sessions whose catalog did not change keep their version (`SessionManager.rebuild` swaps nothing).
+The health monitor (a backend crossing the advertised line, or its tool list changing), a config
+reload and a replica taking the lease call `Rebuilder.request(reason)`, often many times in a burst
+(several backends failing together, a flapping backend). Each call only records its reason;
+one task, after a short debounce, runs `SessionManager.rebuild_all` once with all the reasons
+gathered so far, and that pass swaps each session to the version its backends now call for.
+Changes that arrive while a pass runs schedule exactly one more pass, never one per change.
+Sessions whose catalog did not change keep their version (`rebuild_all` swaps nothing for them).
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+
+from indexer.sessions import SessionManager
 
 logger = logging.getLogger(__name__)
 
@@ -29,12 +32,10 @@ def summarise(reasons: list[str]) -> str:
 
 
 class Rebuilder:
-    """Coalesces change notices into passes of `rebuild_all(reason)`, one task at a time."""
+    """Coalesces change notices into passes of `SessionManager.rebuild_all`, one task at a time."""
 
-    def __init__(
-        self, rebuild_all: Callable[[str], Awaitable[int]], debounce: float = DEBOUNCE_SECONDS
-    ) -> None:
-        self._rebuild_all = rebuild_all
+    def __init__(self, sessions: SessionManager, debounce: float = DEBOUNCE_SECONDS) -> None:
+        self._sessions = sessions
         self._debounce = debounce
         self._reasons: list[str] = []
         self._task: asyncio.Task[None] | None = None
@@ -48,7 +49,7 @@ class Rebuilder:
         return bool(self._reasons) or (self._task is not None and not self._task.done())
 
     def request(self, reason: str) -> None:
-        """Note a change (the `Registry.subscribe` listener); must be called on the event loop."""
+        """Note a change, to be rebuilt for in the next pass; must be called on the event loop."""
         if self._closed:
             return
         if reason not in self._reasons:
@@ -64,7 +65,7 @@ class Rebuilder:
             reasons, self._reasons = self._reasons, []
             reason = summarise(reasons)
             try:
-                swapped = await self._rebuild_all(reason)
+                swapped = await self._sessions.rebuild_all(reason)
             except Exception:
                 # the next change tries again; until then sessions keep their current versions
                 logger.exception("rebuilding sessions after %r failed", reason)

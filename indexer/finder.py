@@ -11,7 +11,7 @@ from indexer.embeddings import Embeddings
 from indexer.errors import InvalidRequest
 from indexer.index import IndexVersion, VersionPool
 from indexer.registry import Registry
-from indexer.sessions import Session
+from indexer.session_views import LiveSession
 from indexer.text import query_texts
 from toolsearch.config import Search
 from toolsearch.v1 import indexer_pb2 as pb
@@ -47,19 +47,20 @@ class Finder:
             raise InvalidRequest(f"limit is {limit}; it must be between 1 and {self._search.max_limit}")
         return limit
 
-    def _empty_reason(self, session: Session) -> str:
-        if not session.accepted:
+    def _empty_reason(self, session: LiveSession) -> str:
+        accepted = session.record.accepted
+        if not accepted:
             return "this session has no tools: every backend rejected its credentials, or none is configured"
-        advertised = [b for b in session.accepted if self._registry.get(b).advertised]
+        advertised = [b for b in accepted if self._registry.get(b).advertised]
         if not advertised:
             return (
-                f"no backend is healthy right now ({len(session.accepted)} configured for this session): "
+                f"no backend is healthy right now ({len(accepted)} configured for this session): "
                 "try again shortly"
             )
         return "the healthy backends of this session offer no tools"
 
     async def find(
-        self, session: Session, query: str, keywords: Sequence[str], limit: int
+        self, session: LiveSession, query: str, keywords: Sequence[str], limit: int
     ) -> pb.FindToolsResponse:
         """The best tools of the session's current version for a query."""
         limit = self._check(query, keywords, limit)

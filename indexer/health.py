@@ -3,10 +3,12 @@
 A probe is what discovery does (MCP `initialize` + `tools/list`), bounded by the health timeout;
 at most `max_concurrent_probes` run at once, and a probe's timeout starts once it holds a slot.
 `judge` turns the previous status and one outcome into the next status; `CircuitBreaker` decides
-whether a dead backend is probed at all; `HealthMonitor` runs one probe loop per backend, records the
-verdicts in the `Registry`, and calls `Registry.changed(reason)` when what sessions may see changes:
-a backend crossing the advertised line, or an advertised backend's tool list changing.
-docs/health.md describes the statuses and transitions.
+whether a dead backend is probed at all; `HealthMonitor` runs one probe loop per backend and records
+each verdict in the `Registry`. When what sessions may see changes (a backend crossing the
+advertised line, or an advertised backend's tool list changing) it asks the fan-out's `Rebuilder`
+(`indexer.fanout`) for a rebuild pass, which gives the sessions their new index versions. With
+replicas sharing state, only the lease holder probes, and its `Replica` publishes each verdict for
+the others to adopt. docs/health.md describes the statuses and transitions.
 """
 
 from __future__ import annotations
@@ -19,9 +21,12 @@ import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Literal
 
-from indexer.discovery import Listing
 from indexer.errors import BackendError, BackendRejected, BackendUnavailable
-from indexer.registry import ADVERTISED, Registry, Status
+from indexer.fanout import Rebuilder
+from indexer.registry import Registry
+from indexer.replica import Replica
+from indexer.state.backends import ADVERTISED, Status
+from indexer.state.listings import Listing
 from toolsearch.config import Backend, Health
 
 logger = logging.getLogger(__name__)
@@ -101,19 +106,19 @@ class HealthMonitor:
         self,
         registry: Registry,
         settings: Health,
+        rebuilder: Rebuilder,
+        replica: Replica | None = None,
         probe: Probe | None = None,
         clock: Clock = time.monotonic,
-        probing: Callable[[], bool] = lambda: True,
-        recorded: Callable[[str], Awaitable[None]] | None = None,
     ) -> None:
         self._registry = registry
         self._settings = settings
+        self._rebuilder = rebuilder  # told when what sessions may see changed
+        # With replicas sharing state: only the lease holder probes, and publishes each verdict for
+        # the others to adopt. None for an indexer alone, which always probes.
+        self._replica = replica
         self._probe: Probe = probe or registry.probe
         self._clock = clock
-        # Replicas sharing state: only the lease holder probes (`probing`), and passes each verdict
-        # on (`recorded`) for the others to follow.
-        self._probing = probing
-        self._recorded = recorded
         self._breakers: dict[str, CircuitBreaker] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._stops: dict[str, asyncio.Event] = {}
@@ -145,7 +150,7 @@ class HealthMonitor:
         breaker = self._settings.circuit_breaker
         if breaker.enabled:
             self._breakers[backend_id] = CircuitBreaker(breaker.cooldown, self._clock)
-            self._registry.get(backend_id).circuit = "closed"
+            self._registry.set_circuit(backend_id, "closed")
         stop = self._stops[backend_id] = asyncio.Event()
         self._tasks[backend_id] = asyncio.get_running_loop().create_task(
             self._loop(backend_id, stop), name=f"health-probe:{backend_id}"
@@ -188,15 +193,15 @@ class HealthMonitor:
             if stop.is_set():
                 return
             due = max(due + interval, loop.time())
-            if not self._probing():
-                continue
+            if self._replica is not None and not self._replica.leading:
+                continue  # another replica probes; this one adopts its verdicts
             breaker = self._breakers.get(backend_id)
             if breaker is not None and not breaker.allow():
                 continue
             try:
                 await self.check(backend_id)
-                if self._recorded is not None:
-                    await self._recorded(backend_id)
+                if self._replica is not None:
+                    await self._replica.publish(backend_id)
             except Exception:
                 # a bug in one verdict must not end monitoring of this backend
                 logger.exception("health probe of %s failed unexpectedly", backend_id)
@@ -237,15 +242,18 @@ class HealthMonitor:
 
         Neither the timeout nor the latency counts the wait for a slot: waiting is not the backend's doing.
         """
-        state = self._registry.states.get(backend_id)
-        if state is None:
+        probed = self._registry.states.get(backend_id)
+        if probed is None:
             return None
+        backend = probed.config
         async with self._slot():
             started = time.perf_counter()
-            outcome, listing, error = await self._outcome(state.config)
+            outcome, listing, error = await self._outcome(backend)
             latency = time.perf_counter() - started
         self.probes += 1
-        if self._registry.states.get(backend_id) is not state:
+        # judged against the state now: other verdicts may have been recorded while it was probed
+        state = self._registry.states.get(backend_id)
+        if state is None or state.config is not backend:
             return None  # removed or replaced by a config reload while it was probed
         before = state.status
         after = judge(before, state.consecutive_failures, outcome, latency, self._settings)
@@ -253,7 +261,7 @@ class HealthMonitor:
         if outcome != "ok":
             assert error is not None
             self._registry.record_failure(backend_id, error, after)
-        elif listing is None or state.config.auth.type == "passthrough":
+        elif listing is None or backend.auth.type == "passthrough":
             # a passthrough backend's tools are listed per session, with each caller's token
             self._registry.record_answer(backend_id, latency, after)
         else:
@@ -261,10 +269,10 @@ class HealthMonitor:
         breaker = self._breakers.get(backend_id)
         if breaker is not None:
             breaker.record(outcome != "failed", after)
-            state.circuit = breaker.state
+            self._registry.set_circuit(backend_id, breaker.state)
         reason = _reason(backend_id, before, after, tools_changed)
         if before != after:
-            logger.info("backend %s: %s -> %s %s", backend_id, before, after, state.last_error)
+            logger.info("backend %s: %s -> %s %s", backend_id, before, after, error.reason if error else "")
         if reason is not None:
-            self._registry.changed(reason)
+            self._rebuilder.request(reason)
         return reason

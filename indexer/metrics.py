@@ -3,7 +3,7 @@
 Most families are read at scrape time from the parts that keep the numbers anyway (sessions, the
 version pool, the embedding counters, the backend registry), so serving requests costs nothing
 extra. The scrape runs on the exporter's thread while those parts belong to the event loop, so the
-reading itself is scheduled onto the loop (`snapshot_reader`) and the thread only formats the copy.
+reading itself is scheduled onto the loop (`metrics_reader`) and the thread only formats the copy.
 
 `RpcObserver`, a server interceptor, times every unary call by method and status code (FindTools is
 find_tool's search) and binds the call's log context: the router's request id from the
@@ -19,7 +19,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, get_args
+from typing import Any
 
 import grpc
 from prometheus_client import CollectorRegistry, Histogram, start_http_server
@@ -28,22 +28,20 @@ from prometheus_client.registry import Collector
 
 from indexer.embeddings import Embeddings
 from indexer.index import VersionPool
-from indexer.registry import Registry, Status
+from indexer.registry import Registry
 from indexer.sessions import SessionManager
+from indexer.state.backends import STATUSES
 from toolsearch.logs import REQUEST_ID_HEADER, bound
-
-__all__ = ["IndexerMetrics", "MetricsEndpoint", "RpcObserver", "Snapshot", "snapshot_reader", "take_snapshot"]
 
 logger = logging.getLogger(__name__)
 
-STATUSES: tuple[str, ...] = get_args(Status)
 FINGERPRINT_CHARS = 12  # enough to tell live versions apart; the full one is in `toolsearch status`
-SNAPSHOT_TIMEOUT = 5.0  # seconds a scrape waits for the event loop
+READING_TIMEOUT = 5.0  # seconds a scrape waits for the event loop
 _RPC_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
 @dataclass(frozen=True, slots=True)
-class Snapshot:
+class MetricsReading:
     """The numbers of one scrape, copied on the event loop."""
 
     sessions: int
@@ -56,15 +54,15 @@ class Snapshot:
     backends: dict[str, str]  # backend id -> status
 
 
-def take_snapshot(
+def take_reading(
     sessions: SessionManager, pool: VersionPool, registry: Registry, embeddings: Embeddings
-) -> Snapshot:
+) -> MetricsReading:
     """Copy the numbers; call it on the event loop that owns the parts."""
     held: dict[str, int] = {version.fingerprint: 0 for version in pool.versions()}
     for session in sessions.sessions():
         key = session.current.version.fingerprint
         held[key] = held.get(key, 0) + 1
-    return Snapshot(
+    return MetricsReading(
         sessions=len(sessions),
         version_sessions=held,
         versions_built=pool.builds,
@@ -76,42 +74,42 @@ def take_snapshot(
     )
 
 
-def snapshot_reader(
+def metrics_reader(
     sessions: SessionManager,
     pool: VersionPool,
     registry: Registry,
     embeddings: Embeddings,
     loop: asyncio.AbstractEventLoop,
-) -> Callable[[], Snapshot]:
-    """A function any thread may call: it takes the snapshot on `loop` and waits for it."""
+) -> Callable[[], MetricsReading]:
+    """A function any thread may call: it takes the reading on `loop` and waits for it."""
 
-    async def take() -> Snapshot:
-        return take_snapshot(sessions, pool, registry, embeddings)
+    async def take() -> MetricsReading:
+        return take_reading(sessions, pool, registry, embeddings)
 
-    def read() -> Snapshot:
-        return asyncio.run_coroutine_threadsafe(take(), loop).result(SNAPSHOT_TIMEOUT)
+    def read() -> MetricsReading:
+        return asyncio.run_coroutine_threadsafe(take(), loop).result(READING_TIMEOUT)
 
     return read
 
 
-class _SnapshotCollector(Collector):
-    """The scrape-time families, from one snapshot per scrape."""
+class _ReadingCollector(Collector):
+    """The scrape-time families, from one reading per scrape."""
 
-    def __init__(self, read: Callable[[], Snapshot]) -> None:
+    def __init__(self, read: Callable[[], MetricsReading]) -> None:
         self._read = read
 
     def collect(self) -> Iterator[Metric]:
         try:
-            snap = self._read()
+            now = self._read()
         except TimeoutError:
             # a busy loop delays one scrape's gauges; it must not fail the whole scrape
-            logger.warning("metrics: the event loop did not answer within %ss", SNAPSHOT_TIMEOUT)
+            logger.warning("metrics: the event loop did not answer within %ss", READING_TIMEOUT)
             return
-        yield GaugeMetricFamily("toolsearch_indexer_sessions", "Sessions open", value=snap.sessions)
+        yield GaugeMetricFamily("toolsearch_indexer_sessions", "Sessions open", value=now.sessions)
         yield GaugeMetricFamily(
-            "toolsearch_indexer_index_versions", "Index versions alive", value=len(snap.version_sessions)
+            "toolsearch_indexer_index_versions", "Index versions alive", value=len(now.version_sessions)
         )
-        shared = sum(1 for count in snap.version_sessions.values() if count > 1)
+        shared = sum(1 for count in now.version_sessions.values() if count > 1)
         yield GaugeMetricFamily(
             "toolsearch_indexer_index_versions_shared", "Index versions current for 2+ sessions", value=shared
         )
@@ -120,15 +118,15 @@ class _SnapshotCollector(Collector):
             "Sessions whose current index version this is, per live version",
             labels=["fingerprint"],
         )
-        for fingerprint, count in sorted(snap.version_sessions.items()):
+        for fingerprint, count in sorted(now.version_sessions.items()):
             per_version.add_metric([fingerprint[:FINGERPRINT_CHARS]], count)
         yield per_version
         counters = (
-            ("toolsearch_indexer_index_versions_built", "Index versions built", snap.versions_built),
-            ("toolsearch_indexer_embedding_cache_hits", "Texts embedded from the cache", snap.cache_hits),
-            ("toolsearch_indexer_embedding_cache_misses", "Texts that needed the model", snap.cache_misses),
-            ("toolsearch_indexer_embedding_model_calls", "Calls of the embedding model", snap.model_calls),
-            ("toolsearch_indexer_embedding_texts", "Texts passed to the model", snap.texts_embedded),
+            ("toolsearch_indexer_index_versions_built", "Index versions built", now.versions_built),
+            ("toolsearch_indexer_embedding_cache_hits", "Texts embedded from the cache", now.cache_hits),
+            ("toolsearch_indexer_embedding_cache_misses", "Texts that needed the model", now.cache_misses),
+            ("toolsearch_indexer_embedding_model_calls", "Calls of the embedding model", now.model_calls),
+            ("toolsearch_indexer_embedding_texts", "Texts passed to the model", now.texts_embedded),
         )
         for name, documentation, value in counters:
             yield CounterMetricFamily(name, documentation, value=value)
@@ -137,7 +135,7 @@ class _SnapshotCollector(Collector):
             "1 for each backend's current health status, 0 for the others",
             labels=["backend", "status"],
         )
-        for backend_id, current in sorted(snap.backends.items()):
+        for backend_id, current in sorted(now.backends.items()):
             for status in STATUSES:
                 health.add_metric([backend_id, status], 1.0 if status == current else 0.0)
         yield health
@@ -207,7 +205,7 @@ class MetricsEndpoint:
 class IndexerMetrics:
     """The indexer's registry: the RPC histogram and the scrape-time families of `read`."""
 
-    def __init__(self, read: Callable[[], Snapshot]) -> None:
+    def __init__(self, read: Callable[[], MetricsReading]) -> None:
         self.registry = CollectorRegistry()
         self.rpc_seconds = Histogram(
             "toolsearch_indexer_rpc_duration_seconds",
@@ -216,7 +214,7 @@ class IndexerMetrics:
             buckets=_RPC_BUCKETS,
             registry=self.registry,
         )
-        self.registry.register(_SnapshotCollector(read))
+        self.registry.register(_ReadingCollector(read))
 
     def interceptor(self) -> RpcObserver:
         return RpcObserver(self.rpc_seconds)

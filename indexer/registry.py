@@ -1,68 +1,81 @@
-"""The backend registry: every configured backend, its last listing, and whether it is advertised.
+"""The backend registry: every configured backend, its last listing, and what its health is now.
 
 Backends whose outgoing auth does not depend on the caller (`none`, `header`) are listed once here
 and the listing is shared by every session; `passthrough` backends are listed per session with the
-caller's token (see `indexer.sessions`). The health monitor updates the statuses kept here.
+caller's token (see `indexer.credentials`). Every change goes through a method of the registry,
+which replaces the backend's `BackendState` whole: the health monitor records its verdicts here
+(`record_listing`, `record_answer`, `record_failure`, `set_circuit`), a follower replica adopts the
+lease holder's (`adopt`), a config reload adds and removes backends. Readers get `states`, a
+read-only view, so none of them can change a backend behind the registry's rules (the epoch).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
-import json
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Literal
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
 
 import httpx2
 
-from indexer.discovery import Listing, ProbeClient, list_tools, pinned_mode
-from indexer.errors import BackendError, BackendRejected, BackendUnavailable, InvalidRequest
+from indexer.discovery import ProbeClient, list_tools, pinned_mode
+from indexer.errors import BackendError, BackendRejected, BackendUnavailable, NoCallerToken
+from indexer.state.backends import ADVERTISED, BackendHealth, Status
+from indexer.state.listings import Listing, listing_digest
 from toolsearch.config import Backend
 
-Status = Literal["healthy", "degraded", "unhealthy", "unknown", "unauthenticated"]
-ADVERTISED: frozenset[str] = frozenset({"healthy", "degraded"})
 
-
-def listing_digest(listing: Listing) -> str:
-    """A hash of a listing's tools, to tell a changed tool list from the same one."""
-    text = json.dumps(listing.tools, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()[:24]
-
-
-@dataclass
+@dataclass(frozen=True, slots=True)
 class BackendState:
-    """What the indexer knows of one backend now."""
+    """What the indexer knows of one backend now: its configuration, health and last listing."""
 
     config: Backend
-    status: Status = "unknown"
-    listing: Listing | None = None
-    digest: str = ""
-    protocol_version: str = ""
-    latency: float = 0.0
-    last_error: str = ""
-    consecutive_failures: int = 0
-    circuit: str = ""
-    checked_at: float = field(default=0.0)
-    # +1 each time the backend becomes advertised: what was listed before may be stale (its tools,
-    # or whether a stored token is still accepted), so sessions relist passthrough backends then
-    epoch: int = 0
+    health: BackendHealth = field(default_factory=BackendHealth)
+    listing: Listing | None = None  # kept while the backend is down: its tools return with it
 
     @property
     def advertised(self) -> bool:
-        return self.status in ADVERTISED
+        return self.health.advertised
 
-    def set_status(self, status: Status) -> None:
-        """Record a verdict; becoming advertised starts a new epoch."""
-        if status in ADVERTISED and not self.advertised:
-            self.epoch += 1
-        self.status = status
+    @property
+    def status(self) -> Status:
+        return self.health.status
+
+    @property
+    def digest(self) -> str:
+        return self.health.digest
+
+    @property
+    def epoch(self) -> int:
+        return self.health.epoch
+
+    @property
+    def protocol_version(self) -> str:
+        return self.health.protocol_version
+
+    @property
+    def latency(self) -> float:
+        return self.health.latency
+
+    @property
+    def last_error(self) -> str:
+        return self.health.last_error
+
+    @property
+    def consecutive_failures(self) -> int:
+        return self.health.consecutive_failures
+
+    @property
+    def circuit(self) -> str:
+        return self.health.circuit
 
 
-class MissingCredentials(InvalidRequest):
-    """Raised when a passthrough backend is listed for a caller who sent no bearer token."""
+def _verdict(health: BackendHealth, status: Status) -> BackendHealth:
+    """`health` with a new status, judged now; becoming advertised starts a new epoch."""
+    epoch = health.epoch + 1 if status in ADVERTISED and not health.advertised else health.epoch
+    return replace(health, status=status, epoch=epoch, checked_at=time.time())
 
 
 class Registry:
@@ -78,20 +91,17 @@ class Registry:
         self._secrets = secrets
         self._timeout = timeout
         self._transport = transport
-        self.states: dict[str, BackendState] = {b.id: BackendState(config=b) for b in backends}
-        self._listeners: list[Callable[[str], None]] = []
+        self._states: dict[str, BackendState] = {b.id: BackendState(config=b) for b in backends}
+        self._view = MappingProxyType(self._states)
         self._probe_clients: dict[str, ProbeClient] = {}  # one per probed backend, kept across probes
 
-    def subscribe(self, listener: Callable[[str], None]) -> None:
-        """Call `listener(reason)` whenever what a session may see of the backends changes."""
-        self._listeners.append(listener)
-
-    def changed(self, reason: str) -> None:
-        for listener in self._listeners:
-            listener(reason)
+    @property
+    def states(self) -> Mapping[str, BackendState]:
+        """Every backend's state, by id: a read-only view that follows the registry's changes."""
+        return self._view
 
     def get(self, backend_id: str) -> BackendState:
-        return self.states[backend_id]
+        return self._states[backend_id]
 
     def headers(self, backend: Backend, token: str | None) -> dict[str, str]:
         """The outgoing auth headers for one backend and caller; never logged."""
@@ -101,7 +111,7 @@ class Registry:
             return {auth.header: value} if value else {}
         if auth.type == "passthrough":
             if not token:
-                raise MissingCredentials(f"backend {backend.id} needs the caller's bearer token")
+                raise NoCallerToken(f"backend {backend.id} needs the caller's bearer token")
             return {auth.header: f"Bearer {token}"}
         return {}
 
@@ -120,12 +130,12 @@ class Registry:
     def add(self, backend: Backend) -> BackendState:
         """Register a backend (or replace one with the same id); its status is unknown until listed."""
         state = BackendState(config=backend)
-        self.states[backend.id] = state
+        self._states[backend.id] = state
         return state
 
     def remove(self, backend_id: str) -> None:
         """Forget a backend; sessions stop seeing its tools at their next rebuild."""
-        self.states.pop(backend_id, None)
+        self._states.pop(backend_id, None)
 
     async def probe(self, backend: Backend, timeout: float) -> Listing:
         """List a backend as a health probe: with its own credentials, or none for passthrough ones.
@@ -139,7 +149,7 @@ class Registry:
         # No caller is at hand for a passthrough backend: a 401/403 (BackendRejected) then still
         # proves it answers.
         headers = {} if backend.auth.type == "passthrough" else self.headers(backend, None)
-        state = self.states.get(backend.id)
+        state = self._states.get(backend.id)
         if state is None or state.config is not backend:
             # removed or replaced meanwhile: nothing to pin, no client to keep
             return await list_tools(backend.id, backend.url, headers, timeout, transport=self._transport)
@@ -198,41 +208,61 @@ class Registry:
 
     def record_listing(self, backend_id: str, listing: Listing, status: Status = "healthy") -> bool:
         """Store a successful listing; returns whether the tool list changed."""
-        state = self.states[backend_id]
+        state = self._states[backend_id]
         digest = listing_digest(listing)
         changed = digest != state.digest
         # An unchanged list keeps its Listing object: session catalogs are memoised by listing
         # identity, so a probe that finds nothing new must not look like a new catalog.
-        if changed or state.listing is None:
-            state.listing = listing
-        state.digest = digest
-        state.protocol_version = listing.protocol_version
-        state.latency = listing.latency
-        state.set_status(status)
-        state.last_error = ""
-        state.consecutive_failures = 0
-        state.checked_at = time.time()
+        kept = state.listing if state.listing is not None and not changed else listing
+        health = replace(
+            _verdict(state.health, status),
+            digest=digest,
+            protocol_version=listing.protocol_version,
+            latency=listing.latency,
+            last_error="",
+            consecutive_failures=0,
+        )
+        self._states[backend_id] = replace(state, health=health, listing=kept)
         return changed
 
     def record_answer(self, backend_id: str, latency: float, status: Status) -> None:
         """Store that a backend answered, without a listing to keep (passthrough backends)."""
-        state = self.states[backend_id]
-        state.set_status(status)
-        state.latency = latency
-        state.last_error = ""
-        state.consecutive_failures = 0
-        state.checked_at = time.time()
+        state = self._states[backend_id]
+        health = replace(
+            _verdict(state.health, status), latency=latency, last_error="", consecutive_failures=0
+        )
+        self._states[backend_id] = replace(state, health=health)
 
     def record_failure(self, backend_id: str, error: BackendError, status: Status) -> None:
-        state = self.states[backend_id]
-        state.set_status(status)
-        state.last_error = error.reason
-        state.consecutive_failures += 1
-        state.checked_at = time.time()
+        state = self._states[backend_id]
+        failures = state.consecutive_failures + 1
+        health = replace(
+            _verdict(state.health, status), last_error=error.reason, consecutive_failures=failures
+        )
+        self._states[backend_id] = replace(state, health=health)
+
+    def set_circuit(self, backend_id: str, circuit: str) -> None:
+        """Store the state of the backend's circuit breaker ("closed", "open", "half-open")."""
+        state = self._states[backend_id]
+        self._states[backend_id] = replace(state, health=replace(state.health, circuit=circuit))
+
+    def adopt(self, backend_id: str, health: BackendHealth, listing: Listing | None = None) -> None:
+        """Take the lease holder's verdict on a backend as it is, epoch included (a follower judges nothing).
+
+        `listing` is the one `health.digest` names, given when this replica did not hold it yet.
+        Without it the backend keeps its listing and that listing's digest: a digest always names
+        the listing held. A backend this replica's configuration lacks is ignored.
+        """
+        state = self._states.get(backend_id)
+        if state is None:
+            return
+        if listing is None:
+            listing, health = state.listing, replace(health, digest=state.digest)
+        self._states[backend_id] = replace(state, health=health, listing=listing)
 
     async def discover(self, backend_id: str) -> None:
         """List one caller-independent backend and record the outcome."""
-        state = self.states[backend_id]
+        state = self._states[backend_id]
         backend = state.config
         if backend.auth.type == "passthrough":
             # Listed per caller; here only whether it answers at all matters.
@@ -263,4 +293,4 @@ class Registry:
 
     async def discover_all(self) -> None:
         """List every backend at once; a backend that fails is left out until it recovers."""
-        await asyncio.gather(*(self.discover(backend_id) for backend_id in self.states))
+        await asyncio.gather(*(self.discover(backend_id) for backend_id in self._states))

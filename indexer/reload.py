@@ -3,7 +3,8 @@
 `toolsearch indexer` rereads its file on SIGHUP. Only the backend list takes effect without a
 restart (listen addresses, the model and the other settings are read once at start). Sessions stay
 connected: each gains the added backends (passthrough ones listed with its stored token, as at
-creation), loses the removed ones, and gets a new index version through the usual fan-out.
+creation), loses the removed ones, and gets a new index version through the usual fan-out
+(`Rebuilder.request`, as for a health change).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from indexer.fanout import Rebuilder
 from indexer.health import HealthMonitor
 from indexer.registry import Registry
 from indexer.sessions import SessionManager
@@ -62,8 +64,9 @@ async def apply_changes(
     registry: Registry,
     sessions: SessionManager,
     monitor: HealthMonitor | None,
+    rebuilder: Rebuilder,
 ) -> None:
-    """Apply backend changes to the registry, the sessions and the monitor, then announce them."""
+    """Apply backend changes to the registry, the sessions and the monitor, then rebuild for them."""
     if not changes:
         return
     gone = [*changes.removed, *(b.id for b in changes.changed)]
@@ -83,4 +86,4 @@ async def apply_changes(
             monitor.track(backend.id)
     reason = changes.reason()
     logger.info("%s", reason)
-    registry.changed(reason)
+    rebuilder.request(reason)

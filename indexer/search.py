@@ -19,7 +19,7 @@ import faiss
 import numpy as np
 import numpy.typing as npt
 
-from indexer.text import document_texts, estimate_tokens, lexical_tokens, name_key
+from indexer.text import document_texts, estimate_word_pieces, lexical_tokens, name_key
 
 Method = Literal["hybrid", "dense", "lexical"]
 FloatArray = npt.NDArray[np.float32]
@@ -275,7 +275,7 @@ def tool_documents(
     definitions: Sequence[Mapping[str, Any]],
     backends: Sequence[str],
     embed_documents: Callable[[Sequence[str]], np.ndarray],
-    count_tokens: Callable[[str], int] = estimate_tokens,
+    count_tokens: Callable[[str], int] = estimate_word_pieces,
     max_tokens: int = 256,
 ) -> list[ToolDocument]:
     """Each tool's terms and view vectors, the views of all of them embedded in one call.
@@ -327,7 +327,7 @@ def build_tool_index(
     aliases: Sequence[Sequence[str]],
     embed_documents: Callable[[Sequence[str]], np.ndarray],
     settings: SearchSettings,
-    count_tokens: Callable[[str], int] = estimate_tokens,
+    count_tokens: Callable[[str], int] = estimate_word_pieces,
     max_tokens: int = 256,
 ) -> SearchIndex:
     """Text, views, embeddings and index for tools: the one way the indexer and `toolsearch eval` build.

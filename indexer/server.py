@@ -1,4 +1,10 @@
-"""The indexer process: its parts wired together, and the gRPC server (`toolsearch indexer` runs `serve`)."""
+"""The indexer process: its parts wired together, and the gRPC server (`toolsearch indexer` runs `serve`).
+
+`IndexerProcess.build` constructs the parts in the order they depend on each other. The health path
+reads the same way: the `HealthMonitor` records each verdict in the `Registry` and asks the
+`Rebuilder` for a pass, which runs `SessionManager.rebuild_all`; with a shared state the `Replica`
+publishes the verdicts and the other replicas' `HealthFollower` adopts them.
+"""
 
 from __future__ import annotations
 
@@ -23,9 +29,10 @@ from indexer.embedder import Embedder
 from indexer.embeddings import Embeddings
 from indexer.fanout import Rebuilder
 from indexer.finder import Finder
+from indexer.follower import HealthFollower
 from indexer.health import HealthMonitor
 from indexer.index import Builder, VersionPool
-from indexer.metrics import IndexerMetrics, snapshot_reader
+from indexer.metrics import IndexerMetrics, metrics_reader
 from indexer.registry import Registry
 from indexer.reload import apply_changes, backend_changes
 from indexer.replica import Replica
@@ -54,7 +61,7 @@ def search_settings(config: Config) -> SearchSettings:
 
 
 @dataclass
-class Indexer:
+class IndexerProcess:
     """Every long-lived part of one indexer process."""
 
     config: Config
@@ -64,14 +71,14 @@ class Indexer:
     sessions: SessionManager
     finder: Finder
     transport: httpx2.AsyncHTTPTransport
+    rebuilder: Rebuilder
     monitor: HealthMonitor | None = None  # None when health monitoring is switched off
-    rebuilder: Rebuilder | None = None
     state: State = field(default_factory=lambda: State(LocalSessions(), None))
-    replica: Replica | None = None  # with a shared state: the lease, following its holder, the sweep
+    replica: Replica | None = None  # with a shared state: the lease, publishing, events, the sweep
     _reloading: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
 
     @classmethod
-    def build(cls, config: Config, embedder: Embedder, secrets: Mapping[str, str]) -> Indexer:
+    def build(cls, config: Config, embedder: Embedder, secrets: Mapping[str, str]) -> IndexerProcess:
         settings = search_settings(config)
         section = config.indexer
         state = make_state(
@@ -82,7 +89,7 @@ class Indexer:
             section.session_ttl,
             section.lease_ttl,
         )
-        embeddings = Embeddings(embedder, None, store=state.embeddings)
+        embeddings = Embeddings(embedder, store=state.embeddings)
         # one pooled transport for every discovery and probe: connections are reused across backends
         transport = httpx2.AsyncHTTPTransport()
         registry = Registry(config.backends, secrets, section.discovery_timeout, transport)
@@ -94,27 +101,26 @@ class Indexer:
             separator=section.naming.separator,
         )
         pool = VersionPool(builder)
+        shared = state.shared
+        # with a shared state, the lease holder's verdicts reach this replica's registry through it
+        follower = HealthFollower(shared, registry) if shared is not None else None
         sessions = SessionManager(
             registry,
             pool,
             section.naming,
             max_per_principal=section.max_sessions_per_principal,
             store=state.sessions,
-            shared=state.shared,
+            shared=shared,
+            follower=follower,
         )
         finder = Finder(embeddings, registry, pool, section.search)
-        rebuilder = Rebuilder(sessions.rebuild_all)
-        registry.subscribe(rebuilder.request)
+        rebuilder = Rebuilder(sessions)
         health = section.health
-        replica, probing, recorded = None, Replica.alone, None
-        if state.shared is not None:
+        replica = None
+        if shared is not None and follower is not None:
             follow = min(health.interval, 1.0)  # how stale a follower's view of the backends may get
-            replica = Replica(state.shared, registry, sessions, rebuilder.request, follow)
-            sessions.sync_backends = replica.follow_quietly
-            probing, recorded = replica.probes, replica.publish
-        monitor = None
-        if health.enabled:
-            monitor = HealthMonitor(registry, health, probing=probing, recorded=recorded)
+            replica = Replica(shared, registry, follower, sessions, rebuilder, follow)
+        monitor = HealthMonitor(registry, health, rebuilder, replica) if health.enabled else None
         return cls(
             config,
             embeddings,
@@ -123,8 +129,8 @@ class Indexer:
             sessions,
             finder,
             transport,
-            monitor,
             rebuilder,
+            monitor,
             state,
             replica,
         )
@@ -156,7 +162,7 @@ class Indexer:
             changes = backend_changes(self.config.backends, config.backends)
             if config.model_copy(update={"backends": self.config.backends}) != self.config:
                 logger.warning("config reload: only the backend list changes without a restart")
-            await apply_changes(changes, self.registry, self.sessions, self.monitor)
+            await apply_changes(changes, self.registry, self.sessions, self.monitor, self.rebuilder)
             self.config = self.config.model_copy(update={"backends": config.backends})
             if self.replica is not None:
                 await self.replica.publish(force=True)
@@ -166,15 +172,14 @@ class Indexer:
             await self.monitor.close()
         if self.replica is not None:
             await self.replica.close()
-        if self.rebuilder is not None:
-            await self.rebuilder.close()
+        await self.rebuilder.close()
         self.embeddings.close()
         await self.state.close()
         await self.transport.aclose()
 
 
 async def create_server(
-    indexer: Indexer,
+    indexer: IndexerProcess,
     listen: str | None = None,
     interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
     security: ServerSecurity | None = None,
@@ -214,7 +219,7 @@ def load_embedder(model_dir: Path, threads: int | None = None) -> Embedder:
     return SentenceTransformerEmbedder(model_dir, threads=threads)
 
 
-async def _reload_from(indexer: Indexer, path: Path, env: Mapping[str, str]) -> None:
+async def _reload_from(indexer: IndexerProcess, path: Path, env: Mapping[str, str]) -> None:
     """Reread the configuration file and apply it; a bad file is reported and changes nothing."""
     try:
         config = await asyncio.to_thread(load_config, path, env)
@@ -228,14 +233,14 @@ async def serve(config: Config, secrets: Mapping[str, str], config_path: Path | 
     """Run the indexer until SIGTERM or SIGINT, then drain in-flight calls; SIGHUP rereads `config_path`."""
     security = server_security(config.indexer, secrets)  # before the slow start: a bad secret fails fast
     embedder = await asyncio.to_thread(load_embedder, config.indexer.model, config.indexer.model_threads)
-    indexer = Indexer.build(config, embedder, secrets)
+    indexer = IndexerProcess.build(config, embedder, secrets)
     await indexer.start()
     # What start-up loaded lives as long as the process (torch, the model, the warm-up's versions):
     # frozen, a full collection no longer walks it, which took up to a second in the middle of a
     # re-index or a request.
     gc.freeze()
     parts = (indexer.sessions, indexer.pool, indexer.registry, indexer.embeddings)
-    metrics = IndexerMetrics(snapshot_reader(*parts, asyncio.get_running_loop()))
+    metrics = IndexerMetrics(metrics_reader(*parts, asyncio.get_running_loop()))
     server, port = await create_server(indexer, interceptors=[metrics.interceptor()], security=security)
     await server.start()
     exporter = None

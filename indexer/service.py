@@ -1,4 +1,8 @@
-"""The gRPC servicer of `toolsearch.v1.Indexer`: the one place indexer errors become status codes."""
+"""The gRPC servicer of `toolsearch.v1.Indexer`: the one place indexer errors become status codes.
+
+It is also where the indexer's records become protobuf messages (a backend's `BackendHealth` a
+`BackendStatus`, for instance): the models inside stay free of the wire format.
+"""
 
 from __future__ import annotations
 
@@ -15,13 +19,14 @@ from indexer.errors import (
     InvalidRequest,
     NotReady,
     SessionNotFound,
-    StateUnavailable,
     ToolNotFound,
     TooManySessions,
 )
 from indexer.finder import Finder
-from indexer.registry import Registry
-from indexer.sessions import Principal, Session, SessionManager
+from indexer.registry import BackendState, Registry
+from indexer.session_views import LiveSession
+from indexer.sessions import SessionManager
+from indexer.state import Principal, StateUnavailable
 from toolsearch.v1 import indexer_pb2 as pb
 from toolsearch.v1 import indexer_pb2_grpc as pb_grpc
 
@@ -40,7 +45,7 @@ _STATUS: dict[type, tuple[grpc.StatusCode, str]] = {
 }
 
 
-def _status_for(exc: IndexerError) -> tuple[grpc.StatusCode, str]:
+def _status_for(exc: IndexerError | StateUnavailable) -> tuple[grpc.StatusCode, str]:
     for cls in type(exc).__mro__:
         if cls in _STATUS:
             return _STATUS[cls]
@@ -56,7 +61,7 @@ def translated(
     async def wrapper(self: Any, request: _Req, context: grpc.aio.ServicerContext) -> _Resp:
         try:
             return await method(self, request, context)
-        except IndexerError as exc:
+        except (IndexerError, StateUnavailable) as exc:
             code, kind = _status_for(exc)
             context.set_trailing_metadata((("toolsearch-error", kind),))
             await context.abort(code, str(exc))
@@ -72,12 +77,26 @@ def translated(
 
 
 def _principal(message: pb.Principal) -> Principal:
-    return (message.issuer, message.subject)
+    return Principal(message.issuer, message.subject)
 
 
-def _version_ref(session: Session) -> pb.IndexVersionRef:
+def _version_ref(session: LiveSession) -> pb.IndexVersionRef:
     current = session.current
     return pb.IndexVersionRef(number=current.number, fingerprint=current.version.fingerprint)
+
+
+def _backend_status(state: BackendState) -> pb.BackendStatus:
+    health = state.health
+    return pb.BackendStatus(
+        id=state.config.id,
+        url=state.config.url,
+        status=health.status,
+        tool_count=len(state.listing.tools) if state.listing else 0,
+        latency_ms=health.latency * 1000,
+        last_error=health.last_error,
+        consecutive_failures=health.consecutive_failures,
+        circuit=health.circuit,
+    )
 
 
 class IndexerService(pb_grpc.IndexerServicer):
@@ -101,8 +120,8 @@ class IndexerService(pb_grpc.IndexerServicer):
         return pb.OpenSessionResponse(
             session_id=session.id,
             version=_version_ref(session),
-            backends=sorted(session.accepted),
-            rejected_backends=sorted(session.rejected_at_creation),
+            backends=sorted(session.record.accepted),
+            rejected_backends=sorted(session.record.rejected_at_creation),
         )
 
     @translated
@@ -162,36 +181,28 @@ class IndexerService(pb_grpc.IndexerServicer):
                 cache_hits=embeddings.cache_hits,
             ),
         )
-        for state in self._registry.states.values():
-            response.backends.append(
-                pb.BackendStatus(
-                    id=state.config.id,
-                    url=state.config.url,
-                    status=state.status,
-                    tool_count=len(state.listing.tools) if state.listing else 0,
-                    latency_ms=state.latency * 1000,
-                    last_error=state.last_error,
-                    consecutive_failures=state.consecutive_failures,
-                    circuit=state.circuit,
-                )
-            )
+        response.backends.extend(_backend_status(state) for state in self._registry.states.values())
         shared: dict[str, int] = {}
         for session in await self._sessions.records():
-            shared[session.ref[1]] = shared.get(session.ref[1], 0) + 1
+            shared[session.ref.fingerprint] = shared.get(session.ref.fingerprint, 0) + 1
             status = pb.SessionStatus(
                 session_id=session.id[:8],
-                principal=pb.Principal(issuer=session.principal[0], subject=session.principal[1]),
-                version=pb.IndexVersionRef(number=session.ref[0], fingerprint=session.ref[1]),
+                principal=pb.Principal(issuer=session.principal.issuer, subject=session.principal.subject),
+                version=pb.IndexVersionRef(number=session.ref.number, fingerprint=session.ref.fingerprint),
                 backends=sorted(session.accepted),
                 rejected_backends=sorted(session.rejected_at_creation),
             )
             for swap in session.swaps:
                 status.swaps.append(
                     pb.SwapRecord(
-                        previous=pb.IndexVersionRef(number=swap.previous[0], fingerprint=swap.previous[1])
+                        previous=pb.IndexVersionRef(
+                            number=swap.previous.number, fingerprint=swap.previous.fingerprint
+                        )
                         if swap.previous
                         else None,
-                        current=pb.IndexVersionRef(number=swap.current[0], fingerprint=swap.current[1]),
+                        current=pb.IndexVersionRef(
+                            number=swap.current.number, fingerprint=swap.current.fingerprint
+                        ),
                         reason=swap.reason,
                         at_unix=swap.at,
                     )

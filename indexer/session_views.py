@@ -1,18 +1,20 @@
-"""The sessions one indexer holds in memory, each with its current index version, swapped whole.
+"""Sessions as requests see them: stable handles whose current version is replaced whole.
 
-A `Session` is a session's record plus `current`: one `Snapshot` (version number + shared index
-version), replaced whole by a single assignment. A request reads it once and uses that snapshot to
-the end, so a swap never mixes two versions in one answer.
+A `LiveSession` holds a session's record and `current`: one `CurrentVersion` (version number +
+shared index version), replaced as a whole by one reference assignment. A request reads `current`
+once and uses that snapshot to the end, so a swap never mixes two versions in one answer. The
+number a request sees is `current.number`; the record's `ref` is what the session store holds, and
+changes only through the store's swap.
 
-With the memory state these objects are the sessions themselves. With a shared state they are a
-cache in front of the records: each request brings its session's record, and the cached object is
-refreshed from it, taking the version the record names (built here from the stored catalog when
-this replica does not hold it yet). The stored token is not kept in this cache.
+`Views` keeps the handles by id. With the memory state there is one per session, holding the very
+record the store keeps. With a shared state they are a cache in front of the stored records: each
+request brings its session's record, which the handle takes whole (the stored token left out), and
+the handle moves to the version the record names (built here from the stored catalog when this
+replica does not hold it yet).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from collections import OrderedDict
@@ -21,33 +23,34 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from indexer.catalogs import Catalogs
-from indexer.errors import StateUnavailable
 from indexer.index import IndexVersion
-from indexer.state import CatalogRef, Events, SessionRecord, Swap, SwapChange
-
-__all__ = ["Session", "Snapshot", "Views", "announce"]
+from indexer.state import CatalogRef, Events, SessionRecord, StateUnavailable
 
 logger = logging.getLogger(__name__)
 
 VIEWS_KEPT = 100_000  # cached sessions per replica with a shared state (versions are shared anyway)
 EVENT_SESSIONS = 1000  # sessions named per swap event
-_RECORD_FIELDS = tuple(f.name for f in dataclasses.fields(SessionRecord))
 
 
 @dataclass(frozen=True, slots=True)
-class Snapshot:
-    """A session's index version at one moment."""
+class CurrentVersion:
+    """A session's index version at one moment: its number and the shared, immutable version."""
 
     number: int
     version: IndexVersion
 
 
-@dataclass(eq=False)
-class Session(SessionRecord):
-    """One client session as requests see it. `current` is swapped whole, together with `ref`."""
+@dataclass(eq=False, slots=True)
+class LiveSession:
+    """One client session as requests see it: its record, and `current`, swapped whole."""
 
-    current: Snapshot = field(kw_only=True)
-    used_at: float = field(default_factory=time.monotonic, kw_only=True, repr=False)
+    record: SessionRecord  # as this replica last read it; a shared state's copy has no token
+    current: CurrentVersion  # replaced, never changed in place
+    used_at: float = field(default_factory=time.monotonic, repr=False)
+
+    @property
+    def id(self) -> str:
+        return self.record.id
 
 
 Recover = Callable[[SessionRecord], Awaitable[IndexVersion]]
@@ -59,7 +62,7 @@ class Views:
     def __init__(self, catalogs: Catalogs, shared: bool) -> None:
         self._catalogs = catalogs
         self._shared = shared
-        self._views: OrderedDict[str, Session] = OrderedDict()
+        self._views: OrderedDict[str, LiveSession] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._views)
@@ -67,10 +70,10 @@ class Views:
     def __contains__(self, session_id: str) -> bool:
         return session_id in self._views
 
-    def values(self) -> list[Session]:
+    def values(self) -> list[LiveSession]:
         return list(self._views.values())
 
-    def remember(self, session: Session) -> None:
+    def remember(self, session: LiveSession) -> None:
         self._views[session.id] = session
         if self._shared:
             self._views.move_to_end(session.id)
@@ -80,43 +83,36 @@ class Views:
     def forget(self, session_id: str) -> None:
         self._views.pop(session_id, None)
 
-    async def of(self, record: SessionRecord, recover: Recover) -> Session:
-        """The session a stored record describes, on the version the record names.
+    async def of(self, record: SessionRecord, recover: Recover) -> LiveSession:
+        """The handle of the session a stored record describes, on the version the record names.
 
         `recover` gives a version when the record's catalog can no longer be read back.
         """
-        if isinstance(record, Session):
-            return record  # the memory state hands out the objects themselves
         view = self._views.get(record.id)
-        if view is None or view.ref != record.ref:
-            version = await self._catalogs.stored(record.catalog, record.ref[1])
+        if view is not None and view.record is record:
+            return view  # the memory state: the store keeps this handle's own record
+        if view is None or view.current.number != record.ref.number:
+            version = await self._catalogs.stored(record.catalog, record.ref.fingerprint)
             if version is None:
                 version = await recover(record)
-            fields = {name: getattr(record, name) for name in _RECORD_FIELDS}
-            view = Session(**fields, current=Snapshot(record.ref[0], version))
-        else:
-            for name in ("accepted", "rejected_at_creation", "own_listings", "listed_epochs", "swaps"):
-                setattr(view, name, getattr(record, name))
-        view.token = None  # the stored token stays in the shared state
+            current = CurrentVersion(record.ref.number, version)  # read after `recover`, which swaps
+            view = self._views.get(record.id)  # again: another request may have cached it meanwhile
+            if view is None:
+                view = LiveSession(record, current)
+            else:
+                view.current = current  # the atomic publish: one reference assignment
+        if self._shared:
+            record.token = None  # the stored token stays in the shared state
+        view.record = record
         view.used_at = time.monotonic()
         self.remember(view)
         return view
 
-    def publish(self, change: SwapChange, number: int, version: IndexVersion) -> None:
-        """Record a swap the state accepted, and move the session's object to the new version."""
-        record = change.record
-        previous = record.ref
-        record.ref, record.catalog = (number, change.fingerprint), change.catalog
-        record.swaps.append(Swap(previous, record.ref, change.reason, change.at))
-        view = record if isinstance(record, Session) else self._views.get(record.id)
-        if view is None:
-            return
-        if view is not record:
-            if view.ref[0] >= number:
-                return  # it already follows a later swap
-            view.ref, view.catalog = record.ref, record.catalog
-            view.swaps.append(record.swaps[-1])
-        view.current = Snapshot(number, version)  # the atomic publish: one reference assignment
+    def publish(self, session_id: str, number: int, version: IndexVersion) -> None:
+        """Move a session's handle to the version a swap gave it, unless it follows a later one."""
+        view = self._views.get(session_id)
+        if view is not None and view.current.number < number:
+            view.current = CurrentVersion(number, version)  # the atomic publish: one reference assignment
 
     async def follow_swap(self, message: Mapping[str, Any]) -> None:
         """Move the cached sessions another replica swapped to the version it names (a hint)."""
@@ -126,7 +122,8 @@ class Views:
             behind = [
                 (view, int(number))
                 for session_id, number in message["sessions"]
-                if (view := self._views.get(str(session_id))) is not None and view.ref[0] < int(number)
+                if (view := self._views.get(str(session_id))) is not None
+                and view.current.number < int(number)
             ]
             if not behind:
                 return
@@ -139,9 +136,8 @@ class Views:
         if version is None:
             return
         for view, number in behind:
-            if view.ref[0] < number:
-                view.ref, view.catalog = (number, fingerprint), refs
-                view.current = Snapshot(number, version)
+            if view.current.number < number:
+                view.current = CurrentVersion(number, version)
 
     def forget_idle(self, seconds: float) -> None:
         """Drop cached sessions unused for `seconds` (their records expire by then); shared state only."""

@@ -3,8 +3,8 @@
 The session store (`indexer.state`) keeps the records: in this process (memory state) or in Redis,
 shared by every replica. A version changes only through the store's swap, a compare-and-set on the
 session's fingerprint that also numbers it, so numbers grow by one per swap whichever replica makes
-it. Requests get a `Session` (`indexer.session_views`): the record with its current version, read
-once per request, so a swap never mixes two versions in one answer.
+it. Requests get a `LiveSession` (`indexer.session_views`): a handle on the record whose current
+version is read once per request, so a swap never mixes two versions in one answer.
 """
 
 from __future__ import annotations
@@ -13,13 +13,11 @@ import asyncio
 import logging
 import secrets
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from indexer.catalogs import Catalog, Catalogs
 from indexer.credentials import (
-    ANONYMOUS,
-    Principal,
     authenticated,
     due_for_listing,
     list_at_creation,
@@ -27,16 +25,25 @@ from indexer.credentials import (
     record,
     stored_token,
 )
-from indexer.errors import SessionNotFound, StateUnavailable, TooManySessions
+from indexer.errors import SessionNotFound, TooManySessions
+from indexer.follower import HealthFollower
 from indexer.index import IndexVersion, VersionPool
-from indexer.interning import intern_backends
 from indexer.registry import Registry
-from indexer.session_views import Session, Snapshot, Views, announce
-from indexer.state import SWAPS_KEPT, LocalSessions, SessionRecord, SessionStore, Shared, Swap, SwapChange
+from indexer.session_views import CurrentVersion, LiveSession, Views, announce
+from indexer.state import (
+    LocalSessions,
+    Principal,
+    SessionRecord,
+    SessionStore,
+    Shared,
+    StateUnavailable,
+    Swap,
+    SwapChange,
+    VersionRef,
+)
+from indexer.state.listings import intern_backends
 from toolsearch.config import Naming
 from toolsearch.logs import bound
-
-__all__ = ["ANONYMOUS", "SWAPS_KEPT", "Principal", "Session", "SessionManager", "Snapshot", "Swap"]
 
 logger = logging.getLogger(__name__)
 
@@ -54,6 +61,7 @@ class SessionManager:
         max_per_principal: int = 0,
         store: SessionStore | None = None,
         shared: Shared | None = None,
+        follower: HealthFollower | None = None,
     ):
         self._registry = registry
         self._max_per_principal = max_per_principal
@@ -62,13 +70,13 @@ class SessionManager:
         self._catalogs = Catalogs(registry, pool, naming, shared.catalogs if shared else None)
         self._views = Views(self._catalogs, self._store.shared)
         self._warm: IndexVersion | None = None
-        # set by a replica sharing state: brings the backends up to the lease holder's verdicts
-        self.sync_backends: Callable[[], Awaitable[None]] | None = None
+        # with a shared state: brings the backends up to the lease holder's verdicts
+        self._follower = follower
 
     def __len__(self) -> int:
         return len(self._views)
 
-    def sessions(self) -> list[Session]:
+    def sessions(self) -> list[LiveSession]:
         """The sessions this process holds: all of them (memory state), or those it served lately."""
         return self._views.values()
 
@@ -81,7 +89,7 @@ class SessionManager:
         """Whether this process runs rebuild passes: always alone, or while it holds the lease."""
         return self._shared is None or self._shared.lease.held
 
-    async def open(self, principal: Principal, token: str | None, implied: bool = False) -> Session:
+    async def open(self, principal: Principal, token: str | None, implied: bool = False) -> LiveSession:
         """A new session (or, with `implied`, the principal's implied one), listed with its credentials."""
         if implied and (existing := await self._implied(principal)) is not None:
             return existing
@@ -95,8 +103,7 @@ class SessionManager:
         catalog = self._catalogs.current(accepted, own)
         version = await self._catalogs.version(catalog)
         await self._catalogs.share([catalog])
-        ref = (1, catalog.fingerprint)
-        session = Session(
+        created = SessionRecord(
             id=secrets.token_urlsafe(24),
             principal=principal,
             token=token,
@@ -104,27 +111,27 @@ class SessionManager:
             accepted=accepted,
             rejected_at_creation=rejected,
             own_listings=own,
-            ref=ref,
+            ref=VersionRef(1, catalog.fingerprint),
             catalog=catalog.refs,
             listed_epochs=epochs,
-            current=Snapshot(1, version),
         )
-        session.swaps.append(Swap(None, ref, "created", time.time()))
+        created.swaps.append(Swap(None, created.ref, "created", time.time()))
         self._check_room(principal)  # again: other opens of this principal may have finished meanwhile
-        holder = await self._store.create(session)
-        if holder != session.id:  # another request (or replica) created the implied session first
+        holder = await self._store.create(created)
+        if holder != created.id:  # another request (or replica) created the implied session first
             stored = await self._store.load(holder)
             if stored is None:
                 raise StateUnavailable("an implied session was replaced while it was opened: retry")
             return await self._views.of(stored, self._recover)
+        session = LiveSession(created, CurrentVersion(created.ref.number, version))
         self._views.remember(session)
-        if self.sync_backends is not None:
-            await self.sync_backends()
+        if self._follower is not None:
+            await self._follower.follow_quietly()
         # A change announced while the version was built found no session to rebuild: catch up now.
         if self._catalogs.current(accepted, own).fingerprint != catalog.fingerprint:
-            await self.rebuild(session, "backends changed while the session opened")
+            await self.rebuild(created, "backends changed while the session opened")
         if self._store.shared:
-            session.token = None  # kept in the shared state only
+            created.token = None  # kept in the shared state only
         return session
 
     def _check_room(self, principal: Principal) -> None:
@@ -135,11 +142,11 @@ class SessionManager:
         """
         if not self._max_per_principal or not authenticated(principal):
             return
-        held = sum(1 for s in self._views.values() if s.principal == principal)
+        held = sum(1 for s in self._views.values() if s.record.principal == principal)
         if held >= self._max_per_principal:
             raise TooManySessions(f"this caller already holds {held} sessions: close one (DELETE /mcp)")
 
-    async def _implied(self, principal: Principal) -> Session | None:
+    async def _implied(self, principal: Principal) -> LiveSession | None:
         session_id = await self._store.implied(principal)
         stored = await self._store.load(session_id) if session_id else None
         return await self._views.of(stored, self._recover) if stored is not None else None
@@ -155,7 +162,7 @@ class SessionManager:
         )
         self._warm = await self._catalogs.version(self._catalogs.current(callers, {}))
 
-    async def get(self, session_id: str, principal: Principal) -> Session:
+    async def get(self, session_id: str, principal: Principal) -> LiveSession:
         """The session, if it lives and belongs to this principal (else: as if it did not exist)."""
         stored = await self._store.load(session_id)
         if stored is None:
@@ -174,7 +181,7 @@ class SessionManager:
         return version
 
     async def close(self, session_id: str, principal: Principal) -> None:
-        await self.end(await self.get(session_id, principal))
+        await self.end((await self.get(session_id, principal)).record)
 
     async def end(self, session: SessionRecord) -> None:
         """Forget a session: every later request for it answers not found."""
@@ -232,7 +239,7 @@ class SessionManager:
         wanted = [
             (SwapChange(session, catalog.fingerprint, catalog.refs, reason, at), version)
             for session, catalog, version in targets
-            if session.ref[1] != catalog.fingerprint and not session.ending
+            if session.ref.fingerprint != catalog.fingerprint and not session.ending
         ]
         if not wanted:
             return 0
@@ -240,8 +247,13 @@ class SessionManager:
         moved: dict[str, list[list[Any]]] = {}
         for (change, version), number in zip(wanted, numbers, strict=True):
             if number:
-                self._views.publish(change, number, version)
-                moved.setdefault(change.fingerprint, []).append([change.record.id, number])
+                # the record in hand now says what the store holds (the memory store's own record)
+                swapped = change.record
+                previous, swapped.ref = swapped.ref, VersionRef(number, change.fingerprint)
+                swapped.catalog = change.catalog
+                swapped.swaps.append(Swap(previous, swapped.ref, change.reason, change.at))
+                self._views.publish(swapped.id, number, version)
+                moved.setdefault(change.fingerprint, []).append([swapped.id, number])
         if self._shared is not None:
             await announce(self._shared.events, moved, {c.fingerprint: c.catalog for c, _ in wanted})
         return sum(len(members) for members in moved.values())

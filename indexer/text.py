@@ -102,8 +102,12 @@ def lexical_text(definition: Mapping[str, Any], backend: str) -> str:
     return f"{head} {_full_text(definition, head, _description(definition))}"
 
 
-def estimate_tokens(text: str) -> int:
-    """Word pieces of a text, estimated (a word of English is about 1.3 pieces; symbols are more)."""
+def estimate_word_pieces(text: str) -> int:
+    """Word pieces an embedding model reads of a text, estimated without its tokenizer.
+
+    A word of English is about 1.3 pieces and symbols are more, so it takes the larger of a word-based
+    and a character-based count; the default `count_tokens` where the embedder's own is not given.
+    """
     return _SPECIAL_TOKENS + max(len(text.split()) * 4 // 3, len(text) // 4)
 
 
@@ -118,7 +122,10 @@ def fits_window(text: str, count_tokens: Callable[[str], int], max_tokens: int) 
 
 
 def document_chunks(
-    text: str, prefix: str = "", count_tokens: Callable[[str], int] = estimate_tokens, max_tokens: int = 256
+    text: str,
+    prefix: str = "",
+    count_tokens: Callable[[str], int] = estimate_word_pieces,
+    max_tokens: int = 256,
 ) -> list[str]:
     """`text` in overlapping pieces the model reads whole; every piece after the first starts with `prefix`.
 
@@ -156,7 +163,7 @@ def document_chunks(
 def document_views(
     definition: Mapping[str, Any],
     backend: str,
-    count_tokens: Callable[[str], int] = estimate_tokens,
+    count_tokens: Callable[[str], int] = estimate_word_pieces,
     max_tokens: int = 256,
 ) -> list[str]:
     """The texts the dense arm embeds for one tool; the tool scores as its best-matching view.
@@ -170,7 +177,7 @@ def document_views(
 def document_texts(
     definition: Mapping[str, Any],
     backend: str,
-    count_tokens: Callable[[str], int] = estimate_tokens,
+    count_tokens: Callable[[str], int] = estimate_word_pieces,
     max_tokens: int = 256,
 ) -> tuple[list[str], str]:
     """A tool's views (`document_views`) and its lexical text (`lexical_text`), its text derived once."""

@@ -33,8 +33,8 @@ class Tool:
         return schema if isinstance(schema, Mapping) else {"type": "object"}
 
 
-def estimate_tokens(text: str) -> int:
-    """Estimated model tokens of a serialised definition."""
+def estimate_prompt_tokens(text: str) -> int:
+    """Estimated tokens a serialised definition costs in a client model's context (`CHARS_PER_TOKEN`)."""
     return math.ceil(len(text) / CHARS_PER_TOKEN)
 
 
@@ -51,7 +51,7 @@ def make_tool(backend_id: str, definition: Mapping[str, Any], name: str) -> Tool
         definition=definition,
         definition_json=text,
         input_schema_json=json.dumps(schema if isinstance(schema, Mapping) else {"type": "object"}),
-        tokens=estimate_tokens(text),
+        tokens=estimate_prompt_tokens(text),
     )
 
 

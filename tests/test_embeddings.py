@@ -17,6 +17,7 @@ from commands.model import prepare_default_model
 from indexer.embedder import Embedder, EmbedderError, FakeEmbedder, Vectors
 from indexer.embedder.sentence import padding_batches
 from indexer.embeddings import Embeddings, padded_chunks
+from indexer.state.disk import DiskEmbeddings
 
 ROOT = Path(__file__).resolve().parents[1]
 TOOL_TEXTS = [
@@ -62,8 +63,13 @@ def fake() -> FakeEmbedder:
     return FakeEmbedder()
 
 
+def on_disk(embedder: Embedder, folder: Path) -> Embeddings:
+    """An embedding cache whose second tier is the SQLite store in `folder`, as the memory state's."""
+    return Embeddings(embedder, DiskEmbeddings(folder, embedder.identity, embedder.dimension))
+
+
 def test_documents_are_embedded_once_then_answered_from_memory(fake: FakeEmbedder) -> None:
-    embeddings = Embeddings(fake, None)
+    embeddings = Embeddings(fake)
     first = embeddings.embed_documents(TOOL_TEXTS)
     again = embeddings.embed_documents(list(reversed(TOOL_TEXTS)))
     assert fake.calls == 1 and embeddings.model_calls == 1
@@ -75,7 +81,7 @@ def test_documents_are_embedded_once_then_answered_from_memory(fake: FakeEmbedde
 
 
 def test_only_new_texts_reach_the_model_in_one_batched_call(fake: FakeEmbedder) -> None:
-    embeddings = Embeddings(fake, None)
+    embeddings = Embeddings(fake)
     embeddings.embed_documents(TOOL_TEXTS[:2])
     embeddings.embed_documents([*TOOL_TEXTS, TOOL_TEXTS[3]])
     assert fake.calls == 2
@@ -83,11 +89,11 @@ def test_only_new_texts_reach_the_model_in_one_batched_call(fake: FakeEmbedder) 
 
 
 def test_a_restart_on_the_same_cache_dir_embeds_nothing_again(tmp_path: Path) -> None:
-    before = Embeddings(FakeEmbedder(), tmp_path)
+    before = on_disk(FakeEmbedder(), tmp_path)
     vectors = before.embed_documents(TOOL_TEXTS)
     before.close()
     fresh_model = FakeEmbedder()
-    after = Embeddings(fresh_model, tmp_path)
+    after = on_disk(fresh_model, tmp_path)
     np.testing.assert_array_equal(after.embed_documents(TOOL_TEXTS), vectors)
     assert fresh_model.calls == 0 and after.model_calls == 0
     assert after.cache_hits == len(TOOL_TEXTS)
@@ -95,11 +101,11 @@ def test_a_restart_on_the_same_cache_dir_embeds_nothing_again(tmp_path: Path) ->
 
 
 def test_caches_of_different_models_never_answer_for_each_other(tmp_path: Path) -> None:
-    small = Embeddings(FakeEmbedder(dimension=32), tmp_path)
+    small = on_disk(FakeEmbedder(dimension=32), tmp_path)
     small.embed_documents(TOOL_TEXTS)
     small.close()
     other_model = FakeEmbedder(dimension=48)
-    other = Embeddings(other_model, tmp_path)
+    other = on_disk(other_model, tmp_path)
     assert other.embed_documents(TOOL_TEXTS).shape == (len(TOOL_TEXTS), 48)
     assert other_model.calls == 1
     other.close()
@@ -128,28 +134,28 @@ def test_a_damaged_cache_file_is_detected_discarded_and_rebuilt(
     tmp_path: Path, damage: Callable[[bytes], bytes]
 ) -> None:
     texts = [f"tool {i}: does task {i} with options {' '.join(map(str, range(i % 40)))}" for i in range(2000)]
-    writer = Embeddings(FakeEmbedder(dimension=384), tmp_path)
+    writer = on_disk(FakeEmbedder(dimension=384), tmp_path)
     expected = writer.embed_documents(texts)
     writer.close()
     path = _cache_file(tmp_path)
     path.write_bytes(damage(path.read_bytes()))
 
     model = FakeEmbedder(dimension=384)
-    reader = Embeddings(model, tmp_path)
+    reader = on_disk(model, tmp_path)
     np.testing.assert_array_equal(reader.embed_documents(texts), expected)
     assert model.texts_embedded == len(texts)  # nothing trusted from the damaged file
     reader.close()
     assert path.with_suffix(".corrupt").exists()
 
     rebuilt_model = FakeEmbedder(dimension=384)
-    rebuilt = Embeddings(rebuilt_model, tmp_path)
+    rebuilt = on_disk(rebuilt_model, tmp_path)
     np.testing.assert_array_equal(rebuilt.embed_documents(texts), expected)
     assert rebuilt_model.calls == 0
     rebuilt.close()
 
 
 def test_a_malformed_stored_vector_is_embedded_again_and_replaced(tmp_path: Path) -> None:
-    writer = Embeddings(FakeEmbedder(), tmp_path)
+    writer = on_disk(FakeEmbedder(), tmp_path)
     expected = writer.embed_documents(TOOL_TEXTS)
     writer.close()
     with sqlite3.connect(_cache_file(tmp_path)) as connection:
@@ -162,17 +168,17 @@ def test_a_malformed_stored_vector_is_embedded_again_and_replaced(tmp_path: Path
         )
     connection.close()
     model = FakeEmbedder()
-    reader = Embeddings(model, tmp_path)
+    reader = on_disk(model, tmp_path)
     np.testing.assert_array_equal(reader.embed_documents(TOOL_TEXTS), expected)
     assert model.texts_embedded == 2
     reader.close()
     again = FakeEmbedder()
-    Embeddings(again, tmp_path).embed_documents(TOOL_TEXTS)
+    on_disk(again, tmp_path).embed_documents(TOOL_TEXTS)
     assert again.calls == 0
 
 
 def test_document_builds_from_several_threads_get_consistent_vectors(fake: FakeEmbedder) -> None:
-    embeddings = Embeddings(fake, None, document_batch=7)
+    embeddings = Embeddings(fake, document_batch=7)
     texts = [f"tool {i} for task {i % 13}" for i in range(300)]
     results: list[Vectors] = []
 
@@ -192,7 +198,7 @@ def test_document_builds_from_several_threads_get_consistent_vectors(fake: FakeE
 
 async def test_a_lone_query_starts_its_model_call_at_once() -> None:
     held = HeldEmbedder()
-    embeddings = Embeddings(held, None)
+    embeddings = Embeddings(held)
     task = asyncio.create_task(embeddings.embed_query("send an email"))
     assert await asyncio.to_thread(held.entered.wait, 10)
     held.release.set()
@@ -203,7 +209,7 @@ async def test_a_lone_query_starts_its_model_call_at_once() -> None:
 
 async def test_queries_arriving_during_a_model_call_share_the_next_one() -> None:
     held = HeldEmbedder()
-    embeddings = Embeddings(held, None)
+    embeddings = Embeddings(held)
     first = asyncio.create_task(embeddings.embed_query("query 0"))
     assert await asyncio.to_thread(held.entered.wait, 10)
     queries = [f"query {i}" for i in range(1, 21)]
@@ -219,7 +225,7 @@ async def test_queries_arriving_during_a_model_call_share_the_next_one() -> None
 
 
 async def test_a_repeated_query_is_answered_from_the_lru_without_the_model(fake: FakeEmbedder) -> None:
-    embeddings = Embeddings(fake, None)
+    embeddings = Embeddings(fake)
     first = await embeddings.embed_query("weather in Paris")
     second = await embeddings.embed_query("weather in Paris")
     assert fake.calls == 1 and embeddings.model_calls == 1
@@ -230,7 +236,7 @@ async def test_a_repeated_query_is_answered_from_the_lru_without_the_model(fake:
 
 
 async def test_the_query_lru_forgets_the_least_recently_used(fake: FakeEmbedder) -> None:
-    embeddings = Embeddings(fake, None, query_items=2)
+    embeddings = Embeddings(fake, query_items=2)
     for text in ("a", "b", "a", "c"):
         await embeddings.embed_query(text)
     calls = fake.calls
@@ -244,7 +250,7 @@ async def test_the_query_lru_forgets_the_least_recently_used(fake: FakeEmbedder)
 async def test_a_failed_model_call_fails_its_queries_and_the_next_one_succeeds() -> None:
     held = HeldEmbedder(fail_first=True)
     held.release.set()
-    embeddings = Embeddings(held, None)
+    embeddings = Embeddings(held)
     with pytest.raises(EmbedderError, match="the model failed"):
         await embeddings.embed_query("first")
     vector = await embeddings.embed_query("first")
@@ -254,7 +260,7 @@ async def test_a_failed_model_call_fails_its_queries_and_the_next_one_succeeds()
 
 async def test_a_cancelled_waiter_does_not_cancel_others_waiting_for_the_same_query() -> None:
     held = HeldEmbedder()
-    embeddings = Embeddings(held, None)
+    embeddings = Embeddings(held)
     leaving = asyncio.create_task(embeddings.embed_query("shared"))
     staying = asyncio.create_task(embeddings.embed_query("shared"))
     assert await asyncio.to_thread(held.entered.wait, 10)
@@ -268,7 +274,7 @@ async def test_a_cancelled_waiter_does_not_cancel_others_waiting_for_the_same_qu
 
 async def test_a_query_goes_before_the_next_chunk_of_a_document_build() -> None:
     held = HeldEmbedder()
-    embeddings = Embeddings(held, None, document_batch=2)
+    embeddings = Embeddings(held, document_batch=2)
     build = asyncio.create_task(asyncio.to_thread(embeddings.embed_documents, TOOL_TEXTS))
     assert await asyncio.to_thread(held.entered.wait, 10)
     query = asyncio.create_task(embeddings.embed_query("find the weather"))
@@ -283,7 +289,7 @@ async def test_a_query_goes_before_the_next_chunk_of_a_document_build() -> None:
 
 async def test_a_waiting_query_runs_before_the_rest_of_a_large_document_build() -> None:
     held = HeldEmbedder()
-    embeddings = Embeddings(held, None)  # the default chunking
+    embeddings = Embeddings(held)  # the default chunking
     texts = [f"tool {i}: " + "does one thing with its options " * (1 + i % 12) for i in range(400)]
     build = asyncio.create_task(asyncio.to_thread(embeddings.embed_documents, texts))
     assert await asyncio.to_thread(held.entered.wait, 10)
@@ -317,7 +323,7 @@ async def test_an_embedder_returning_the_wrong_shape_is_reported() -> None:
         def embed(self, texts: Sequence[str]) -> Vectors:
             return super().embed([*texts, "extra"])
 
-    embeddings = Embeddings(Broken(), None)
+    embeddings = Embeddings(Broken())
     with pytest.raises(EmbedderError, match="shape"):
         embeddings.embed_documents(["one"])
     with pytest.raises(EmbedderError, match="shape"):
@@ -342,7 +348,7 @@ def minilm() -> Embedder:
 
 
 async def test_the_real_model_puts_related_tool_texts_closer_than_unrelated_ones(minilm: Embedder) -> None:
-    embeddings = Embeddings(minilm, None)
+    embeddings = Embeddings(minilm)
     vectors = embeddings.embed_documents(TOOL_TEXTS)
     assert vectors.shape == (len(TOOL_TEXTS), 384)
     np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)

@@ -19,6 +19,7 @@ from commands.model import prepare_default_model
 from indexer.embedder import SentenceTransformerEmbedder
 from indexer.embeddings import Embeddings
 from indexer.search import SearchIndex, SearchSettings
+from indexer.state.disk import DiskEmbeddings
 from indexer.text import name_key, query_texts
 from toolsearch.catalog import load_catalog
 
@@ -42,7 +43,7 @@ def embedder() -> SentenceTransformerEmbedder:
 
 @pytest.fixture(scope="module")
 def embeddings(embedder: SentenceTransformerEmbedder) -> Embeddings:
-    return Embeddings(embedder, CACHE)
+    return Embeddings(embedder, DiskEmbeddings(CACHE, embedder.identity, embedder.dimension))
 
 
 def test_metrics_of_one_ranking() -> None:

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import httpx2
@@ -19,12 +20,13 @@ import pytest
 from mcp.server.lowlevel.server import Server
 from mcp.server.transport_security import TransportSecuritySettings
 
-from indexer.discovery import Listing
 from indexer.errors import BackendRejected, BackendUnavailable
 from indexer.fanout import Rebuilder, summarise
 from indexer.health import _GUARD_SLACK as GUARD_SLACK
 from indexer.health import CircuitBreaker, HealthMonitor, judge
-from indexer.registry import Registry, Status
+from indexer.registry import Registry
+from indexer.state.backends import Status
+from indexer.state.listings import Listing
 from toolsearch.config import Backend, BackendAuth, Health
 from toolsearch.config import CircuitBreaker as BreakerConfig
 
@@ -63,6 +65,16 @@ class FakeBackends:
         return answer
 
 
+class Announced:
+    """Stands in for the fan-out's `Rebuilder`: notes the reason of each rebuild asked for."""
+
+    def __init__(self) -> None:
+        self.reasons: list[str] = []
+
+    def request(self, reason: str) -> None:
+        self.reasons.append(reason)
+
+
 def make_monitor(
     settings: Health = SETTINGS, clock: FakeClock | None = None, **auth: BackendAuth
 ) -> tuple[HealthMonitor, Registry, FakeBackends, list[str]]:
@@ -71,9 +83,9 @@ def make_monitor(
     for backend in backends:
         registry.record_listing(backend.id, listing("tool"))
     fake = FakeBackends()
-    announced: list[str] = []
-    registry.subscribe(announced.append)
-    return HealthMonitor(registry, settings, fake, clock or FakeClock()), registry, fake, announced
+    announced = Announced()
+    monitor = HealthMonitor(registry, settings, announced, probe=fake, clock=clock or FakeClock())
+    return monitor, registry, fake, announced.reasons
 
 
 async def wait_for(condition: Callable[[], bool]) -> None:
@@ -254,7 +266,7 @@ async def test_no_more_than_the_cap_of_probes_run_at_once() -> None:
     backends = [Backend(id=f"b{n}", url=f"http://127.0.0.1:9/b{n}") for n in range(6)]
     registry = listed_registry(*backends)
     gated = GatedBackends()
-    monitor = HealthMonitor(registry, Health(max_concurrent_probes=2), gated)
+    monitor = HealthMonitor(registry, Health(max_concurrent_probes=2), Announced(), probe=gated)
     checks = [asyncio.create_task(monitor.check(b.id)) for b in backends]
     await wait_for(lambda: gated.in_flight == 2 and monitor.queued == 4)
     for backend in backends:
@@ -281,7 +293,7 @@ async def test_waiting_for_a_slot_counts_neither_towards_the_timeout_nor_the_lat
         return listing("tool")
 
     settings = Health(max_concurrent_probes=1, unhealthy_after=1, degraded_latency=0.2)
-    monitor = HealthMonitor(registry, settings, probe)
+    monitor = HealthMonitor(registry, settings, Announced(), probe=probe)
     holding = asyncio.create_task(monitor.check("slow"))
     await wait_for(lambda: started == ["slow"])
     async with asyncio.timeout(WAIT):
@@ -295,7 +307,7 @@ async def test_untracking_a_backend_that_waits_for_a_slot_ends_its_loop_at_once(
     backends = [Backend(id=b, url=f"http://127.0.0.1:9/{b}") for b in "abc"]
     gated = GatedBackends()
     settings = Health(interval=0.02, timeout=5.0, max_concurrent_probes=1)
-    monitor = HealthMonitor(listed_registry(*backends), settings, gated)
+    monitor = HealthMonitor(listed_registry(*backends), settings, Announced(), probe=gated)
     monitor.start()
     try:
         await wait_for(lambda: gated.in_flight == 1 and monitor.queued == 2)
@@ -364,11 +376,18 @@ async def wire_backend() -> AsyncIterator[tuple[WireBackend, Registry, HealthMon
         registry = Registry([Backend(id="m", url="http://m.test/mcp")], {}, timeout=5.0, transport=transport)
         await registry.discover("m")
         assert registry.get("m").status == "healthy"
-        monitor = HealthMonitor(registry, Health(unhealthy_after=1))
+        monitor = HealthMonitor(registry, Health(unhealthy_after=1), Announced())
         try:
             yield transport, registry, monitor
         finally:
             await monitor.close()
+
+
+def answered_in(registry: Registry, backend_id: str, protocol_version: str) -> None:
+    """Record the backend's tools as listed in `protocol_version`, as if it had answered in that one."""
+    listed = registry.get(backend_id).listing
+    assert listed is not None
+    registry.record_listing(backend_id, dataclasses.replace(listed, protocol_version=protocol_version))
 
 
 async def test_a_probe_speaks_the_protocol_the_backend_answered_in_without_negotiating_again() -> None:
@@ -377,7 +396,7 @@ async def test_a_probe_speaks_the_protocol_the_backend_answered_in_without_negot
         wire.methods.clear()
         await monitor.check("m")
         assert wire.methods == ["tools/list"]  # no server/discover before it
-        registry.get("m").protocol_version = "2025-11-25"  # as if it had answered the handshake
+        answered_in(registry, "m", "2025-11-25")  # as if it had answered the handshake
         wire.methods.clear()
         await monitor.check("m")
         assert wire.methods[0] == "initialize" and "server/discover" not in wire.methods
@@ -400,7 +419,7 @@ async def test_after_a_failed_probe_the_next_one_negotiates_the_protocol_again()
 
 async def test_a_backend_that_dropped_its_pinned_protocol_is_listed_by_negotiating_at_once() -> None:
     async with wire_backend() as (wire, registry, monitor):
-        registry.get("m").protocol_version = "2025-11-25"
+        answered_in(registry, "m", "2025-11-25")
         wire.refused = {"initialize"}
         wire.methods.clear()
         assert await monitor.check("m") is None
@@ -444,23 +463,28 @@ async def test_a_kept_client_reports_a_401_only_for_the_probe_that_met_it() -> N
         assert registry.get("m").status == "degraded"
 
 
-async def _counting(
-    gate: asyncio.Event | None = None,
-) -> tuple[Callable[[str], Awaitable[int]], list[str]]:
-    reasons: list[str] = []
+class CountingSessions:
+    """Stands in for the `SessionManager`: notes each rebuild pass's reason, held at `gate` if given."""
 
-    async def rebuild_all(reason: str) -> int:
-        reasons.append(reason)
-        if gate is not None:
-            await gate.wait()
+    def __init__(self, gate: asyncio.Event | None) -> None:
+        self.reasons: list[str] = []
+        self._gate = gate
+
+    async def rebuild_all(self, reason: str) -> int:
+        self.reasons.append(reason)
+        if self._gate is not None:
+            await self._gate.wait()
         return 1
 
-    return rebuild_all, reasons
+
+async def _counting(gate: asyncio.Event | None = None) -> tuple[CountingSessions, list[str]]:
+    sessions = CountingSessions(gate)
+    return sessions, sessions.reasons
 
 
 async def test_a_burst_of_changes_gives_one_rebuild_pass() -> None:
-    rebuild_all, reasons = await _counting()
-    rebuilder = Rebuilder(rebuild_all, debounce=0.01)
+    sessions, reasons = await _counting()
+    rebuilder = Rebuilder(sessions, debounce=0.01)
     for number in range(100):
         rebuilder.request(f"backend b{number % 3} unhealthy")
     await rebuilder.idle()
@@ -470,8 +494,8 @@ async def test_a_burst_of_changes_gives_one_rebuild_pass() -> None:
 
 async def test_changes_during_a_rebuild_schedule_exactly_one_more_pass() -> None:
     gate = asyncio.Event()
-    rebuild_all, reasons = await _counting(gate)
-    rebuilder = Rebuilder(rebuild_all, debounce=0.01)
+    sessions, reasons = await _counting(gate)
+    rebuilder = Rebuilder(sessions, debounce=0.01)
     rebuilder.request("backend a unhealthy")
     await wait_for(lambda: len(reasons) == 1)
     for number in range(10):

@@ -20,7 +20,7 @@ from mcp.client.streamable_http import streamable_http_client
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from indexer.metrics import IndexerMetrics, Snapshot
+from indexer.metrics import IndexerMetrics, MetricsReading
 from router.indexer_client import IndexerClient
 from tests.support.processes import free_port, start_process
 from tests.support.stack import CLI, HEADERS, INITIALIZE, Stack, running_stack
@@ -164,7 +164,7 @@ def test_json_logs_name_the_request_and_a_session_prefix(stack: Stack, tmp_path:
 
 
 def test_the_indexer_families_come_from_one_snapshot_per_scrape() -> None:
-    snapshot = Snapshot(
+    snapshot = MetricsReading(
         sessions=3,
         version_sessions={"a" * 32: 2, "b" * 32: 1, "c" * 32: 0},
         versions_built=4,
@@ -174,9 +174,9 @@ def test_the_indexer_families_come_from_one_snapshot_per_scrape() -> None:
         texts_embedded=5,
         backends={"weather": "degraded", "maps": "healthy"},
     )
-    reads: list[Snapshot] = []
+    reads: list[MetricsReading] = []
 
-    def read() -> Snapshot:
+    def read() -> MetricsReading:
         reads.append(snapshot)
         return snapshot
 
@@ -197,7 +197,7 @@ def test_the_indexer_families_come_from_one_snapshot_per_scrape() -> None:
 
 
 def test_a_scrape_the_event_loop_misses_still_answers() -> None:
-    def busy() -> Snapshot:
+    def busy() -> MetricsReading:
         raise TimeoutError
 
     metrics = IndexerMetrics(busy)
@@ -224,7 +224,7 @@ async def test_a_dns_target_is_one_balanced_channel_that_works() -> None:
 
 
 async def test_the_indexer_interceptor_times_calls_and_binds_their_log_context() -> None:
-    metrics = IndexerMetrics(lambda: Snapshot(0, {}, 0, 0, 0, 0, 0, {}))
+    metrics = IndexerMetrics(lambda: MetricsReading(0, {}, 0, 0, 0, 0, 0, {}))
 
     async def echo(request: pb.GetSessionRequest, context: grpc.aio.ServicerContext) -> pb.GetSessionResponse:
         if request.session_id == "missing":

@@ -16,7 +16,7 @@ from indexer.search import Hit, SearchIndex, SearchSettings, build_tool_index
 from indexer.text import (
     document_chunks,
     document_views,
-    estimate_tokens,
+    estimate_word_pieces,
     fits_window,
     lexical_text,
     lexical_tokens,
@@ -139,7 +139,7 @@ def test_a_short_ascii_text_fits_the_window_without_a_count() -> None:
     assert counted == ["x" * 62, "x" * 63]
 
 
-@pytest.mark.parametrize("count_tokens", [estimate_tokens, EMBEDDER.count_tokens])
+@pytest.mark.parametrize("count_tokens", [estimate_word_pieces, EMBEDDER.count_tokens])
 def test_skipping_the_count_of_short_texts_cuts_the_same_views(
     count_tokens: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -153,7 +153,7 @@ def test_skipping_the_count_of_short_texts_cuts_the_same_views(
 
 def test_an_index_from_tool_documents_equals_one_from_texts_and_views() -> None:
     index, names = build()
-    views = [document_views(d, b, estimate_tokens, 256) for b, d in CATALOG]
+    views = [document_views(d, b, estimate_word_pieces, 256) for b, d in CATALOG]
     owners = np.repeat(np.arange(len(views)), [len(v) for v in views])
     direct = SearchIndex.build(
         [lexical_text(d, b) for b, d in CATALOG],

@@ -22,17 +22,18 @@ import jwt
 import pytest
 
 from indexer.catalogs import Catalogs
-from indexer.credentials import list_at_creation
-from indexer.discovery import Listing
+from indexer.credentials import ANONYMOUS, list_at_creation
 from indexer.embedder.fake import FakeEmbedder
 from indexer.embeddings import Embeddings
 from indexer.errors import BackendRejected, BackendUnavailable
 from indexer.index import Builder, VersionPool
-from indexer.interning import digest_of, intern_listing
 from indexer.registry import Registry
 from indexer.search import SearchSettings
-from indexer.server import Indexer
-from indexer.sessions import ANONYMOUS, Principal, Session, SessionManager
+from indexer.server import IndexerProcess
+from indexer.session_views import LiveSession
+from indexer.sessions import SessionManager
+from indexer.state import Principal, SessionRecord
+from indexer.state.listings import Listing, digest_of, intern_listing
 from tests.support.catalogs import small_catalog
 from tests.support.processes import Proc, free_port, start_process
 from tests.support.stack import CLI
@@ -43,8 +44,8 @@ SECRET = "a-test-secret-that-is-long-enough-for-hs256"
 SECRET_ENV = "TOOLSEARCH_CATALOG_JWT_SECRET"
 PROTECTED = "Cocktails"
 WEATHER = "AI_Weather_by_Meteosource"
-ALICE = ("https://issuer.test", "alice")
-TOKEN_HOLDER = ("", "unverified-bearer")  # what an anonymous router calls a caller with a token
+ALICE = Principal("https://issuer.test", "alice")
+TOKEN_HOLDER = Principal("", "unverified-bearer")  # what an anonymous router calls a caller with a token
 HEALTH = {"interval": 0.1, "timeout": 2.0, "unhealthy_after": 1}
 ENDED = "ended session: backends rejected its stored credentials"
 
@@ -91,8 +92,8 @@ def catalog(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Catalog]:
 @asynccontextmanager
 async def running(
     catalog: Catalog, backends: list[dict[str, Any]] | None = None, secrets: dict[str, str] | None = None
-) -> AsyncIterator[Indexer]:
-    indexer = Indexer.build(catalog.config(backends), FakeEmbedder(), secrets or {})
+) -> AsyncIterator[IndexerProcess]:
+    indexer = IndexerProcess.build(catalog.config(backends), FakeEmbedder(), secrets or {})
     await indexer.start()
     try:
         yield indexer
@@ -124,18 +125,20 @@ async def expired(catalog: Catalog, short: str) -> None:
             await asyncio.sleep(0.1)
 
 
-async def flip(indexer: Indexer, catalog: Catalog, slug: str) -> None:
+async def flip(indexer: IndexerProcess, catalog: Catalog, slug: str) -> None:
     """Take a backend down and up again, and wait until sessions were rebuilt after its recovery."""
-    rebuilder, state = indexer.rebuilder, indexer.registry.get(slug)
+    rebuilder, registry = indexer.rebuilder, indexer.registry
     assert rebuilder is not None
     for action, advertised in (("down", False), ("up", True)):
         passes = rebuilder.passes
         catalog.control(slug, action)
-        await wait_for(lambda a=advertised, p=passes: state.advertised == a and rebuilder.passes > p)
+        await wait_for(
+            lambda a=advertised, p=passes: registry.get(slug).advertised == a and rebuilder.passes > p
+        )
     await wait_for(lambda: not rebuilder.pending)
 
 
-def alive(indexer: Indexer, session: Session) -> bool:
+def alive(indexer: IndexerProcess, session: LiveSession) -> bool:
     return session.id in {s.id for s in indexer.sessions.sessions()}
 
 
@@ -145,15 +148,15 @@ async def test_anonymous_sessions_and_shared_implied_sessions_store_no_token(cat
         shared = await indexer.sessions.open(TOKEN_HOLDER, token("first"), implied=True)
         assert await indexer.sessions.open(TOKEN_HOLDER, token("second"), implied=True) is shared
         for session in (anonymous, shared):
-            assert session.token is None and session.rejected_at_creation == {PROTECTED}
+            assert session.record.token is None and session.record.rejected_at_creation == {PROTECTED}
             assert PROTECTED not in session.current.version.backends
         # a token holder's own (handshake) session keeps its token: nobody else's requests reach it
         own = await indexer.sessions.open(TOKEN_HOLDER, token("third"))
         alice = await indexer.sessions.open(ALICE, token(), implied=True)
-        bob = await indexer.sessions.open(("https://issuer.test", "bob"), token("bob"), implied=True)
+        bob = await indexer.sessions.open(Principal("https://issuer.test", "bob"), token("bob"), implied=True)
         assert len({own.id, alice.id, bob.id, shared.id}) == 4
         for session in (own, alice, bob):
-            assert session.token is not None and PROTECTED in session.current.version.backends
+            assert session.record.token is not None and PROTECTED in session.current.version.backends
         assert "token=" not in repr(alice)
 
 
@@ -189,7 +192,7 @@ async def test_a_failed_end_keeps_the_version_and_is_retried_at_the_next_rebuild
         end = indexer.sessions.end
         failures: list[str] = []
 
-        async def failing_once(target: Session) -> None:
+        async def failing_once(target: SessionRecord) -> None:
             if not failures:
                 failures.append(target.id)
                 raise RuntimeError("the session store is unreachable")
@@ -199,9 +202,9 @@ async def test_a_failed_end_keeps_the_version_and_is_retried_at_the_next_rebuild
         with caplog.at_level(logging.WARNING, logger="indexer.sessions"):
             await flip(indexer, catalog, PROTECTED)
             assert failures == [session.id] and alive(indexer, session)
-            assert session.ending == {PROTECTED}
+            assert session.record.ending == {PROTECTED}
             assert (
-                session.swaps[-1].reason == f"backend {PROTECTED} unhealthy"
+                session.record.swaps[-1].reason == f"backend {PROTECTED} unhealthy"
             )  # the recovery swapped nothing
             await flip(indexer, catalog, WEATHER)
             assert not alive(indexer, session)
@@ -258,7 +261,7 @@ class TeamRegistry(Registry):
     async def list_backend(
         self, backend: Backend, token: str | None = None, timeout: float | None = None
     ) -> Listing:
-        self.headers(backend, token)  # no token: MissingCredentials, as for a real backend
+        self.headers(backend, token)  # no token: NoCallerToken, as for a real backend
         team = (token or "").split("-")[0]
         if team in ("denied", "barred"):
             raise BackendRejected(backend.id, 401 if team == "denied" else 403)
@@ -269,13 +272,13 @@ class TeamRegistry(Registry):
 def team_manager() -> tuple[TeamRegistry, VersionPool, SessionManager]:
     registry = TeamRegistry()
     embedder = FakeEmbedder()
-    embed = Embeddings(embedder, None).embed_documents
+    embed = Embeddings(embedder).embed_documents
     pool = VersionPool(Builder(embed, embedder.count_tokens, embedder.max_tokens, SearchSettings()))
     return registry, pool, SessionManager(registry, pool, Naming())
 
 
 def member(team: str, n: int) -> Principal:
-    return ("https://issuer.test", f"{team}{n}")
+    return Principal("https://issuer.test", f"{team}{n}")
 
 
 async def test_sessions_of_one_team_share_one_listing_and_one_catalog() -> None:
@@ -284,8 +287,11 @@ async def test_sessions_of_one_team_share_one_listing_and_one_catalog() -> None:
     first = sessions[0]
     assert {t.name for t in first.current.version.tools} == {"get_players", "search_docs", "alpha_report"}
     for session in sessions[1:]:
-        assert session.own_listings["team"] is first.own_listings["team"]
-        assert session.current.version is first.current.version and session.catalog is first.catalog
+        assert session.record.own_listings["team"] is first.record.own_listings["team"]
+        assert (
+            session.current.version is first.current.version
+            and session.record.catalog is first.record.catalog
+        )
     assert pool.builds == 1
     # the memo is keyed by digests: a team's listings give one catalog, not one per session
     catalogs = Catalogs(registry, pool, Naming())
@@ -307,8 +313,8 @@ async def test_a_caller_whose_token_sees_other_tools_gets_another_catalog() -> N
     _, pool, manager = team_manager()
     alpha = await manager.open(member("alpha", 1), "alpha-1")
     beta = await manager.open(member("beta", 1), "beta-1")
-    assert alpha.own_listings["team"] is not beta.own_listings["team"]
-    assert alpha.catalog != beta.catalog and alpha.current.version is not beta.current.version
+    assert alpha.record.own_listings["team"] is not beta.record.own_listings["team"]
+    assert alpha.record.catalog != beta.record.catalog and alpha.current.version is not beta.current.version
     assert beta.current.version.resolve("beta_report") and not alpha.current.version.resolve("beta_report")
     assert pool.builds == 2
 
@@ -320,10 +326,10 @@ async def test_a_rejected_listing_stays_with_the_caller_it_rejected() -> None:
     barred = await manager.open(member("barred", 1), "barred-1")
     again = await manager.open(member("alpha", 2), "alpha-2")
     for refused in (denied, barred):
-        assert refused.rejected_at_creation == {"team"} and "team" not in refused.accepted
-        assert refused.current.version.backends == {"nba"} and not refused.own_listings
+        assert refused.record.rejected_at_creation == {"team"} and "team" not in refused.record.accepted
+        assert refused.current.version.backends == {"nba"} and not refused.record.own_listings
     for session in (alpha, again):
-        assert not session.rejected_at_creation and session.current.version.backends == {"nba", "team"}
+        assert not session.record.rejected_at_creation and session.current.version.backends == {"nba", "team"}
     assert again.current.version is alpha.current.version
 
 

@@ -17,16 +17,23 @@ import numpy as np
 import pytest
 import redis.asyncio as aredis
 
-from indexer.discovery import Listing
 from indexer.embedder.fake import FakeEmbedder
 from indexer.embeddings import Embeddings
-from indexer.errors import StateUnavailable
-from indexer.registry import listing_digest
-from indexer.state import BackendRecord, SessionRecord, State, Swap, SwapChange, open_state
+from indexer.state import (
+    BackendHealth,
+    Principal,
+    SessionRecord,
+    State,
+    StateUnavailable,
+    Swap,
+    SwapChange,
+    VersionRef,
+)
+from indexer.state.listings import Listing, listing_digest
 from indexer.state.redis import TIMEOUT, Keys
 from indexer.state.redis_lease import RedisLease
 from tests.support.clients import until
-from tests.support.redis import RedisServer, running_redis
+from tests.support.redis import RedisServer, open_state, running_redis
 
 WAIT = 10.0  # seconds any condition may take at most
 
@@ -35,7 +42,7 @@ async def until_within(check: Callable[[], Awaitable[Any]], what: str) -> Any:
     return await until(check, what, WAIT)
 
 
-ALICE = ("https://issuer.test", "alice")
+ALICE = Principal("https://issuer.test", "alice")
 LISTING = Listing(({"name": "get_forecast", "description": "The weather tomorrow."},), "2025-11-25", 0.1)
 KEYS = Keys()
 
@@ -80,11 +87,11 @@ def record(
         accepted=frozenset({"weather", "nba"}),
         rejected_at_creation=frozenset({"cocktails"}),
         own_listings={"weather": LISTING},
-        ref=(1, "a" * 32),
+        ref=VersionRef(1, "a" * 32),
         catalog=(("nba", "d" * 24), ("weather", listing_digest(LISTING))),
         listed_epochs={"weather": 3},
     )
-    created.swaps.append(Swap(None, (1, "a" * 32), "created", 1700000000.25))
+    created.swaps.append(Swap(None, VersionRef(1, "a" * 32), "created", 1700000000.25))
     return created
 
 
@@ -174,17 +181,19 @@ async def test_version_numbers_grow_by_one_per_swap_when_two_replicas_swap_at_on
             for state, r, fp in zip(replicas, seen, targets, strict=True)
         ]
         numbers = [n for (n,) in await asyncio.gather(*changes)]
-        assert sorted(numbers) == [0, seen[0].ref[0] + 1]  # exactly one swap, numbered next
+        assert sorted(numbers) == [0, seen[0].ref.number + 1]  # exactly one swap, numbered next
         won += 1
     final = await first.sessions.load("s-1")
-    assert final is not None and final.ref[0] == 1 + won
+    assert final is not None and final.ref.number == 1 + won
     swaps = list(final.swaps)
-    assert len(swaps) == 8 and [s.current[0] for s in swaps] == list(
-        range(final.ref[0] - 7, final.ref[0] + 1)
+    assert len(swaps) == 8 and [s.current.number for s in swaps] == list(
+        range(final.ref.number - 7, final.ref.number + 1)
     )
-    assert all(s.previous is not None and s.previous[0] == s.current[0] - 1 for s in swaps)
-    assert all(a.current[1] == b.previous[1] for a, b in itertools.pairwise(swaps) if b.previous)
-    unchanged = SwapChange(final, final.ref[1], final.catalog, "same tools", time.time())
+    assert all(s.previous is not None and s.previous.number == s.current.number - 1 for s in swaps)
+    assert all(
+        a.current.fingerprint == b.previous.fingerprint for a, b in itertools.pairwise(swaps) if b.previous
+    )
+    unchanged = SwapChange(final, final.ref.fingerprint, final.catalog, "same tools", time.time())
     assert await second.sessions.swap([unchanged]) == [0]  # the same fingerprint is not a new version
 
 
@@ -212,10 +221,10 @@ async def test_embeddings_one_replica_stored_are_read_by_another_without_model_c
     replicas: tuple[State, State],
 ) -> None:
     texts = ["weather forecast for tomorrow", "nba teams", "a cocktail with rum"]
-    stored = Embeddings(FakeEmbedder(), None, store=replicas[0].embeddings)
+    stored = Embeddings(FakeEmbedder(), store=replicas[0].embeddings)
     vectors = stored.embed_documents(texts)
     assert stored.model_calls == 1
-    reader = Embeddings(FakeEmbedder(), None, store=replicas[1].embeddings)
+    reader = Embeddings(FakeEmbedder(), store=replicas[1].embeddings)
     assert np.array_equal(reader.embed_documents(texts), vectors)
     assert reader.model_calls == 0 and reader.cache_hits == 3
 
@@ -229,9 +238,9 @@ async def test_health_and_listings_round_trip_with_a_growing_generation(
     await first.shared.catalogs.put([(digest, LISTING)])
     assert (await second.shared.catalogs.get([digest, "missing"]))[digest].tools == LISTING.tools
     assert await second.shared.health.generation() == 0
-    healthy = BackendRecord("healthy", digest, 1, "2025-11-25", 0.1)
+    healthy = BackendHealth("healthy", digest, 1, "2025-11-25", 0.1)
     assert await first.shared.health.publish({"weather": healthy}) == 1
-    down = BackendRecord("unhealthy", digest, 1, last_error="connection refused", consecutive_failures=1)
+    down = BackendHealth("unhealthy", digest, 1, last_error="connection refused", consecutive_failures=1)
     assert await first.shared.health.publish({"weather": down}) == 2
     assert await second.shared.health.load() == (2, {"weather": down})
 
@@ -270,7 +279,7 @@ async def test_a_redis_outage_is_a_state_error_within_the_timeout_and_embeddings
         with pytest.raises(StateUnavailable, match="shared state unavailable while reading a session"):
             await state.sessions.load("s-1")
         assert time.monotonic() - started < 2 * TIMEOUT + 1
-        embeddings = Embeddings(FakeEmbedder(), None, store=state.embeddings)
+        embeddings = Embeddings(FakeEmbedder(), store=state.embeddings)
         assert embeddings.embed_documents(["still answers"]).shape == (1, 64)
         embeddings.close()
         await state.close()

@@ -1,8 +1,8 @@
 """Index versions following backend health, in process: a real catalog server, the fake embedder.
 
-The indexer's parts run in the test's event loop (`Indexer.build` with `FakeEmbedder`), so sessions,
-the version pool and the embedding counters can be inspected directly; the backends are a real
-catalog server process driven through its control API.
+The indexer's parts run in the test's event loop (`IndexerProcess.build` with `FakeEmbedder`), so
+sessions, the version pool and the embedding counters can be inspected directly; the backends are a
+real catalog server process driven through its control API.
 """
 
 from __future__ import annotations
@@ -20,15 +20,17 @@ import jwt
 import numpy as np
 import pytest
 
-from indexer.discovery import Listing
+from indexer.credentials import ANONYMOUS
 from indexer.embedder.fake import FakeEmbedder
 from indexer.embeddings import Embeddings
 from indexer.errors import BackendUnavailable
 from indexer.index import Builder, IndexVersion, VersionPool, build_version, fingerprint
 from indexer.registry import Registry
 from indexer.search import SearchSettings
-from indexer.server import Indexer
-from indexer.sessions import ANONYMOUS, SessionManager
+from indexer.server import IndexerProcess
+from indexer.sessions import SessionManager
+from indexer.state import Principal
+from indexer.state.listings import Listing
 from indexer.text import query_texts
 from indexer.tools import Tool, advertise
 from tests.support.catalogs import small_catalog
@@ -84,8 +86,8 @@ def up_again(catalog: Catalog) -> Iterator[None]:
 
 
 @asynccontextmanager
-async def running(config: Config) -> AsyncIterator[Indexer]:
-    indexer = Indexer.build(config, FakeEmbedder(), {SECRET_ENV: SECRET})
+async def running(config: Config) -> AsyncIterator[IndexerProcess]:
+    indexer = IndexerProcess.build(config, FakeEmbedder(), {SECRET_ENV: SECRET})
     await indexer.start()
     try:
         yield indexer
@@ -127,7 +129,7 @@ async def test_a_thousand_sessions_share_one_index_and_follow_a_flip_with_no_emb
         assert all(s.current.version is second for s in sessions)
         assert indexer.pool.builds == 2
         assert indexer.embeddings.model_calls == model_calls
-        assert [s.swaps[-1].reason for s in sessions[:2]] == [f"backend {WEATHER} unhealthy"] * 2
+        assert [s.record.swaps[-1].reason for s in sessions[:2]] == [f"backend {WEATHER} unhealthy"] * 2
         first_fingerprint, second_fingerprint = first.fingerprint, second.fingerprint
         del first, second
         gc.collect()
@@ -143,7 +145,7 @@ async def test_a_thousand_sessions_share_one_index_and_follow_a_flip_with_no_emb
         assert all(s.current.version is third for s in sessions)
         assert indexer.pool.builds == (2 if retained else 3)  # rebuilt, if at all, from cached embeddings
         assert indexer.embeddings.model_calls == model_calls
-        assert sessions[0].swaps[-1].reason == f"backend {WEATHER} recovered"
+        assert sessions[0].record.swaps[-1].reason == f"backend {WEATHER} recovered"
         assert indexer.rebuilder is not None and indexer.rebuilder.passes == 2
         gc.collect()
         assert {v.fingerprint for v in indexer.pool.versions()} == {first_fingerprint}  # the second freed
@@ -174,14 +176,14 @@ async def test_a_session_opened_while_a_passthrough_backend_is_down_gains_it_on_
     catalog.control("Cocktails", "down")
     async with running(config) as indexer:
         assert indexer.registry.get("Cocktails").status == "unhealthy"
-        good = await indexer.sessions.open(("issuer", "alice"), token())
-        stale = await indexer.sessions.open(("issuer", "bob"), token(expires_in=-60))
+        good = await indexer.sessions.open(Principal("issuer", "alice"), token())
+        stale = await indexer.sessions.open(Principal("issuer", "bob"), token(expires_in=-60))
         assert "Cocktails" not in good.current.version.backends
 
         catalog.control("Cocktails", "up")
         await wait_for(lambda: good.current.number == 2)
         assert "Cocktails" in good.current.version.backends
-        assert good.swaps[-1].reason == "backend Cocktails recovered"
+        assert good.record.swaps[-1].reason == "backend Cocktails recovered"
         # the stored token is refused now: that session ends, so its client reconnects
         assert indexer.sessions.sessions() == [good]
         assert stale.id not in {s.id for s in indexer.sessions.sessions()}
@@ -202,7 +204,7 @@ async def test_a_changed_tool_list_reaches_live_sessions_and_embeds_only_the_new
         try:
             await wait_for(lambda: session.current.number == 2)
             assert session.current.version.resolve("Get_All_Referees") is not None
-            assert session.swaps[-1].reason == "backend Free_NBA tool list changed"
+            assert session.record.swaps[-1].reason == "backend Free_NBA tool list changed"
             # the new tool's text(s) only: every other tool's embedding comes from the cache
             assert 0 < indexer.embeddings.texts_embedded - embedded < len(listing.tools)
         finally:
@@ -215,7 +217,7 @@ async def test_a_config_reload_adds_and_removes_backends_of_live_sessions(catalo
     before = everything.model_copy(update={"backends": [by_id["Free_NBA"], by_id[WEATHER]]})
     after = everything.model_copy(update={"backends": [by_id[WEATHER], by_id["Cocktails"]]})
     async with running(before) as indexer:
-        alice = await indexer.sessions.open(("issuer", "alice"), token())
+        alice = await indexer.sessions.open(Principal("issuer", "alice"), token())
         anonymous = await indexer.sessions.open(ANONYMOUS, None)
         assert alice.current.version.backends == {"Free_NBA", WEATHER}
         await indexer.reload(after)
@@ -223,8 +225,8 @@ async def test_a_config_reload_adds_and_removes_backends_of_live_sessions(catalo
         # a passthrough backend added by a reload is listed with each session's token, as at creation
         assert alice.current.version.backends == {WEATHER, "Cocktails"}
         assert anonymous.current.version.backends == {WEATHER}
-        assert anonymous.rejected_at_creation == {"Cocktails"}
-        assert alice.swaps[-1].reason == "config reload: added Cocktails; removed Free_NBA"
+        assert anonymous.record.rejected_at_creation == {"Cocktails"}
+        assert alice.record.swaps[-1].reason == "config reload: added Cocktails; removed Free_NBA"
         assert set(indexer.registry.states) == {WEATHER, "Cocktails"}
         assert indexer.monitor is not None and sorted(indexer.monitor.tracked) == [WEATHER, "Cocktails"]
 
@@ -272,7 +274,7 @@ async def test_a_session_opened_during_a_health_change_catches_up_with_it() -> N
     for backend in backends:
         registry.record_listing(backend.id, Listing(({"name": f"{backend.id}_tool"},), "2025-11-25", 0.0))
     embedder = FakeEmbedder()
-    embeddings = Embeddings(embedder, None)
+    embeddings = Embeddings(embedder)
     builder = Builder(
         embeddings.embed_documents, embedder.count_tokens, embedder.max_tokens, SearchSettings()
     )
@@ -286,7 +288,10 @@ async def test_a_session_opened_during_a_health_change_catches_up_with_it() -> N
     gate.set()
     session = await opening
     assert session.current.version.backends == {"nba"}
-    assert [swap.reason for swap in session.swaps] == ["created", "backends changed while the session opened"]
+    assert [swap.reason for swap in session.record.swaps] == [
+        "created",
+        "backends changed while the session opened",
+    ]
 
 
 class CountingEmbedder(FakeEmbedder):
@@ -385,6 +390,6 @@ async def test_sessions_with_the_same_backends_share_one_set_of_them() -> None:
         registry.record_listing(backend.id, Listing(({"name": f"{backend.id}_tool"},), "2025-11-25", 0.0))
     manager = SessionManager(registry, VersionPool(builder_of(FakeEmbedder())), Naming())
     first, second = [await manager.open(ANONYMOUS, None) for _ in range(2)]
-    assert first.accepted == {"nba", "weather"} and first.accepted is second.accepted
+    assert first.record.accepted == {"nba", "weather"} and first.record.accepted is second.record.accepted
     await manager.remove_backends(["weather"])
-    assert first.accepted == {"nba"} and first.accepted is second.accepted
+    assert first.record.accepted == {"nba"} and first.record.accepted is second.record.accepted

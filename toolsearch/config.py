@@ -8,7 +8,6 @@ naming the field and the file.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Literal, TypeVar
@@ -393,8 +392,3 @@ def load_config(path: Path, env: Mapping[str, str] | None = None) -> Config:
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML ({exc})") from None
     return parse_config(raw, path, env)
-
-
-def environ() -> Mapping[str, str]:
-    """The process environment, for entry points."""
-    return os.environ

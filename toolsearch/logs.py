@@ -22,20 +22,6 @@ from collections.abc import Iterator
 from contextvars import ContextVar
 from typing import Any, Literal
 
-__all__ = [
-    "LOG_FORMATS",
-    "REQUEST_ID_HEADER",
-    "SESSION_PREFIX",
-    "JsonFormatter",
-    "bind_request",
-    "bind_session",
-    "bound",
-    "clean_request_id",
-    "configure_logging",
-    "current_request_id",
-    "current_session",
-]
-
 LogFormat = Literal["text", "json"]
 LOG_FORMATS: tuple[LogFormat, ...] = ("text", "json")
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"

@@ -26,17 +26,6 @@ import grpc
 
 from toolsearch.config import Indexer, Router
 
-__all__ = [
-    "MIN_SECRET_BYTES",
-    "ChannelSecurity",
-    "ServerSecurity",
-    "TransportConfigError",
-    "aio_channel",
-    "channel_security",
-    "server_security",
-    "sync_channel",
-]
-
 MIN_SECRET_BYTES = 32  # as long as an HS256 key: guessing it must be out of reach
 AUTHORIZATION = "authorization"
 

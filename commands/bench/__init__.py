@@ -26,8 +26,6 @@ import tempfile
 import time
 from pathlib import Path
 
-__all__ = ["add_parser", "run_cli"]
-
 
 async def _main(args: argparse.Namespace) -> int:
     from commands.bench.common import Progress, machine
@@ -81,7 +79,7 @@ async def _main(args: argparse.Namespace) -> int:
 
 def run_cli(args: argparse.Namespace) -> int:
     """Run `toolsearch bench`; returns the exit code."""
-    from indexer.errors import EmbedderError
+    from indexer.embedder.base import EmbedderError
 
     if not args.model.is_dir():
         print(f"toolsearch bench: no model at {args.model}: run `toolsearch model prepare`", file=sys.stderr)

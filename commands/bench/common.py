@@ -21,7 +21,9 @@ from typing import Any
 import numpy as np
 import psutil
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "eval"
+from toolsearch.catalog import EVAL_DATA
+
+DATA = EVAL_DATA
 STABLETOOLBENCH = DATA / "stabletoolbench"
 METATOOL = DATA / "metatool"
 QUERY_FILES = {

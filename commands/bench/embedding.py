@@ -2,7 +2,7 @@
 
 The cold build is the indexer's own `build_version` over a catalog, with an empty embedding cache:
 it times the model work apart from the rest (text views, token counts, BM25, FAISS). The in-process
-start is the indexer's own start-up (`Indexer.build` then `start`: discovery over MCP from the real
+start is the indexer's own start-up (`IndexerProcess.build` then `start`: discovery over MCP from the real
 catalog server, then the warm-up build) on the cache dir a real indexer process filled; the
 re-index part runs on it. The restart that must embed nothing is judged on the real process, by the
 embedding counters of its Status answer (`catalogs.started`).
@@ -24,7 +24,8 @@ from indexer.embedder import Embedder
 from indexer.embeddings import Embeddings
 from indexer.index import Builder, IndexVersion, build_version
 from indexer.search import SearchSettings
-from indexer.server import Indexer
+from indexer.server import IndexerProcess
+from indexer.state.disk import DiskEmbeddings
 from indexer.tools import advertise
 from toolsearch.catalog import group_by_server, load_catalog
 from toolsearch.config import Config, load_config
@@ -42,7 +43,7 @@ def cold_build(
     embedder: Embedder, catalog: CatalogFile, cache_dir: Path
 ) -> tuple[IndexVersion, dict[str, Any]]:
     """Build a catalog's index version with an empty cache; returns it and the throughput."""
-    embeddings = Embeddings(embedder, cache_dir)
+    embeddings = Embeddings(embedder, DiskEmbeddings(cache_dir, embedder.identity, embedder.dimension))
     spent = [0.0]
 
     def timed(texts: Sequence[str]) -> np.ndarray:
@@ -82,10 +83,10 @@ def without_health(config: Config) -> Config:
     return config.model_copy(update={"indexer": indexer})
 
 
-async def restart_in_process(config_path: Path, embedder: Embedder) -> tuple[Indexer, dict[str, Any]]:
+async def restart_in_process(config_path: Path, embedder: Embedder) -> tuple[IndexerProcess, dict[str, Any]]:
     """Start the indexer of a configuration in this process, on its cache dir; count what it embeds."""
     config = without_health(load_config(config_path, os.environ))
-    indexer = Indexer.build(config, embedder, os.environ)
+    indexer = IndexerProcess.build(config, embedder, os.environ)
     started = time.perf_counter()
     await indexer.start()
     seconds = time.perf_counter() - started

@@ -2,7 +2,7 @@
 
 It runs on an indexer started in this process (see `embedding.restart_in_process`) against the real
 catalog server, with health probing off: the benchmark records a verdict and announces it exactly as
-the health monitor does (`Registry.record_failure` / `record_listing`, then `Registry.changed`), and
+the health monitor does (`Registry.record_failure` / `record_listing`, then `Rebuilder.request`), and
 the indexer's own fan-out (debounce, then `SessionManager.rebuild_all`) does the rest. Each session
 count is measured twice: a backend going down (a tool set no version holds yet: one build from cached
 embeddings) and the same backend recovering (back to the version the warm-up still holds).
@@ -15,15 +15,15 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from indexer.credentials import ANONYMOUS
 from indexer.errors import BackendUnavailable
 from indexer.fanout import DEBOUNCE_SECONDS
-from indexer.server import Indexer
-from indexer.sessions import ANONYMOUS
+from indexer.server import IndexerProcess
 
 OPEN_BATCH = 200  # sessions opened at once while filling up to a count
 
 
-async def _fill(indexer: Indexer, count: int) -> float:
+async def _fill(indexer: IndexerProcess, count: int) -> float:
     """Open anonymous sessions until `count` exist; returns the seconds it took."""
     started = time.perf_counter()
     sessions = indexer.sessions
@@ -33,9 +33,8 @@ async def _fill(indexer: Indexer, count: int) -> float:
     return time.perf_counter() - started
 
 
-async def _flip(indexer: Indexer, backend_id: str, down: bool) -> dict[str, Any]:
+async def _flip(indexer: IndexerProcess, backend_id: str, down: bool) -> dict[str, Any]:
     registry, sessions, rebuilder = indexer.registry, indexer.sessions, indexer.rebuilder
-    assert rebuilder is not None
     embeddings, pool = indexer.embeddings, indexer.pool
     calls, texts, builds = embeddings.model_calls, embeddings.texts_embedded, pool.builds
     before = {s.id: s.current.number for s in sessions.sessions()}
@@ -50,17 +49,19 @@ async def _flip(indexer: Indexer, backend_id: str, down: bool) -> dict[str, Any]
         assert state.listing is not None
         registry.record_listing(backend_id, state.listing, "healthy")
         reason = f"backend {backend_id} recovered"
-    registry.changed(reason)
+    rebuilder.request(reason)
     await rebuilder.idle()
     settled = time.perf_counter() - started
     current = sessions.sessions()
     fingerprints = {s.current.version.fingerprint for s in current}
-    moved = [s for s in current if s.current.number == before[s.id] + 1 and s.swaps[-1].reason == reason]
+    moved = [
+        s for s in current if s.current.number == before[s.id] + 1 and s.record.swaps[-1].reason == reason
+    ]
     if len(moved) != len(current) or len(fingerprints) != 1:
         raise RuntimeError(
             f"{len(current) - len(moved)} of {len(current)} sessions did not move to one new version"
         )
-    last_swap = max(s.swaps[-1].at for s in current) - started_wall
+    last_swap = max(s.record.swaps[-1].at for s in current) - started_wall
     return {
         "change": "down" if down else "recovered",
         "seconds_to_last_swap": round(last_swap, 4),
@@ -75,7 +76,7 @@ async def _flip(indexer: Indexer, backend_id: str, down: bool) -> dict[str, Any]
 
 
 async def reindex(
-    indexer: Indexer, counts: Sequence[int], progress: Callable[[str], None]
+    indexer: IndexerProcess, counts: Sequence[int], progress: Callable[[str], None]
 ) -> list[dict[str, Any]]:
     """For each session count (ascending): fill up, take one backend down, then bring it back."""
     backend_id = next(

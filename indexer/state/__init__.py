@@ -16,9 +16,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from indexer.state.backends import BackendHealth
 from indexer.state.base import (
     SWAPS_KEPT,
-    BackendRecord,
     CatalogRef,
     CatalogStore,
     EmbeddingStore,
@@ -29,18 +29,20 @@ from indexer.state.base import (
     SessionRecord,
     SessionStore,
     Shared,
+    StateUnavailable,
     Swap,
     SwapChange,
     VersionRef,
 )
-from indexer.state.memory import LocalSessions, disk_embeddings
+from indexer.state.disk import disk_embeddings
+from indexer.state.memory import LocalSessions
 from indexer.state.redis import Keys, RedisCatalogs, RedisEmbeddings, RedisHealth, connect, guarded, redacted
 from indexer.state.redis_lease import RedisEvents, RedisLease
 from indexer.state.redis_sessions import RedisSessions
 
 __all__ = [
     "SWAPS_KEPT",
-    "BackendRecord",
+    "BackendHealth",
     "CatalogRef",
     "CatalogStore",
     "EmbeddingStore",
@@ -53,11 +55,11 @@ __all__ = [
     "SessionStore",
     "Shared",
     "State",
+    "StateUnavailable",
     "Swap",
     "SwapChange",
     "VersionRef",
     "make_state",
-    "open_state",
 ]
 
 
@@ -114,24 +116,3 @@ def make_state(
             await client.ping()
 
     return State(sessions, RedisEmbeddings(url, keys, identity), shared, redacted(url), check)
-
-
-async def open_state(
-    url: str,
-    identity: str,
-    dimension: int,
-    cache_dir: Path | None = None,
-    session_ttl: float = 86_400.0,
-    lease_ttl: float = 10.0,
-    prefix: str = "toolsearch:",
-) -> State:
-    """`make_state`, checked to answer (else `StateUnavailable`, and nothing is left open)."""
-    state = make_state(url, identity, dimension, cache_dir, session_ttl, lease_ttl, prefix)
-    try:
-        await state.ready()
-    except BaseException:
-        if state.embeddings is not None:
-            state.embeddings.close()
-        await state.close()
-        raise
-    return state

@@ -11,7 +11,8 @@ Two backends implement these protocols (docs/scaling.md):
 - redis (`indexer.state.redis`): sessions, listings, embeddings, health and a lease live in Redis,
   so any replica serves any session.
 
-Stores raise `StateUnavailable` (an `IndexerError`) when the backend does not answer in time.
+Stores raise `StateUnavailable` when the backend does not answer in time; the gRPC service answers
+it with UNAVAILABLE (`indexer.errors` draws it in the indexer's error tree).
 """
 
 from __future__ import annotations
@@ -20,34 +21,32 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
-from indexer.discovery import Listing
-from indexer.embeddings import EmbeddingStore
-
-__all__ = [
-    "SWAPS_KEPT",
-    "BackendRecord",
-    "CatalogRef",
-    "CatalogStore",
-    "EmbeddingStore",
-    "Events",
-    "HealthStore",
-    "Lease",
-    "Principal",
-    "SessionRecord",
-    "SessionStore",
-    "Shared",
-    "Swap",
-    "SwapChange",
-    "VersionRef",
-]
+from indexer.state.backends import BackendHealth
+from indexer.state.listings import Listing
 
 SWAPS_KEPT = 8  # swap records kept per session, for Status
 
-Principal = tuple[str, str]  # (issuer, subject); ("", "") is anonymous
-VersionRef = tuple[int, str]  # (number, fingerprint)
 CatalogRef = tuple[tuple[str, str], ...]  # (backend id, listing digest) pairs, by backend id
+
+
+class StateUnavailable(Exception):
+    """Raised when the shared state (Redis) does not answer in time; another replica may, later."""
+
+
+class Principal(NamedTuple):
+    """Who a session belongs to, as the router verified it; `Principal("", "")` is anonymous."""
+
+    issuer: str  # empty when the router verified nobody (anonymous, or an unverified token holder)
+    subject: str
+
+
+class VersionRef(NamedTuple):
+    """Which index version a session is on: its number (one more per swap) and its fingerprint."""
+
+    number: int
+    fingerprint: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +61,11 @@ class Swap:
 
 @dataclass(eq=False)
 class SessionRecord:
-    """A session as the state keeps it: identity, backends and a reference to its current version."""
+    """A session as the state keeps it: identity, backends and a reference to its current version.
+
+    The memory store keeps these very objects; the Redis store serialises them. Requests do not read
+    the version from `ref` but through the `LiveSession` (`indexer.session_views`) that holds it.
+    """
 
     id: str
     principal: Principal
@@ -82,13 +85,29 @@ class SessionRecord:
 
 @dataclass(frozen=True, slots=True)
 class SwapChange:
-    """A compare-and-set of one session's version: from `record.ref`'s fingerprint to `fingerprint`."""
+    """A compare-and-set of one session's version: from `record.ref.fingerprint` to `fingerprint`."""
 
     record: SessionRecord
     fingerprint: str
     catalog: CatalogRef
     reason: str
     at: float
+
+
+class EmbeddingStore(Protocol):
+    """The second tier behind the embedding cache's memory: key -> vector bytes. Thread-safe; never raises."""
+
+    def get(self, keys: Sequence[bytes]) -> dict[bytes, bytes]:
+        """The stored vectors of those `keys` that are stored."""
+        ...
+
+    def put(self, items: Sequence[tuple[bytes, bytes]]) -> None:
+        """Store `items`; a failure loses only cached work."""
+        ...
+
+    def close(self) -> None:
+        """Release what the store holds open."""
+        ...
 
 
 class SessionStore(Protocol):
@@ -136,7 +155,7 @@ class CatalogStore(Protocol):
     """Backend listings, stored once each by digest (content-addressed)."""
 
     async def put(self, listings: Iterable[tuple[str, Listing]]) -> None:
-        """Store listings under their digests (`indexer.registry.listing_digest`)."""
+        """Store listings under their digests (`indexer.state.listings.listing_digest`)."""
         ...
 
     async def get(self, digests: Iterable[str]) -> dict[str, Listing]:
@@ -148,31 +167,18 @@ class CatalogStore(Protocol):
         ...
 
 
-@dataclass(frozen=True, slots=True)
-class BackendRecord:
-    """One backend's health as the lease holder last judged it."""
-
-    status: str
-    digest: str
-    epoch: int
-    protocol_version: str = ""
-    latency: float = 0.0
-    last_error: str = ""
-    consecutive_failures: int = 0
-    circuit: str = ""
-    checked_at: float = 0.0
-
-
 class HealthStore(Protocol):
-    """Per-backend health and a generation counter that grows with every published change."""
+    """The lease holder's verdicts, per backend, and a generation that grows with every publication."""
 
-    async def publish(self, records: Mapping[str, BackendRecord]) -> int:
-        """Replace the stored health with `records`; returns the new generation."""
+    async def publish(self, health: Mapping[str, BackendHealth]) -> int:
+        """Replace the stored health with `health`; returns the new generation."""
         ...
 
     async def generation(self) -> int: ...
 
-    async def load(self) -> tuple[int, dict[str, BackendRecord]]: ...
+    async def load(self) -> tuple[int, dict[str, BackendHealth]]:
+        """The generation and the health published with it (statuses this replica knows only)."""
+        ...
 
 
 class Lease(Protocol):

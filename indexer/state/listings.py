@@ -1,4 +1,8 @@
-"""One object per distinct value that many sessions hold: passthrough listings and backend sets.
+"""Backend listings, their digests, and one object per distinct value that many sessions hold.
+
+A `Listing` is what one `tools/list` walk of a backend found (discovery makes it; the state stores
+it, once per digest). Its digest covers the tools only, so a changed tool list is told from the same
+one whatever else differs.
 
 Thousands of a team's sessions list their passthrough backends with their own tokens and mostly get
 the very same tools back. Interned by digest, those listings are one object, which the catalog memo
@@ -12,13 +16,27 @@ token and never shared: it stays in that session's own `rejected_at_creation`.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import weakref
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
 
-from indexer.discovery import Listing
-from indexer.registry import listing_digest
 
-__all__ = ["SharedListing", "digest_of", "intern_backends", "intern_listing"]
+@dataclass(frozen=True, slots=True)
+class Listing:
+    """What one `tools/list` walk found."""
+
+    tools: tuple[Mapping[str, Any], ...]  # MCP tool definitions, as the backend named them
+    protocol_version: str
+    latency: float  # seconds for the whole walk
+
+
+def listing_digest(listing: Listing) -> str:
+    """A hash of a listing's tools, to tell a changed tool list from the same one."""
+    text = json.dumps(listing.tools, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
 class SharedListing(Listing):

@@ -1,24 +1,21 @@
 """The embedded state: one indexer process, sessions in its memory, embeddings in a SQLite file.
 
-Nothing is shared, so nothing is serialised: the session store keeps the very objects the session
-manager hands to requests, a swap is checked and counted here and published by the manager with one
-assignment, and there is no lease (this process always probes and rebuilds) and no event channel.
-Sessions live until they are closed or ended, as they always have in this mode.
+Nothing is shared, so nothing is serialised: the session store keeps the very records the session
+manager works on, a swap is checked and counted here and applied by the manager, and there is no
+lease (this process always probes and rebuilds) and no event channel. Sessions live until they are
+closed or ended, as they always have in this mode. The embeddings' SQLite file is
+`indexer.state.disk`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 
-from indexer.embeddings import DiskCache, EmbeddingStore
 from indexer.state.base import Principal, SessionRecord, SwapChange
-
-__all__ = ["LocalSessions", "disk_embeddings"]
 
 
 class LocalSessions:
-    """The `SessionStore` of a single indexer: the process's own session objects, by id."""
+    """The `SessionStore` of a single indexer: the process's own session records, by id."""
 
     shared = False
 
@@ -54,8 +51,8 @@ class LocalSessions:
         numbers = []
         for change in changes:
             record = change.record
-            live = self._records.get(record.id) is record and record.ref[1] != change.fingerprint
-            numbers.append(record.ref[0] + 1 if live else 0)
+            live = self._records.get(record.id) is record and record.ref.fingerprint != change.fingerprint
+            numbers.append(record.ref.number + 1 if live else 0)
         return numbers
 
     async def delete(self, record: SessionRecord) -> None:
@@ -65,8 +62,3 @@ class LocalSessions:
 
     async def close(self) -> None:
         """Nothing is held open."""
-
-
-def disk_embeddings(cache_dir: Path | None, identity: str, dimension: int) -> EmbeddingStore | None:
-    """The SQLite embedding cache in `cache_dir` (none without a folder)."""
-    return DiskCache(cache_dir, identity, dimension) if cache_dir is not None else None

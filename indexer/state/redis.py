@@ -26,12 +26,9 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.retry import Retry as SyncRetry
 
-from indexer.discovery import Listing
-from indexer.errors import StateUnavailable
-from indexer.interning import intern_listing
-from indexer.state.base import BackendRecord
-
-__all__ = ["TIMEOUT", "Keys", "RedisCatalogs", "RedisEmbeddings", "RedisHealth", "connect", "guarded"]
+from indexer.state.backends import STATUSES, BackendHealth
+from indexer.state.base import StateUnavailable
+from indexer.state.listings import Listing, intern_listing
 
 logger = logging.getLogger(__name__)
 
@@ -170,16 +167,16 @@ class RedisCatalogs:
 
 
 class RedisHealth:
-    """The lease holder's verdicts: `health` (backend -> record) and `health:generation`."""
+    """The lease holder's verdicts: `health` (backend -> `BackendHealth` as JSON), `health:generation`."""
 
     def __init__(self, client: aredis.Redis, keys: Keys) -> None:
         self._client, self._keys = client, keys
 
-    async def publish(self, records: Mapping[str, BackendRecord]) -> int:
+    async def publish(self, health: Mapping[str, BackendHealth]) -> int:
         async with guarded("publishing health"), self._client.pipeline(transaction=True) as pipe:
             pipe.delete(self._keys.health)
-            if records:
-                pipe.hset(self._keys.health, mapping={b: json.dumps(asdict(r)) for b, r in records.items()})
+            if health:
+                pipe.hset(self._keys.health, mapping={b: json.dumps(asdict(h)) for b, h in health.items()})
             pipe.incr(self._keys.generation)
             *_, generation = await pipe.execute()
         return int(generation)
@@ -189,20 +186,25 @@ class RedisHealth:
             value = await self._client.get(self._keys.generation)
         return int(value or 0)
 
-    async def load(self) -> tuple[int, dict[str, BackendRecord]]:
+    async def load(self) -> tuple[int, dict[str, BackendHealth]]:
         async with guarded("reading health"), self._client.pipeline(transaction=True) as pipe:
             pipe.get(self._keys.generation)
             pipe.hgetall(self._keys.health)
             generation, stored = await pipe.execute()
-        records = {text(b): BackendRecord(**json.loads(v)) for b, v in stored.items()}
-        return int(generation or 0), records
+        health = {}
+        for backend_id, value in stored.items():
+            fields = json.loads(value)
+            # a status this replica's code does not know (a newer replica's) is not adopted
+            if fields.get("status") in STATUSES:
+                health[text(backend_id)] = BackendHealth(**fields)
+        return int(generation or 0), health
 
 
 class RedisEmbeddings:
     """Vectors in one hash per model: key (sha256 of identity and text) -> float32 bytes.
 
     Called from worker threads while indexes build, so it has its own blocking client. Like the
-    SQLite cache it never raises: when Redis cannot answer, the vectors are computed instead.
+    SQLite store it never raises: when Redis cannot answer, the vectors are computed instead.
     """
 
     def __init__(self, url: str, keys: Keys, identity: str) -> None:

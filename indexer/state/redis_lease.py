@@ -27,8 +27,6 @@ from redis.exceptions import RedisError
 
 from indexer.state.redis import Keys, guarded, text
 
-__all__ = ["RedisEvents", "RedisLease"]
-
 logger = logging.getLogger(__name__)
 
 _SAFETY = 0.9  # of the time to live: a holder stops counting itself the holder this early

@@ -17,11 +17,9 @@ from typing import Any
 
 import redis.asyncio as aredis
 
-from indexer.interning import digest_of, intern_backends
-from indexer.state.base import SWAPS_KEPT, CatalogRef, Principal, SessionRecord, Swap, SwapChange
+from indexer.state.base import SWAPS_KEPT, CatalogRef, Principal, SessionRecord, Swap, SwapChange, VersionRef
+from indexer.state.listings import digest_of, intern_backends
 from indexer.state.redis import Keys, RedisCatalogs, chunks, guarded, text
-
-__all__ = ["RedisSessions"]
 
 _CREATE = """
 if ARGV[3] ~= '' then
@@ -79,12 +77,16 @@ def _swap_json(swap: Swap) -> str:
     )
 
 
+def _version_ref(pair: list[Any]) -> VersionRef:
+    """A version reference stored as JSON: [number, fingerprint]."""
+    number, fingerprint = pair
+    return VersionRef(int(number), str(fingerprint))
+
+
 def _swap(data: dict[str, Any]) -> Swap:
     previous = data.get("previous")
-    prev = (int(previous[0]), str(previous[1])) if previous else None
-    return Swap(
-        prev, (int(data["current"][0]), str(data["current"][1])), str(data["reason"]), float(data["at"])
-    )
+    prev = _version_ref(previous) if previous else None
+    return Swap(prev, _version_ref(data["current"]), str(data["reason"]), float(data["at"]))
 
 
 class RedisSessions:
@@ -113,11 +115,11 @@ class RedisSessions:
 
     async def create(self, record: SessionRecord) -> str:
         fields = {
-            "issuer": record.principal[0],
-            "subject": record.principal[1],
+            "issuer": record.principal.issuer,
+            "subject": record.principal.subject,
             "implied": "1" if record.implied else "0",
-            "number": str(record.ref[0]),
-            "fingerprint": record.ref[1],
+            "number": str(record.ref.number),
+            "fingerprint": record.ref.fingerprint,
             "catalog": json.dumps(record.catalog),
             "created_at": repr(record.created_at),
             **await self._backend_fields(record),
@@ -183,14 +185,14 @@ class RedisSessions:
             catalog: CatalogRef = tuple((str(b), str(d)) for b, d in json.loads(fields["catalog"]))
             record = SessionRecord(
                 id=session_id,
-                principal=(fields.get("issuer", ""), fields.get("subject", "")),
+                principal=Principal(fields.get("issuer", ""), fields.get("subject", "")),
                 token=fields.get("token") or None,
                 implied=fields.get("implied") == "1",
                 # one object per distinct set, however many sessions this replica caches
                 accepted=intern_backends(json.loads(fields.get("accepted") or "[]")),
                 rejected_at_creation=intern_backends(json.loads(fields.get("rejected") or "[]")),
                 own_listings=kept,
-                ref=(int(fields["number"]), fields["fingerprint"]),
+                ref=VersionRef(int(fields["number"]), fields["fingerprint"]),
                 catalog=catalog,
                 listed_epochs=epochs,
                 created_at=float(fields.get("created_at") or 0.0),
@@ -211,7 +213,7 @@ class RedisSessions:
             async with guarded("swapping versions"), self._client.pipeline(transaction=False) as pipe:
                 for change in changes[start : start + 500]:
                     session_id = change.record.id
-                    args = [change.record.ref[1], change.fingerprint, json.dumps(change.catalog)]
+                    args = [change.record.ref.fingerprint, change.fingerprint, json.dumps(change.catalog)]
                     await self._swap(
                         keys=[self._keys.session(session_id), self._keys.swaps(session_id)],
                         args=[*args, change.reason, repr(change.at), SWAPS_KEPT],

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from indexer.state import State, make_state
 from tests.support.processes import Proc, free_port, start_process
 from tests.support.stack import wait_until
 
@@ -72,3 +73,23 @@ def running_redis(folder: Path) -> Iterator[RedisServer]:
         yield server
     finally:
         server.stop()
+
+
+async def open_state(
+    url: str,
+    identity: str,
+    dimension: int,
+    session_ttl: float = 86_400.0,
+    lease_ttl: float = 10.0,
+    prefix: str = "toolsearch:",
+) -> State:
+    """The state backend at a Redis `url`, checked to answer (else `StateUnavailable`, nothing left open)."""
+    state = make_state(url, identity, dimension, session_ttl=session_ttl, lease_ttl=lease_ttl, prefix=prefix)
+    try:
+        await state.ready()
+    except BaseException:
+        if state.embeddings is not None:
+            state.embeddings.close()
+        await state.close()
+        raise
+    return state
