@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 import httpx2
-import jwt
 import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
@@ -24,6 +23,7 @@ from mcp_types import INVALID_PARAMS
 
 from commands.catalog_server import CatalogServerSettings, create_app
 from tests.support.processes import Proc, free_port, start_process
+from tests.support.tokens import hs256
 from toolsearch.catalog import group_by_server, load_catalog
 from toolsearch.config import load_config
 
@@ -92,8 +92,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
 
 
 def token(subject: str = "alice", expires_in: int = 300, secret: str = SECRET) -> str:
-    now = int(time.time())
-    return jwt.encode({"sub": subject, "iat": now, "exp": now + expires_in}, secret, algorithm="HS256")
+    return hs256(secret, subject, expires_in)
 
 
 @contextlib.asynccontextmanager

@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import dataclasses
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx2
@@ -27,6 +27,7 @@ from indexer.health import CircuitBreaker, HealthMonitor, judge
 from indexer.registry import Registry
 from indexer.state.backends import Status
 from indexer.state.listings import Listing
+from tests.support.waits import wait_for
 from toolsearch.config import Backend, BackendAuth, Health
 from toolsearch.config import CircuitBreaker as BreakerConfig
 
@@ -86,14 +87,6 @@ def make_monitor(
     announced = Announced()
     monitor = HealthMonitor(registry, settings, announced, probe=fake, clock=clock or FakeClock())
     return monitor, registry, fake, announced.reasons
-
-
-async def wait_for(condition: Callable[[], bool]) -> None:
-    async with asyncio.timeout(WAIT):
-        while True:
-            if condition():
-                return
-            await asyncio.sleep(0.01)  # polling: the conditions are plain attributes, nothing to await
 
 
 @pytest.mark.parametrize(

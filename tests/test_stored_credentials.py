@@ -8,17 +8,16 @@ passthrough auth); the other servers do not. Waits are on conditions with bounde
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 import logging
-import time
 import weakref
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import httpx2
-import jwt
 import pytest
 
 from indexer.catalogs import Catalogs
@@ -35,8 +34,11 @@ from indexer.sessions import SessionManager
 from indexer.state import Principal, SessionRecord
 from indexer.state.listings import Listing, digest_of, intern_listing
 from tests.support.catalogs import small_catalog
+from tests.support.indexers import running_indexer
 from tests.support.processes import Proc, free_port, start_process
 from tests.support.stack import CLI
+from tests.support.tokens import hs256
+from tests.support.waits import wait_for
 from toolsearch.config import Backend, BackendAuth, Config, Naming, parse_config
 
 WAIT = 15.0  # seconds any condition below may take at most
@@ -93,27 +95,15 @@ def catalog(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Catalog]:
 async def running(
     catalog: Catalog, backends: list[dict[str, Any]] | None = None, secrets: dict[str, str] | None = None
 ) -> AsyncIterator[IndexerProcess]:
-    indexer = IndexerProcess.build(catalog.config(backends), FakeEmbedder(), secrets or {})
-    await indexer.start()
     try:
-        yield indexer
+        async with running_indexer(catalog.config(backends), secrets or {}) as indexer:
+            yield indexer
     finally:
-        await indexer.close()
         for slug in (PROTECTED, WEATHER):
             catalog.control(slug, "up")
 
 
-async def wait_for(condition: Callable[[], bool]) -> None:
-    async with asyncio.timeout(WAIT):
-        while True:
-            if condition():
-                return
-            await asyncio.sleep(0.02)  # the conditions are plain attributes: nothing to await
-
-
-def token(subject: str = "alice", expires_in: float = 300) -> str:
-    now = time.time()
-    return jwt.encode({"sub": subject, "iat": int(now), "exp": int(now + expires_in)}, SECRET, "HS256")
+token = functools.partial(hs256, SECRET)
 
 
 async def expired(catalog: Catalog, short: str) -> None:

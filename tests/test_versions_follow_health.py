@@ -8,15 +8,15 @@ real catalog server process driven through its control API.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import gc
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import httpx2
-import jwt
 import numpy as np
 import pytest
 
@@ -34,11 +34,13 @@ from indexer.state.listings import Listing
 from indexer.text import query_texts
 from indexer.tools import Tool, advertise
 from tests.support.catalogs import small_catalog
+from tests.support.indexers import running_indexer
 from tests.support.processes import Proc, free_port, start_process
 from tests.support.stack import CLI
+from tests.support.tokens import hs256
+from tests.support.waits import wait_for
 from toolsearch.config import Backend, Config, Naming, parse_config
 
-WAIT = 15.0  # seconds any condition below may take at most
 SECRET = "a-test-secret-that-is-long-enough-for-hs256"
 SECRET_ENV = "TOOLSEARCH_CATALOG_JWT_SECRET"
 WEATHER = "AI_Weather_by_Meteosource"
@@ -85,27 +87,11 @@ def up_again(catalog: Catalog) -> Iterator[None]:
         catalog.control(slug, "up")
 
 
-@asynccontextmanager
-async def running(config: Config) -> AsyncIterator[IndexerProcess]:
-    indexer = IndexerProcess.build(config, FakeEmbedder(), {SECRET_ENV: SECRET})
-    await indexer.start()
-    try:
-        yield indexer
-    finally:
-        await indexer.close()
+def running(config: Config) -> contextlib.AbstractAsyncContextManager[IndexerProcess]:
+    return running_indexer(config, {SECRET_ENV: SECRET})
 
 
-async def wait_for(condition: Callable[[], bool]) -> None:
-    async with asyncio.timeout(WAIT):
-        while True:
-            if condition():
-                return
-            await asyncio.sleep(0.02)  # polling: the conditions are plain attributes, nothing to await
-
-
-def token(expires_in: int = 300) -> str:
-    now = int(time.time())
-    return jwt.encode({"sub": "alice", "iat": now, "exp": now + expires_in}, SECRET, algorithm="HS256")
+token = functools.partial(hs256, SECRET)
 
 
 def our_tasks() -> list[asyncio.Task[Any]]:
