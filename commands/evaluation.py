@@ -1,7 +1,8 @@
 """`toolsearch eval`: retrieval quality of the indexer's own search over a catalog and labelled queries.
 
-The catalog is named and indexed the way the indexer does it (`indexer.tools.advertise`, then
-`indexer.search.build_tool_index`), each server of the catalog file a backend named by its slug
+The catalog is named the way the indexer names it (`indexer.tools.advertise`) and indexed in the
+indexer's two steps (`indexer.search.build_tool_index`: `tool_documents`, then `index_documents`,
+which the indexer's `Builder` runs too), each server of the catalog file a backend named by its slug
 (tools without a server form one unnamed backend); queries are embedded in batches and searched
 one by one with `SearchIndex.search`. Metrics are in percent:
 R@k (share of a query's relevant tools in the top k), nDCG@10 (binary relevance), MRR@10 and

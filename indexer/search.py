@@ -330,7 +330,10 @@ def build_tool_index(
     count_tokens: Callable[[str], int] = estimate_word_pieces,
     max_tokens: int = 256,
 ) -> SearchIndex:
-    """Text, views, embeddings and index for tools: the one way the indexer and `toolsearch eval` build.
+    """Text, views, embeddings and index for tools in one call: `tool_documents`, then `index_documents`.
+
+    The indexer runs the same two steps through its `Builder` (`indexer.index`), which memoises the
+    first per tool; `toolsearch eval` and the tests call this, so they measure what the indexer serves.
 
     `count_tokens` and `max_tokens` are the embedder's, so that views are cut to what it reads.
     """
