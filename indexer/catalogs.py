@@ -66,7 +66,7 @@ class Catalogs:
             if listing is not None:
                 listings[backend_id] = listing
                 # the registry knows its own listings' digests; interned ones carry theirs
-                known = state.digest if listing is state.listing else ""
+                known = state.health.digest if listing is state.listing else ""
                 digests.append((backend_id, known or digest_of(listing)))
         key: CatalogRef = tuple(digests)
         catalog = self._memo.get(key)

@@ -73,7 +73,7 @@ def due_for_listing(registry: Registry, accepted: frozenset[str], listed_epochs:
         if state.config.auth.type == "passthrough"
         and state.advertised
         and backend_id in accepted
-        and listed_epochs.get(backend_id) != state.epoch
+        and listed_epochs.get(backend_id) != state.health.epoch
     ]
 
 
@@ -84,7 +84,7 @@ async def list_passthrough(
 
     async def attempt(backend_id: str) -> Attempt:
         state = registry.get(backend_id)
-        epoch = state.epoch
+        epoch = state.health.epoch
         try:
             listing = await registry.list_backend(state.config, token)
         except NoCallerToken:

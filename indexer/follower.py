@@ -66,7 +66,7 @@ class HealthFollower:
                     continue  # a backend this replica's configuration lacks
                 # a listing only for a digest this replica does not hold: an unchanged list keeps
                 # its object, which session catalogs are memoised by
-                fresh = bool(health.digest) and health.digest != state.digest
+                fresh = bool(health.digest) and health.digest != state.health.digest
                 self._registry.adopt(backend_id, health, listings.get(health.digest) if fresh else None)
             self.generation = generation
 

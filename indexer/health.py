@@ -256,7 +256,7 @@ class HealthMonitor:
         if state is None or state.config is not backend:
             return None  # removed or replaced by a config reload while it was probed
         before = state.status
-        after = judge(before, state.consecutive_failures, outcome, latency, self._settings)
+        after = judge(before, state.health.consecutive_failures, outcome, latency, self._settings)
         tools_changed = False
         if outcome != "ok":
             assert error is not None

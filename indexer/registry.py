@@ -43,34 +43,6 @@ class BackendState:
     def status(self) -> Status:
         return self.health.status
 
-    @property
-    def digest(self) -> str:
-        return self.health.digest
-
-    @property
-    def epoch(self) -> int:
-        return self.health.epoch
-
-    @property
-    def protocol_version(self) -> str:
-        return self.health.protocol_version
-
-    @property
-    def latency(self) -> float:
-        return self.health.latency
-
-    @property
-    def last_error(self) -> str:
-        return self.health.last_error
-
-    @property
-    def consecutive_failures(self) -> int:
-        return self.health.consecutive_failures
-
-    @property
-    def circuit(self) -> str:
-        return self.health.circuit
-
 
 def _verdict(health: BackendHealth, status: Status) -> BackendHealth:
     """`health` with a new status, judged now; becoming advertised starts a new epoch."""
@@ -153,7 +125,9 @@ class Registry:
         if state is None or state.config is not backend:
             # removed or replaced meanwhile: nothing to pin, no client to keep
             return await list_tools(backend.id, backend.url, headers, timeout, transport=self._transport)
-        mode = pinned_mode(state.protocol_version) if state.consecutive_failures == 0 else "auto"
+        mode = (
+            pinned_mode(state.health.protocol_version) if state.health.consecutive_failures == 0 else "auto"
+        )
         client, stale = self._claim_probe_client(backend.id, headers, timeout)
         try:
             if stale is not None:
@@ -210,7 +184,7 @@ class Registry:
         """Store a successful listing; returns whether the tool list changed."""
         state = self._states[backend_id]
         digest = listing_digest(listing)
-        changed = digest != state.digest
+        changed = digest != state.health.digest
         # An unchanged list keeps its Listing object: session catalogs are memoised by listing
         # identity, so a probe that finds nothing new must not look like a new catalog.
         kept = state.listing if state.listing is not None and not changed else listing
@@ -235,7 +209,7 @@ class Registry:
 
     def record_failure(self, backend_id: str, error: BackendError, status: Status) -> None:
         state = self._states[backend_id]
-        failures = state.consecutive_failures + 1
+        failures = state.health.consecutive_failures + 1
         health = replace(
             _verdict(state.health, status), last_error=error.reason, consecutive_failures=failures
         )
@@ -257,7 +231,7 @@ class Registry:
         if state is None:
             return
         if listing is None:
-            listing, health = state.listing, replace(health, digest=state.digest)
+            listing, health = state.listing, replace(health, digest=state.health.digest)
         self._states[backend_id] = replace(state, health=health, listing=listing)
 
     async def discover(self, backend_id: str) -> None:

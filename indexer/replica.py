@@ -110,7 +110,9 @@ class Replica:
         due = time.monotonic() - self._published_at > REFRESH_SECONDS
         if significant == self._published and not (due or force):
             return
-        listings = [(s.digest, s.listing) for s in states.values() if s.listing is not None and s.digest]
+        listings = [
+            (s.health.digest, s.listing) for s in states.values() if s.listing is not None and s.health.digest
+        ]
         try:
             await self._shared.catalogs.put(listings)
             generation = await self._shared.health.publish(health)
@@ -157,7 +159,7 @@ class Replica:
         self._sessions.forget_idle(self._shared.session_ttl)
         if not self.leading:
             return
-        digests = [s.digest for s in self._registry.states.values() if s.listing is not None]
+        digests = [s.health.digest for s in self._registry.states.values() if s.listing is not None]
         try:
             dropped = await self._shared.sweep(digests)
         except StateUnavailable as exc:

@@ -146,7 +146,9 @@ class IndexerProcess:
         await self.registry.discover_all()
         for state in self.registry.states.values():
             tools = len(state.listing.tools) if state.listing else 0
-            logger.info("backend %s: %s, %d tools %s", state.config.id, state.status, tools, state.last_error)
+            logger.info(
+                "backend %s: %s, %d tools %s", state.config.id, state.status, tools, state.health.last_error
+            )
         if self.replica is not None:
             await self.replica.join()
         # embed every tool before serving, so the first session opens as fast as the next

@@ -166,7 +166,7 @@ class IndexerService(pb_grpc.IndexerServicer):
                 type=backend.auth.type, header=backend.auth.header, value_env=backend.auth.value_env or ""
             ),
             version=pb.IndexVersionRef(number=snapshot.number, fingerprint=snapshot.version.fingerprint),
-            protocol_version=state.protocol_version,
+            protocol_version=state.health.protocol_version,
             timeout_seconds=backend.timeout,
         )
 

@@ -141,9 +141,9 @@ async def test_a_backend_stays_advertised_until_its_nth_consecutive_failure() ->
     fake.answers["a"] = BackendUnavailable("a", "connection refused")
     assert await monitor.check("a") is None
     assert await monitor.check("a") is None
-    assert registry.get("a").status == "healthy" and registry.get("a").consecutive_failures == 2
+    assert registry.get("a").status == "healthy" and registry.get("a").health.consecutive_failures == 2
     assert await monitor.check("a") == "backend a unhealthy"
-    assert registry.get("a").last_error == "connection refused"
+    assert registry.get("a").health.last_error == "connection refused"
     assert announced == ["backend a unhealthy"]
 
 
@@ -193,7 +193,7 @@ async def test_a_hanging_backend_is_bounded_by_the_timeout_and_stalls_no_other()
         await wait_for(lambda: fake.calls.get("b", 0) >= 5 and fake.calls.get("c", 0) >= 5)
         assert fake.calls["a"] == 1  # b and c went on being probed while a hung
         await wait_for(lambda: registry.get("a").status == "unhealthy")
-        assert "no answer within 0.3s" in registry.get("a").last_error
+        assert "no answer within 0.3s" in registry.get("a").health.last_error
         assert announced == ["backend a unhealthy"]
     finally:
         fake.release.set()
@@ -210,7 +210,7 @@ async def test_an_open_circuit_stops_probing_until_the_cooldown_passes() -> None
     fake.answers["a"] = BackendUnavailable("a", "connection refused")
     monitor.start()
     try:
-        await wait_for(lambda: registry.get("a").circuit == "open")
+        await wait_for(lambda: registry.get("a").health.circuit == "open")
         probed = fake.calls["a"]
         assert probed == 2
         seen_b = fake.calls["b"]
@@ -218,9 +218,9 @@ async def test_an_open_circuit_stops_probing_until_the_cooldown_passes() -> None
         assert fake.calls["a"] == probed
         fake.answers.pop("a")
         clock.now += 60.0
-        await wait_for(lambda: registry.get("a").circuit == "closed")
+        await wait_for(lambda: registry.get("a").health.circuit == "closed")
         assert registry.get("a").status == "degraded"
-        assert registry.get("b").circuit == "closed"
+        assert registry.get("b").health.circuit == "closed"
     finally:
         await monitor.close()
 
@@ -385,7 +385,7 @@ def answered_in(registry: Registry, backend_id: str, protocol_version: str) -> N
 
 async def test_a_probe_speaks_the_protocol_the_backend_answered_in_without_negotiating_again() -> None:
     async with wire_backend() as (wire, registry, monitor):
-        assert registry.get("m").protocol_version == "2026-07-28"
+        assert registry.get("m").health.protocol_version == "2026-07-28"
         wire.methods.clear()
         await monitor.check("m")
         assert wire.methods == ["tools/list"]  # no server/discover before it
@@ -418,8 +418,8 @@ async def test_a_backend_that_dropped_its_pinned_protocol_is_listed_by_negotiati
         assert await monitor.check("m") is None
         assert wire.methods[:2] == ["initialize", "server/discover"]
         state = registry.get("m")
-        assert state.status == "healthy" and state.consecutive_failures == 0
-        assert state.protocol_version == "2026-07-28"
+        assert state.status == "healthy" and state.health.consecutive_failures == 0
+        assert state.health.protocol_version == "2026-07-28"
 
 
 async def test_probes_of_one_backend_share_one_http_client_closed_with_the_monitor(
