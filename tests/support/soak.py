@@ -2,13 +2,16 @@
 
     report = await soak(stack, seconds=15, flapping=("Free_NBA", "AI_Weather_by_Meteosource"))
 
-The phases: a warm-up; then `disrupt(stack)` (by default the indexer is stopped and started again)
-while the clients keep calling; then, once every client has had an answer again, `seconds` of steady
-load, with the flapping throughout. Each client opens a handshake-era session and calls in a loop;
-a 404 ("session not found") makes it open a new one, a 503 ("indexer unavailable") makes it retry
-shortly. Every call is bounded: one that takes longer than `call_bound` counts as hung. The report
-counts every outcome and samples the resident memory (RSS) of the router and indexer processes:
-after the warm-up, after recovery (the baseline of the growth figures) and at the end.
+The phases: a warm-up, once every client has had an answer (so the disruption meets calls in
+flight, not clients still connecting); then `disrupt(stack)` (by default the indexer is stopped and
+started again) while the clients keep calling; then, once every client has had an answer again,
+`seconds` of steady load, with the flapping throughout. Each client opens a handshake-era session
+and calls in a loop; a 404 ("session not found") makes it open a new one, a 503 ("indexer
+unavailable") makes it retry shortly. What the report counts is what a user of the SDK's client
+sees: every answer and every error it raises. Every call is bounded: one that takes longer than
+`call_bound` counts as hung. The report also samples the resident memory (RSS) of the router and
+indexer processes: after the warm-up, after recovery (the baseline of the growth figures) and at
+the end.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from tests.support.stack import Stack
 MB = 1024 * 1024
 RETRY_AFTER = 0.25  # seconds a client waits after a 503 before it tries again (the router says 1)
 FLAP_EVERY = 1.0  # seconds between a flapping backend's state changes
-RECOVERY_WAIT = 120.0  # seconds every client has to get an answer again after the disruption
+RECOVERY_WAIT = 120.0  # seconds every client has to get an answer, before and again after the disruption
 
 # (tool, arguments) pairs the clients cycle through: searches, and calls to stable and flapping backends
 WORK: tuple[tuple[str, dict[str, Any]], ...] = (
@@ -60,6 +63,7 @@ class SoakReport:
     unexpected: list[str] = field(default_factory=list)  # the first few unexpected failures
     rss_mb: dict[str, dict[str, float]] = field(default_factory=dict)  # phase -> process -> MB
     disruption_seconds: float = 0.0
+    warmed_clients: int = 0  # clients answered before the disruption
     recovered_clients: int = 0
 
     def growth_mb(self, process: str, since: str = "baseline") -> float:
@@ -90,6 +94,10 @@ def rss(stack: Stack) -> dict[str, float]:
 
 
 def _classify(exc: BaseException) -> str:
+    # the SDK's client raises a failed `initialize` from inside its task groups: what the user sees
+    # is the one error within
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
     if isinstance(exc, MCPError):
         message = exc.error.message
         if "session not found" in message:
@@ -113,6 +121,8 @@ class _Soak:
         self.call_bound = call_bound
         self.stop = asyncio.Event()
         self.disrupted = asyncio.Event()  # set once the disruption has ended
+        self.warmed: set[int] = set()  # clients with an answer before the disruption
+        self.all_warmed = asyncio.Event()
         self.recovered: set[int] = set()  # clients with an answer after the disruption
         self.all_recovered = asyncio.Event()
 
@@ -136,6 +146,10 @@ class _Soak:
             self.recovered.add(number)
             if len(self.recovered) == self.report.clients:
                 self.all_recovered.set()
+        else:
+            self.warmed.add(number)
+            if len(self.warmed) == self.report.clients:
+                self.all_warmed.set()
 
     async def _calls(self, number: int, client: Client) -> None:
         """Call in a loop on one session; returns when the session is gone (404) or broke."""
@@ -197,6 +211,9 @@ async def soak(
     tasks = [asyncio.create_task(run.client(n)) for n in range(clients)]
     flapper = asyncio.create_task(run.flap(flapping))
     try:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(run.all_warmed.wait(), RECOVERY_WAIT)
+        report.warmed_clients = len(run.warmed)
         await run._pause(warm_up)  # a phase of load, not a wait for something: the clients call meanwhile
         report.rss_mb["warm"] = rss(stack)
         if disrupt is not None:
