@@ -34,8 +34,10 @@ EC_KEY = ec.generate_private_key(ec.SECP256R1())
 
 
 def claims(**changes: Any) -> dict[str, Any]:
+    # A day of life: parametrized tokens are built at collection, and the suite can take many
+    # minutes to reach them; only the tests about expiry choose `exp` themselves.
     now = int(time.time())
-    base: dict[str, Any] = {"iss": ISSUER, "aud": AUDIENCE, "sub": "alice", "iat": now, "exp": now + 300}
+    base: dict[str, Any] = {"iss": ISSUER, "aud": AUDIENCE, "sub": "alice", "iat": now, "exp": now + 86400}
     base.update(changes)
     return {k: v for k, v in base.items() if v is not None}
 
