@@ -1,40 +1,51 @@
-"""`toolsearch up`: every process a configuration describes, started in order, stopped together.
+"""`toolsearch up`: every process a configuration describes, started in order and supervised.
 
-Catalog servers first, then the indexer (which lists them), then the router (which needs the
-indexer). Each runs as its own process, as in production; `up` waits for each to be ready, prints
-the MCP URL, and on Ctrl-C or SIGTERM stops them in reverse order.
+The bridge first when the file has stdio backends (it runs them), then catalog servers, then the
+indexer (which lists them all), then the router (which needs the indexer). Before anything starts,
+every port the file listens on must be free: a port in use is one line naming the port, the part
+and its key, and nothing is started (a process of an earlier run still listening would otherwise
+answer the readiness checks). Each part then runs in a session of its own (commands/supervisor.py),
+so the terminal's signals reach `up` alone, and `up` decides:
+
+- Ctrl-C or SIGTERM: every part is stopped, newest first; exit 0.
+- SIGHUP (`kill -HUP`): a reload. The indexer rereads the file (its backends, docs/health.md); the
+  router, the catalog servers and the bridge have no reload: restart `up` to change their settings.
+- SIGHUP because the terminal closed: everything is stopped, as for Ctrl-C. Under `nohup` (SIGHUP
+  ignored when `up` started) every SIGHUP is a reload.
+- A part that exits: reported with its exit code, the others stopped; exit 1.
+
+`toolsearch is up` is printed once every part answers its readiness check.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import signal
-import subprocess
-import sys
-import time
-import urllib.error
-import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
-from types import FrameType
 
 from commands.options import add_config
+from commands.supervisor import StartError, Stopped, Supervisor, port_problem, say
 from toolsearch.config import Config, load_config
 from toolsearch.transport import ChannelSecurity, TransportConfigError, channel_security, sync_channel
 
+WILDCARDS = {"0.0.0.0", "::", "[::]", ""}
 READY_TIMEOUT = 180.0  # the indexer loads a model and embeds every tool on a cold cache
-STOP_TIMEOUT = 10.0
-
-
-class StartError(RuntimeError):
-    """Raised when a process exits or is not ready in time."""
+RELOAD_NOTE = (
+    "reloading: the indexer rereads {path} (its backends); the router and the catalog servers have "
+    "no reload: restart toolsearch up to change their settings"
+)
 
 
 def _http_ready(url: str) -> Callable[[], bool]:
+    import urllib.error
+    import urllib.request
+
+    direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never a proxy's answer
+
     def check() -> bool:
         try:
-            with urllib.request.urlopen(url, timeout=2) as response:
+            with direct.open(url, timeout=2) as response:
                 return bool(response.status == 200)
         except (urllib.error.URLError, OSError):
             return False
@@ -57,83 +68,79 @@ def _grpc_ready(address: str, security: ChannelSecurity) -> Callable[[], bool]:
     return check
 
 
-class Stack:
-    """The started processes, newest last."""
+def listen_addresses(config: Config) -> list[tuple[str, str, str]]:
+    """(part, key, HOST:PORT) of everything `up` would start, in start order."""
+    addresses = [("bridge", "bridge.listen", config.bridge.listen)] if _has_stdio(config) else []
+    addresses += [
+        (f"catalog server {n}", f"catalog_servers[{n}].listen", server.listen)
+        for n, server in enumerate(config.catalog_servers)
+    ]
+    addresses.append(("indexer", "indexer.listen", config.indexer.listen))
+    if config.indexer.metrics_listen:
+        addresses.append(
+            ("indexer's metrics endpoint", "indexer.metrics_listen", config.indexer.metrics_listen)
+        )
+    addresses.append(("router", "router.listen", config.router.listen))
+    return addresses
 
-    def __init__(self) -> None:
-        self.processes: list[tuple[str, subprocess.Popen[bytes]]] = []
 
-    def start(self, name: str, args: Sequence[str], ready: Callable[[], bool]) -> None:
-        command = [sys.executable, "-m", "commands.cli", *args]
-        process = subprocess.Popen(command, stdin=subprocess.DEVNULL)
-        self.processes.append((name, process))
-        deadline = time.monotonic() + READY_TIMEOUT
-        while not ready():
-            if process.poll() is not None:
-                raise StartError(f"{name} exited with code {process.returncode} before it was ready")
-            if time.monotonic() > deadline:
-                raise StartError(f"{name} was not ready within {READY_TIMEOUT:.0f}s")
-            time.sleep(0.2)
+def _has_stdio(config: Config) -> bool:
+    return any(backend.stdio for backend in config.backends)
 
-    def stop(self) -> None:
-        for _, process in reversed(self.processes):
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-        for _, process in reversed(self.processes):
-            try:
-                process.wait(STOP_TIMEOUT)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
 
-    def wait(self) -> str:
-        """Block until one process exits; returns its name."""
-        while True:
-            for name, process in self.processes:
-                if process.poll() is not None:
-                    return name
-            time.sleep(0.5)
+def ports_problem(config: Config) -> str | None:
+    """Why `up` cannot start: a port in use or given twice, or an address it cannot listen on."""
+    seen: list[tuple[str, str, str]] = []  # (host, port, key) of the parts before
+    for part, key, listen in listen_addresses(config):
+        host, _, port = listen.rpartition(":")
+        for other_host, other_port, other_key in seen:
+            # one port on two addresses clashes when they are the same, or one is every address
+            if port != "0" and port == other_port and (host == other_host or {host, other_host} & WILDCARDS):
+                return f"port {port} is given twice: {other_key} and {key}; give each part its own port"
+        seen.append((host, port, key))
+        if problem := port_problem(part, key, listen):
+            return problem
+    return None
 
 
 def run(config: Config, config_path: Path) -> int:
-    """Start the stack of a configuration and keep it in the foreground."""
-    stack = Stack()
-
-    def on_term(signum: int, frame: FrameType | None) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, on_term)
-    try:
-        for server in config.catalog_servers:
-            host, _, port = server.listen.rpartition(":")
-            args = ["catalog-server", "--catalog", str(server.catalog), "--host", host, "--port", port]
-            if server.require_jwt:
-                args += ["--require-jwt", *server.require_jwt]
-            stack.start(
-                f"catalog server {server.listen}", args, _http_ready(f"http://{server.listen}/healthz")
+    """Start the stack of a configuration and supervise it in the foreground."""
+    if problem := ports_problem(config):
+        say(problem)
+        return 1
+    supervisor = Supervisor(READY_TIMEOUT, reload_note=RELOAD_NOTE.format(path=config_path))
+    with supervisor.signals():
+        try:
+            if _has_stdio(config):
+                # ready once each shared stdio server has started (or failed to): before the indexer lists
+                bridge_ready = _http_ready(f"{config.bridge.base_url()}/readyz")
+                supervisor.start("bridge", ["bridge", "--config", str(config_path)], bridge_ready)
+            for n, server in enumerate(config.catalog_servers):
+                host, _, port = server.listen.rpartition(":")
+                args = ["catalog-server", "--catalog", str(server.catalog), "--host", host, "--port", port]
+                if server.require_jwt:
+                    args += ["--require-jwt", *server.require_jwt]
+                ready = _http_ready(f"http://{server.listen}/healthz")
+                supervisor.start(f"catalog server {n} ({server.listen})", args, ready)
+            # the health service needs no shared secret, but mutual TLS covers the whole port
+            indexer_ready = _grpc_ready(config.indexer.listen, channel_security(config.router, os.environ))
+            supervisor.start(
+                "indexer", ["indexer", "--config", str(config_path)], indexer_ready, reloads=True
             )
-        # the health service needs no shared secret, but mutual TLS covers the whole port
-        indexer_ready = _grpc_ready(config.indexer.listen, channel_security(config.router, os.environ))
-        stack.start("indexer", ["indexer", "--config", str(config_path)], indexer_ready)
-        stack.start(
-            "router",
-            ["router", "--config", str(config_path)],
-            _http_ready(f"http://{config.router.listen}/readyz"),
-        )
-        print(
-            f"\ntoolsearch is up: MCP endpoint http://{config.router.listen}/mcp  (Ctrl-C stops it)\n",
-            flush=True,
-        )
-        name = stack.wait()
-        print(f"{name} exited; stopping the rest", file=sys.stderr)
-        return 1
-    except (StartError, TransportConfigError) as exc:
-        print(f"toolsearch up: {exc}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        return 0
-    finally:
-        stack.stop()
+            router_ready = _http_ready(f"http://{config.router.listen}/readyz")
+            supervisor.start("router", ["router", "--config", str(config_path)], router_ready)
+            print(
+                f"\ntoolsearch is up: MCP endpoint http://{config.router.listen}/mcp  (Ctrl-C stops it)\n",
+                flush=True,
+            )
+            return supervisor.supervise()
+        except (StartError, TransportConfigError) as exc:
+            say(str(exc))
+            return 1
+        except Stopped:
+            return 0
+        finally:
+            supervisor.stop()
 
 
 def run_cli(args: argparse.Namespace) -> int:

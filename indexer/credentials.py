@@ -16,9 +16,13 @@ A listing is interned by its digest (`indexer.state.listings`): the sessions who
 tools hold one `Listing`, and so share one catalog and one version. Verdicts are not interned: each
 session keeps its own rejected backends.
 
-Who stores what: an authenticated principal (one with an issuer) keeps its token. An anonymous
-session keeps none. An implied session of a principal without an issuer is shared by every such
-caller, so it keeps none either: one caller's token must never decide the tools another sees.
+Who lists with what, and keeps what (docs/auth.md): an authenticated principal (one with an issuer)
+lists with its token and keeps it, as the router verified it. An anonymous session has none. An
+implied session of a principal without an issuer is shared by every such caller, so it lists with
+none and keeps none: one caller's token must never decide the tools another sees. An unverified
+token holder's own session lists with the token, but keeps it only if a passthrough backend may be
+listed with it again and it is at most `MAX_UNVERIFIED_TOKEN_BYTES` long: anyone can send any
+token, and a session must not make us hold what nothing needs.
 """
 
 from __future__ import annotations
@@ -37,6 +41,8 @@ from indexer.state.listings import Listing, intern_backends, intern_listing
 logger = logging.getLogger(__name__)
 
 ANONYMOUS = Principal("", "")
+# the longest unverified token a session keeps: a JWT with many claims is 1-2 kB
+MAX_UNVERIFIED_TOKEN_BYTES = 4096
 Verdict = Literal["listed", "rejected", "forbidden", "unavailable"]
 
 
@@ -54,9 +60,22 @@ def authenticated(principal: Principal) -> bool:
     return bool(principal.issuer)
 
 
-def stored_token(principal: Principal, token: str | None, implied: bool) -> str | None:
-    """The credentials a new session lists with and keeps for its rebuilds."""
+def listing_token(principal: Principal, token: str | None, implied: bool) -> str | None:
+    """The credentials a new session lists its passthrough backends with."""
     if principal == ANONYMOUS or (implied and not authenticated(principal)):
+        return None
+    return token
+
+
+def kept_token(principal: Principal, token: str | None, relisted: bool) -> str | None:
+    """What a new session keeps of the token it listed with, for the relistings of its rebuilds.
+
+    `relisted`: whether a passthrough backend the session kept may be listed with it again. An
+    unverified token beyond the bound is not kept: those backends are left out once they relist.
+    """
+    if token is None or authenticated(principal):
+        return token
+    if not relisted or len(token.encode()) > MAX_UNVERIFIED_TOKEN_BYTES:
         return None
     return token
 

@@ -5,7 +5,8 @@ IndexerError
 ├── ToolNotFound           NOT_FOUND (toolsearch-error: tool-not-found)
 ├── InvalidRequest         INVALID_ARGUMENT
 │   └── NoCallerToken      (a passthrough backend listed for a caller without a bearer token)
-├── TooManySessions        RESOURCE_EXHAUSTED
+├── TooManySessions        RESOURCE_EXHAUSTED (too-many-sessions: the principal's cap), with a retry hint
+│   └── SessionsFull       RESOURCE_EXHAUSTED (sessions-full: the cap on every session)
 ├── NotReady               UNAVAILABLE
 └── BackendError           (never leaves the indexer: a failing backend is left out of a catalog)
     ├── BackendUnavailable
@@ -19,6 +20,8 @@ A call without the link's shared secret never reaches the servicer: the transpor
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 
 class IndexerError(Exception):
@@ -34,11 +37,17 @@ class SessionNotFound(IndexerError):
 
 
 class ToolNotFound(IndexerError):
-    """Raised when a tool name is not in the session's current index version."""
+    """Raised when a tool name is not in the session's current index version.
 
-    def __init__(self, name: str) -> None:
+    `suggestions` are close names the version does hold, as (name, backend id, server title);
+    `reason` says why a name that exists cannot be called now (its backend is down).
+    """
+
+    def __init__(self, name: str, suggestions: Sequence[tuple[str, str, str]] = (), reason: str = "") -> None:
         super().__init__(f"tool not found: {name}")
         self.name = name
+        self.suggestions = tuple(suggestions)
+        self.reason = reason
 
 
 class InvalidRequest(IndexerError):
@@ -50,7 +59,19 @@ class NoCallerToken(InvalidRequest):
 
 
 class TooManySessions(IndexerError):
-    """Raised when a principal already holds as many sessions as the configuration allows."""
+    """Raised when a principal already holds as many sessions as the configuration allows.
+
+    `retry_after` is how many seconds until room frees up by itself (its least recently used
+    session expires); closing a session frees it at once.
+    """
+
+    def __init__(self, message: str, retry_after: int) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class SessionsFull(TooManySessions):
+    """Raised when the indexer holds as many sessions, over every principal, as it may."""
 
 
 class NotReady(IndexerError):

@@ -20,15 +20,17 @@ from indexer.catalogs import Catalog, Catalogs
 from indexer.credentials import (
     authenticated,
     due_for_listing,
+    kept_token,
     list_at_creation,
     list_passthrough,
+    listing_token,
     record,
-    stored_token,
 )
-from indexer.errors import SessionNotFound, TooManySessions
+from indexer.errors import SessionNotFound
 from indexer.follower import HealthFollower
 from indexer.index import IndexVersion, VersionPool
 from indexer.registry import Registry
+from indexer.session_limits import SessionLimits
 from indexer.session_views import CurrentVersion, LiveSession, Views, announce
 from indexer.state import (
     LocalSessions,
@@ -62,10 +64,11 @@ class SessionManager:
         store: SessionStore | None = None,
         shared: Shared | None = None,
         follower: HealthFollower | None = None,
+        max_sessions: int = 0,
     ):
         self._registry = registry
-        self._max_per_principal = max_per_principal
-        self._store: SessionStore = store or LocalSessions()
+        self._limits = SessionLimits(max_sessions, max_per_principal)
+        self._store: SessionStore = store if store is not None else LocalSessions()
         self._shared = shared
         self._catalogs = Catalogs(registry, pool, naming, shared.catalogs if shared else None)
         self._views = Views(self._catalogs, self._store.shared)
@@ -91,22 +94,24 @@ class SessionManager:
 
     async def open(self, principal: Principal, token: str | None, implied: bool = False) -> LiveSession:
         """A new session (or, with `implied`, the principal's implied one), listed with its credentials."""
+        self._views.forget_idle(self._store.ttl)
         if implied and (existing := await self._implied(principal)) is not None:
             return existing
-        self._check_room(principal)
-        token = stored_token(principal, token, implied)
+        await self._limits.check(self._store, principal)  # before anything is listed or built for it
+        token = listing_token(principal, token, implied)
         states = self._registry.states
         passthrough = [b for b, s in states.items() if s.config.auth.type == "passthrough"]
         own, epochs, rejected = await list_at_creation(self._registry, passthrough, token)
         # one shared set: 30 kB at 800 backends, and `rebuild_all` groups by it without comparing sets
         accepted = intern_backends(frozenset(states) - rejected)
+        relisted = any(backend in accepted for backend in passthrough)
         catalog = self._catalogs.current(accepted, own)
         version = await self._catalogs.version(catalog)
         await self._catalogs.share([catalog])
         created = SessionRecord(
             id=secrets.token_urlsafe(24),
             principal=principal,
-            token=token,
+            token=kept_token(principal, token, relisted),
             implied=implied,
             accepted=accepted,
             rejected_at_creation=rejected,
@@ -116,8 +121,7 @@ class SessionManager:
             listed_epochs=epochs,
         )
         created.swaps.append(Swap(None, created.ref, "created", time.time()))
-        self._check_room(principal)  # again: other opens of this principal may have finished meanwhile
-        holder = await self._store.create(created)
+        holder = await self._limits.create(self._store, created)  # other opens may have finished meanwhile
         if holder != created.id:  # another request (or replica) created the implied session first
             stored = await self._store.load(holder)
             if stored is None:
@@ -133,18 +137,6 @@ class SessionManager:
         if self._store.shared:
             created.token = None  # kept in the shared state only
         return session
-
-    def _check_room(self, principal: Principal) -> None:
-        """Refuse a new session to an authenticated principal that already holds its maximum.
-
-        Anonymous callers and unverified token holders are many callers under one principal, so the
-        cap, meant for one caller, does not apply to them.
-        """
-        if not self._max_per_principal or not authenticated(principal):
-            return
-        held = sum(1 for s in self._views.values() if s.record.principal == principal)
-        if held >= self._max_per_principal:
-            raise TooManySessions(f"this caller already holds {held} sessions: close one (DELETE /mcp)")
 
     async def _implied(self, principal: Principal) -> LiveSession | None:
         session_id = await self._store.implied(principal)
@@ -164,6 +156,7 @@ class SessionManager:
 
     async def get(self, session_id: str, principal: Principal) -> LiveSession:
         """The session, if it lives and belongs to this principal (else: as if it did not exist)."""
+        self._views.forget_idle(self._store.ttl)  # what expired unused since: nothing holds it any more
         stored = await self._store.load(session_id)
         if stored is None:
             self._views.forget(session_id)
@@ -329,5 +322,5 @@ class SessionManager:
         await self._views.follow_swap(message)
 
     def forget_idle(self, seconds: float) -> None:
-        """Drop cached sessions unused for `seconds` (shared state only)."""
+        """Drop the handles of sessions unused for `seconds` (their records have expired by then)."""
         self._views.forget_idle(seconds)

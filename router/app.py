@@ -1,25 +1,24 @@
 """The router application: MCP Streamable HTTP at `/mcp`, health at `/healthz` and `/readyz`, `/metrics`.
 
 `create_app` builds a plain Starlette app (the SDK's own framework); its lifespan opens what every
-request shares (the gRPC channel to the indexer, the HTTP connection pool to the backends, the SDK's
+request shares (the gRPC channel to the indexer, the backends' connection pools, the SDK's
 stateless session manager behind the session layer), hands it to requests as lifespan state, and
-closes it on shutdown. `serve` runs the app under uvicorn (`toolsearch router --config FILE`).
+closes it on shutdown. Every request first passes the Host and Origin guard (router/origins.py).
+In `jwt` mode the app also serves its OAuth protected resource metadata (router/resource_metadata.py).
+`serve` runs the app under uvicorn with the front door's bounds (router/server.py;
+`toolsearch router --config FILE`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
-import signal
-import socket
 import sys
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, TypedDict
 
 import httpx2
-import uvicorn
 from mcp.server.caching import CacheHint
 from mcp.server.lowlevel.server import Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
@@ -33,11 +32,16 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from router.auth import AnonymousAuthenticator, Authenticator, authenticator_for
-from router.backends import BackendCaller, create_transport
+from router.backends import BackendCaller
+from router.bodies import DRAIN_FACTOR
 from router.errors import AuthConfigError
 from router.indexer_client import IndexerClient
 from router.meta_tools import MetaTools
 from router.metrics import RequestObserver, RouterMetrics
+from router.origins import HostPolicy, OriginGuard
+from router.pools import BackendPools
+from router.resource_metadata import ResourceMetadata
+from router.server import ShutdownGuard, router_server
 from router.session_layer import SessionLayer
 from toolsearch.config import Config, RouterAuth
 from toolsearch.transport import ChannelSecurity, TransportConfigError, channel_security
@@ -122,13 +126,14 @@ def create_app(
 
     `secrets` holds the values of backends' `header` credentials and of the indexer's shared secret
     (entry points pass the environment); `authenticator` decides who callers are (default: everyone
-    is anonymous); `backend_transport` replaces the pooled HTTP transport to the backends (the app
-    then leaves closing it to the caller); `indexer_security` is the link to the indexer's protection
-    (default: read from `config` and `secrets`, raising `TransportConfigError`).
+    is anonymous); `backend_transport` replaces the backends' connection pools with one transport
+    (the app then leaves closing it to the caller); `indexer_security` is the link to the indexer's
+    protection (default: read from `config` and `secrets`, raising `TransportConfigError`).
     """
     settings = config.router
     security = indexer_security or channel_security(settings, secrets)
     metrics = RouterMetrics()
+    resource_metadata = ResourceMetadata(settings.auth) if settings.auth.mode == "jwt" else None
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[RouterState]:
@@ -139,13 +144,14 @@ def create_app(
             security=security,
             open_session_timeout=settings.open_session_timeout,
         )
-        transport = backend_transport or create_transport()
+        pools = BackendPools(settings.max_connections_per_backend, backend_transport)
         tools = MetaTools(
             indexer,
-            BackendCaller(transport),
+            BackendCaller(pools),
             config.indexer.search,
             secrets,
             max_arguments_bytes=settings.max_arguments_bytes,
+            pinned=settings.pinned,
         )
         manager = StreamableHTTPSessionManager(
             build_server(tools, metrics),
@@ -158,13 +164,13 @@ def create_app(
             indexer,
             authenticator or AnonymousAuthenticator(),
             settings.max_body_bytes,
+            resource_metadata,
         )
         try:
             async with manager.run():
                 yield {"indexer": indexer, "sessions": sessions}
         finally:
-            if backend_transport is None:
-                await transport.aclose()
+            await pools.aclose()
             await indexer.close()
 
     async def prometheus_metrics(request: Request) -> Response:
@@ -177,29 +183,22 @@ def create_app(
             Route("/healthz", _healthz),
             Route("/readyz", _readyz),
             Route("/metrics", prometheus_metrics),
+            *(resource_metadata.routes() if resource_metadata is not None else []),
         ],
-        middleware=[Middleware(RequestObserver, metrics=metrics)],
+        middleware=[
+            Middleware(RequestObserver, metrics=metrics),
+            Middleware(ShutdownGuard, grace=settings.shutdown_grace),
+            Middleware(
+                OriginGuard,
+                policy=HostPolicy.for_listen(
+                    settings.listen, settings.allowed_hosts, settings.allowed_origins
+                ),
+                drain_limit=DRAIN_FACTOR * settings.max_body_bytes,
+            ),
+        ],
         exception_handlers={HTTPException: _http_error},
         lifespan=lifespan,
     )
-
-
-class _Server(uvicorn.Server):
-    """uvicorn, saying where it listens once it does, and exiting 0 after a drained SIGTERM."""
-
-    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        await super().startup(sockets)
-        if self.started:
-            host, port = self.servers[0].sockets[0].getsockname()[:2]
-            print(f"router listening on http://{host}:{port}/mcp", file=sys.stderr, flush=True)
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        # uvicorn re-raises a captured signal once it has shut down, so the process would die by
-        # SIGTERM after draining: a graceful stop is a clean exit, so that one is not re-raised.
-        with super().capture_signals():
-            yield
-            self._captured_signals = [s for s in self._captured_signals if s != signal.SIGTERM]
 
 
 def configured_authenticator(settings: RouterAuth, environ: Mapping[str, str]) -> Authenticator:
@@ -238,19 +237,7 @@ def serve(config: Config, environ: Mapping[str, str], log_level: str, log_format
     except (AuthConfigError, TransportConfigError) as exc:
         print(f"router: {exc}", file=sys.stderr)
         return 2
-    host, _, port = config.router.listen.rpartition(":")
-    server = _Server(
-        uvicorn.Config(
-            create_app(config, environ, authenticator, indexer_security=security),
-            host=host,
-            port=int(port),
-            log_level=log_level,
-            access_log=log_level in ("debug", "trace"),
-            # uvicorn types it as int; a float works the same (an asyncio timeout)
-            timeout_graceful_shutdown=config.router.shutdown_grace,  # type: ignore[arg-type]
-            # JSON lines: uvicorn's loggers reach the root handler instead of uvicorn's own text ones
-            log_config=None if log_format == "json" else uvicorn.config.LOGGING_CONFIG,
-        )
-    )
+    app = create_app(config, environ, authenticator, indexer_security=security)
+    server = router_server(app, config.router, log_level, log_format)
     server.run()
     return 0 if server.started else 1

@@ -31,6 +31,7 @@ class FindToolArgs:
     description: str
     keywords: tuple[str, ...]
     limit: int  # 0: the indexer's default
+    compact: bool | None = None  # None: the configured default
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +79,12 @@ def parse_find_tool(arguments: Mapping[str, Any] | None, max_limit: int) -> Find
                 f"limit must be an integer from 1 to {max_limit} (got {shown}). Leave it out for the default."
             )
         limit = raw_limit
-    return FindToolArgs(description, keywords, limit)
+    raw_compact = arguments.get("compact")
+    if raw_compact is not None and not isinstance(raw_compact, bool):
+        raise InvalidRequest(
+            f"compact must be true or false (got {_json_type(raw_compact)}). Leave it out for the default."
+        )
+    return FindToolArgs(description, keywords, limit, raw_compact)
 
 
 def parse_call_tool(arguments: Mapping[str, Any] | None, max_bytes: int = 0) -> CallToolArgs:

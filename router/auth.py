@@ -2,9 +2,12 @@
 
 `JwtAuthenticator` checks a token's signature (HS256 with a shared secret, or RS*, PS* and ES* with
 the public keys of a JSON Web Key Set), its `exp`, `nbf` and `iat` (with a small leeway for clock
-skew), its `iss` and its `aud`. The principal is the token's (issuer, subject). A request without a
-token, or with a bad one, is refused with HTTP 401 and a `WWW-Authenticate` challenge as RFC 6750 §3
-describes. The messages are fixed strings: pyjwt's own can quote parts of a token.
+skew), its `iss` and its `aud`. The registered claims must have the types RFC 7519 gives them
+(`exp`, `nbf`, `iat` numbers; `iss`, `sub` strings; `aud` a string or a list of strings): pyjwt
+would read `"exp": "9999999999"` as a number, and an infinite one as a crash. The principal is the
+token's (issuer, subject). A request without a token, or with a bad one, is refused with HTTP 401
+and a `WWW-Authenticate` challenge as RFC 6750 §3 describes. The messages are fixed strings: pyjwt's
+own can quote parts of a token.
 
 `AnonymousAuthenticator` authenticates nobody. A bearer token, unverified, still travels with the
 request for passthrough backends, which judge it; it also makes the caller the `TOKEN_HOLDER`
@@ -20,6 +23,7 @@ Library code takes key material as arguments; `toolsearch router` reads it (rout
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -74,6 +78,35 @@ MISSING_TOKEN = "this server requires Authorization: Bearer <token>"
 
 class _UnknownKey(jwt.InvalidTokenError):
     """Raised when a token names a signing key (`kid`) the key set does not hold."""
+
+
+class _WrongClaimType(jwt.InvalidTokenError):
+    """Raised when a registered claim has a type RFC 7519 does not allow; the message says which."""
+
+
+_NUMERIC_CLAIMS = ("exp", "nbf", "iat")  # NumericDate: a JSON number of seconds
+_STRING_CLAIMS = ("iss", "sub")
+
+
+def claim_type_problem(claims: Mapping[str, Any]) -> str | None:
+    """What is wrong with the types of a token's registered claims; None when they are right."""
+    for name in _NUMERIC_CLAIMS:
+        if name not in claims:
+            continue
+        value = claims[name]
+        number = isinstance(value, int) and not isinstance(value, bool)
+        if not (number or (isinstance(value, float) and math.isfinite(value))):
+            return f"the token's {name} claim must be a number of seconds (NumericDate)"
+    for name in _STRING_CLAIMS:
+        if name in claims and not isinstance(claims[name], str):
+            return f"the token's {name} claim must be a string"
+    audience = claims.get("aud")
+    if "aud" in claims and not (
+        isinstance(audience, str)
+        or (isinstance(audience, list) and all(isinstance(a, str) for a in audience))
+    ):
+        return "the token's aud claim must be a string or a list of strings"
+    return None
 
 
 # Most specific first: the first class a pyjwt error is an instance of gives the description.
@@ -186,6 +219,10 @@ class JwtAuthenticator:
         """The principal of a valid token; raises `Unauthenticated` saying what is wrong with it."""
         try:
             claims = self._claims(token)
+        except _WrongClaimType as exc:
+            problem = str(exc)  # one of claim_type_problem's fixed strings
+            logger.debug("refused a bearer token: %s", problem)
+            raise Unauthenticated(f"invalid token: {problem}", challenge("invalid_token", problem)) from None
         except jwt.InvalidTokenError as exc:
             problem = next(
                 (text for kind, text in _PROBLEMS if isinstance(exc, kind)), "the token is not valid"
@@ -203,6 +240,11 @@ class JwtAuthenticator:
         algorithm = header.get("alg")
         if algorithm not in self._algorithms:
             raise jwt.InvalidAlgorithmError(algorithm)
+        # Types first, on the unverified claims: pyjwt coerces some and crashes on others. Refusing a
+        # forged token for its types rather than its signature refuses it all the same.
+        problem = claim_type_problem(jwt.decode(token, options={"verify_signature": False}))
+        if problem is not None:
+            raise _WrongClaimType(problem)
         keys: list[Any] = [self._secret] if algorithm == "HS256" else self._keys_for(algorithm, header)
         failure: jwt.InvalidTokenError = _UnknownKey()
         for key in keys:

@@ -3,10 +3,11 @@
 Arguments are checked against the tool's input schema first (`SchemaValidators`), so a call the
 backend would refuse never leaves the router.
 
-One `httpx2.AsyncHTTPTransport` (a connection pool) lives as long as the application; each call
-wraps it in a lightweight `httpx2.AsyncClient` carrying that call's headers and timeout. The SDK
-leaves a client it was given open, and the per-call client is never closed either: closing it would
-close the shared pool.
+Each backend has its own connection pool (router/pools.py) for as long as the application runs;
+each call wraps its backend's pool in a lightweight `httpx2.AsyncClient` carrying that call's
+headers and timeout, through a `BoundedTransport` (toolsearch/responses.py) that cuts the answer at
+the backend's `max_response_bytes` while it is read. The SDK leaves a client it was given open, and
+the per-call client is never closed either: the pool is the application's.
 
 A backend that spoke 2026-07-28 at discovery is called with one request; any other goes through the
 initialize handshake and has its session ended afterwards, so backends do not collect idle sessions.
@@ -37,20 +38,17 @@ from router.errors import (
     BackendError,
     BackendRejected,
     BackendTimeout,
+    BackendTooLarge,
     BackendUnavailable,
     MissingCredentials,
 )
+from router.pools import BackendPools
+from toolsearch.responses import BoundedTransport
 from toolsearch.v1 import indexer_pb2 as pb
 
 logger = logging.getLogger(__name__)
 
 CLIENT_INFO = types.Implementation(name="toolsearch-router", version="0.1.0")
-_LIMITS = httpx2.Limits(max_connections=1000, max_keepalive_connections=200, keepalive_expiry=30.0)
-
-
-def create_transport() -> httpx2.AsyncHTTPTransport:
-    """The shared connection pool for every backend call of one application."""
-    return httpx2.AsyncHTTPTransport(limits=_LIMITS)
 
 
 def outgoing_headers(
@@ -133,7 +131,11 @@ def _leaves(exc: BaseException) -> list[BaseException]:
     return [exc]
 
 
-def _translate(backend_id: str, timeout: float, exc: BaseException, status: int | None) -> BackendError:
+def _translate(
+    backend_id: str, timeout: float, exc: BaseException, status: int | None, bounded: BoundedTransport
+) -> BackendError:
+    if bounded.exceeded:  # before the status: the router's own stand-in answer carries a 502
+        return BackendTooLarge(backend_id, bounded.limit)
     if isinstance(exc, TimeoutError):
         return BackendTimeout(backend_id, timeout)
     if status in (401, 403):
@@ -165,10 +167,10 @@ def _without_server_info(result: types.CallToolResult) -> types.CallToolResult:
 
 
 class BackendCaller:
-    """Calls tools on backend MCP servers through one shared connection pool."""
+    """Calls tools on backend MCP servers, each through its own backend's connection pool."""
 
-    def __init__(self, transport: httpx2.AsyncBaseTransport) -> None:
-        self._transport = transport
+    def __init__(self, pools: BackendPools) -> None:
+        self._pools = pools
 
     async def call_tool(
         self,
@@ -180,15 +182,18 @@ class BackendCaller:
         name: str,
         arguments: Mapping[str, Any],
         headers: Mapping[str, str],
+        max_response_bytes: int,
     ) -> types.CallToolResult:
         """Run `name` on the backend at `url` and return its result as it came.
 
-        Raises `BackendTimeout` after `timeout_seconds`, `BackendRejected` on HTTP 401/403, and
-        `BackendUnavailable` or `BackendError` for anything else that keeps a result from coming back.
+        Raises `BackendTimeout` after `timeout_seconds`, `BackendRejected` on HTTP 401/403,
+        `BackendTooLarge` for an answer over `max_response_bytes`, and `BackendUnavailable` or
+        `BackendError` for anything else that keeps a result from coming back.
         """
         recorder = _StatusRecorder()
+        bounded = BoundedTransport(self._pools.for_backend(backend_id), max_response_bytes)
         http = httpx2.AsyncClient(
-            transport=self._transport,
+            transport=bounded,
             headers=dict(headers),
             timeout=httpx2.Timeout(timeout_seconds),
             event_hooks={"response": [recorder]},
@@ -199,7 +204,13 @@ class BackendCaller:
         result: types.CallToolResult | None = None
         try:
             with anyio.fail_after(timeout_seconds):
-                transport = streamable_http_client(url, http_client=http, terminate_on_close=not modern)
+                # the SDK's own cap on one SSE event (1 MiB) would cut an answer the limit allows
+                transport = streamable_http_client(
+                    url,
+                    http_client=http,
+                    terminate_on_close=not modern,
+                    max_sse_event_size=max_response_bytes,
+                )
                 mode = protocol_version if modern else "legacy"
                 async with Client(transport, mode=mode, cache=None, client_info=CLIENT_INFO) as client:
                     # The session's own call_tool lists the backend's tools to check structured output;
@@ -210,7 +221,7 @@ class BackendCaller:
                 # The call answered; only ending the backend's session failed.
                 logger.debug("backend %s: ending the session failed: %r", backend_id, exc)
                 return _without_server_info(result)
-            raise _translate(backend_id, timeout_seconds, exc, recorder.status) from None
+            raise _translate(backend_id, timeout_seconds, exc, recorder.status, bounded) from None
         if result is None:
             raise BackendUnavailable(backend_id, "closed the connection without answering")
         return _without_server_info(result)

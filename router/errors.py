@@ -9,13 +9,15 @@ results or JSON-RPC errors, `router/session_layer.py` into HTTP responses.
     ├── IndexerUnavailable          HTTP 503 / JSON-RPC internal error
     ├── IndexerFailed               HTTP 502 / JSON-RPC internal error
     ├── SessionNotFound             HTTP 404
-    ├── TooManySessions             HTTP 429
+    ├── TooManySessions             HTTP 429 with Retry-After
+    ├── SessionsFull                HTTP 503 with Retry-After
     ├── ToolNotFound                tool result, isError
     ├── InvalidRequest              tool result, isError
     └── BackendError                tool result, isError
         ├── BackendUnavailable
         ├── BackendTimeout
         ├── BackendRejected
+        ├── BackendTooLarge
         └── MissingCredentials
     AuthConfigError                 the router does not start (not a request error)
 """
@@ -48,15 +50,38 @@ class SessionNotFound(RouterError):
 
 
 class TooManySessions(RouterError):
-    """Raised when the caller's principal already holds as many sessions as the indexer allows."""
+    """Raised when the caller's principal already holds as many sessions as the indexer allows.
+
+    `retry_after`: seconds until one of them expires, unless used (closing one frees room at once).
+    """
+
+    def __init__(self, message: str, retry_after: int = 1) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class SessionsFull(RouterError):
+    """Raised when the indexer holds as many sessions, over every caller, as it allows."""
+
+    def __init__(self, message: str, retry_after: int = 1) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 class ToolNotFound(RouterError):
-    """Raised when a tool name is not in the session's current index version."""
+    """Raised when a tool name is not in the session's current index version.
 
-    def __init__(self, name: str) -> None:
+    `suggestions` are the session's closest names, as (name, backend id, server title); `reason`
+    says why a name that exists cannot be called now (its backend is down).
+    """
+
+    def __init__(
+        self, name: str, suggestions: tuple[tuple[str, str, str], ...] = (), reason: str = ""
+    ) -> None:
         super().__init__(f"tool not found: {name}")
         self.name = name
+        self.suggestions = suggestions
+        self.reason = reason
 
 
 class InvalidRequest(RouterError):
@@ -90,6 +115,19 @@ class BackendRejected(BackendError):
     def __init__(self, backend_id: str, status: int) -> None:
         super().__init__(backend_id, f"rejected the credentials (HTTP {status})")
         self.status = status
+
+
+class BackendTooLarge(BackendError):
+    """Raised when a backend's answer to a call is larger than the backend's `max_response_bytes`."""
+
+    def __init__(self, backend_id: str, limit: int) -> None:
+        super().__init__(
+            backend_id,
+            f"answered with more than {limit} bytes ({limit / 2**20:.3g} MiB), the most it may send "
+            "back: ask for less (narrower parameters), or raise backends[].max_response_bytes for "
+            f"{backend_id} in the configuration",
+        )
+        self.limit = limit
 
 
 class MissingCredentials(BackendError):

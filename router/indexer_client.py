@@ -2,11 +2,12 @@
 
 Every call carries a deadline and fails fast instead of queueing while a channel is down
 (`wait_for_ready=False`); the channel reconnects by itself in the background, so the router
-recovers as soon as an indexer answers again. A call that finds its indexer unreachable or too slow
-is tried once more on the next address, and later calls start from that address. A `dns:///HOST:PORT`
-address is one channel over every address the name resolves to, balanced round-robin (several
-indexer replicas behind one service name); a call that fails over is retried on that same channel,
-which picks another replica. gRPC status codes become router errors here and nowhere else.
+recovers as soon as an indexer answers again. A call that finds its indexer gone or too slow is tried
+on the next address when that is safe (router/failover.py says when), addresses whose connection is
+down last, and later calls start from the address that answered. A `dns:///HOST:PORT` address is one
+channel over every address the name resolves to, balanced round-robin (several indexer replicas
+behind one service name); a call that fails over is retried on that same channel, which picks
+another replica. gRPC status codes become router errors here and nowhere else.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 import grpc
-from google.protobuf.message import Message
+from google.protobuf.message import DecodeError, Message
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from router.auth import Principal
@@ -28,9 +29,11 @@ from router.errors import (
     InvalidRequest,
     RouterError,
     SessionNotFound,
+    SessionsFull,
     ToolNotFound,
     TooManySessions,
 )
+from router.failover import error_kind, judge, next_address
 from toolsearch.transport import ChannelSecurity, aio_channel
 from toolsearch.v1 import indexer_pb2 as pb
 from toolsearch.v1 import indexer_pb2_grpc
@@ -49,8 +52,11 @@ _CHANNEL_OPTIONS: list[tuple[str, Any]] = [
 ]
 # Spreads calls over every resolved address; the default (pick_first) would use one replica only.
 _ROUND_ROBIN = json.dumps({"loadBalancingConfig": [{"round_robin": {}}]})
-_FAILOVER = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
-_ERROR_KEY = "toolsearch-error"
+_UNAVAILABLE = frozenset(
+    {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED}
+)
+_RETRY_AFTER_KEY = "toolsearch-retry-after"  # seconds until a session cap has room again
+_SUGGESTIONS_KEY = "toolsearch-suggestions-bin"  # a tool-not-found's close names (pb.ToolSuggestions)
 UNAVAILABLE_MESSAGE = "indexer unavailable, retry shortly"
 
 _Request = TypeVar("_Request", bound=Message)
@@ -76,27 +82,42 @@ def _principal(principal: Principal) -> pb.Principal:
     return pb.Principal(issuer=principal.issuer, subject=principal.subject)
 
 
-def _error_kind(exc: grpc.aio.AioRpcError) -> str:
+def _retry_after(exc: grpc.aio.AioRpcError) -> int:
     for key, value in exc.trailing_metadata() or ():
-        if key == _ERROR_KEY:
-            return str(value)
-    return ""
+        if key == _RETRY_AFTER_KEY and str(value).isdigit():
+            return max(1, int(value))
+    return 1
+
+
+def _tool_not_found(exc: grpc.aio.AioRpcError, tool_name: str) -> ToolNotFound:
+    """A tool-not-found with the close names and the reason the indexer sent beside it, if any."""
+    detail = pb.ToolSuggestions()
+    for key, value in exc.trailing_metadata() or ():
+        if key == _SUGGESTIONS_KEY and isinstance(value, bytes):
+            try:
+                detail.ParseFromString(value)
+            except DecodeError:
+                logger.warning("the indexer sent suggestions that do not parse; ignored")
+    suggestions = tuple((s.name, s.backend_id, s.server_title) for s in detail.suggestions)
+    return ToolNotFound(tool_name, suggestions, detail.reason)
 
 
 def translate(exc: grpc.aio.AioRpcError, tool_name: str = "") -> RouterError:
     """The router error for a failed indexer call; `tool_name` names the tool a ResolveTool asked for."""
     code = exc.code()
     details = exc.details() or code.name
-    if code in _FAILOVER or code == grpc.StatusCode.CANCELLED:
+    if code in _UNAVAILABLE:
         return IndexerUnavailable(UNAVAILABLE_MESSAGE)
     if code == grpc.StatusCode.NOT_FOUND:
-        if _error_kind(exc) == "tool-not-found":
-            return ToolNotFound(tool_name)
+        if error_kind(exc) == "tool-not-found":
+            return _tool_not_found(exc, tool_name)
         return SessionNotFound("session not found: re-initialize")
     if code == grpc.StatusCode.INVALID_ARGUMENT:
         return InvalidRequest(details)
     if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
-        return TooManySessions(details)
+        if error_kind(exc) == "sessions-full":
+            return SessionsFull(details, _retry_after(exc))
+        return TooManySessions(details, _retry_after(exc))
     return IndexerFailed(f"indexer error ({code.name})")
 
 
@@ -136,8 +157,8 @@ class IndexerClient:
         # The stub of an asyncio channel is an IndexerAsyncStub; grpc ships no types to tell mypy so.
         self._stubs = [cast("IndexerAsyncStub", indexer_pb2_grpc.IndexerStub(c)) for c in self._channels]
         self._health = [health_pb2_grpc.HealthStub(channel) for channel in self._channels]
-        self._current = 0  # the address calls start from; moves on after a failover
-        # a balanced channel counts twice: its retry goes to another of the replicas behind it
+        self._current = 0  # the address calls start from: the last one that answered
+        # indexers a call may run on; a balanced channel counts twice: its retry goes to another replica
         self._tries = min(2, len(self.addresses) + sum(a.startswith("dns:") for a in self.addresses))
 
     async def close(self) -> None:
@@ -150,21 +171,43 @@ class IndexerClient:
         request: _Request,
         tool_name: str = "",
         timeout: float | None = None,
+        idempotent: bool = True,
     ) -> _Response:
-        """Call `method` with `request`, failing over to the next address; a failure becomes a router error.
+        """Call `method` with `request`, failing over to other addresses; a failure becomes a router error.
 
         `method` picks the method off a stub (`lambda stub: stub.FindTools`) rather than being one
         stub's bound method: each address has a stub of its own, and a failover calls another's.
+        `idempotent`: whether running the call twice is harmless (router/failover.py).
         """
-        tries = self._tries
-        start = self._current
         metadata = self._security.metadata or None
-        for attempt in range(tries):
-            index = (start + attempt) % len(self._stubs)
+        each = timeout or self.timeout
+        # a call costs at most `tries` timeouts, however it fails over
+        loop = asyncio.get_running_loop()
+        ends = loop.time() + self._tries * each
+        ran = 0  # attempts that may have run on an indexer
+        tried: set[int] = set()
+        # every address once and one of them again (a lone plain address once); then, if every one
+        # refused it unrun, the first whose connection is back
+        attempts = len(self._stubs) + 1 if self._tries > 1 else 1
+        for attempt in range(attempts + 1):
+            left = ends - loop.time()
+            if attempt < attempts:
+                down = [c.get_state() == grpc.ChannelConnectivity.TRANSIENT_FAILURE for c in self._channels]
+                index = next_address(self._current, down, tried)
+            elif self._tries > 1 and left > 0 and (ready := await self._first_ready(left)) is not None:
+                # none connected (say, each replica restarted in turn, and their connections wait out
+                # a reconnect backoff): the first back gets the call
+                index = ready
+            else:
+                break
+            tried.add(index)
             rpc = method(self._stubs[index])
             try:
-                return await rpc(
-                    request, timeout=timeout or self.timeout, wait_for_ready=False, metadata=metadata
+                response = await rpc(
+                    request,
+                    timeout=min(each, max(ends - loop.time(), 0.001)),
+                    wait_for_ready=False,
+                    metadata=metadata,
                 )
             except grpc.aio.AioRpcError as exc:
                 if exc.code() == grpc.StatusCode.UNAUTHENTICATED:
@@ -174,15 +217,35 @@ class IndexerClient:
                         "and router.indexer_tls",
                         self.addresses[index],
                     )
-                if exc.code() in _FAILOVER:
-                    # each request message is named for its method: OpenSessionRequest, ...
-                    name = request.DESCRIPTOR.name.removesuffix("Request")
-                    logger.warning("indexer %s: %s %s", self.addresses[index], name, exc.code().name)
-                    if attempt + 1 < tries:
-                        self._current = (index + 1) % len(self._stubs)
-                        continue
-                raise translate(exc, tool_name) from None
-        raise IndexerUnavailable(UNAVAILABLE_MESSAGE)  # pragma: no cover - the loop always returns or raises
+                failure = judge(exc, idempotent)
+                if failure is None:
+                    raise translate(exc, tool_name) from None
+                # each request message is named for its method: OpenSessionRequest, ...
+                name = request.DESCRIPTOR.name.removesuffix("Request")
+                logger.warning(
+                    "indexer %s: %s %s (%s)", self.addresses[index], name, exc.code().name, exc.details()
+                )
+                ran += failure.ran
+                if not failure.retry or ran >= self._tries:
+                    raise translate(exc, tool_name) from None
+                continue
+            self._current = index
+            return response
+        raise IndexerUnavailable(UNAVAILABLE_MESSAGE)  # no indexer took the call
+
+    async def _first_ready(self, within: float) -> int | None:
+        """The first address whose connection is up within `within` seconds, if any."""
+        waits = {
+            asyncio.ensure_future(channel.channel_ready()): i for i, channel in enumerate(self._channels)
+        }
+        try:
+            done, _ = await asyncio.wait(waits, timeout=within, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiting in waits:
+                waiting.cancel()
+            await asyncio.gather(*waits, return_exceptions=True)
+        ready = [waits[task] for task in done if not task.cancelled() and task.exception() is None]
+        return min(ready) if ready else None
 
     async def open_session(
         self, principal: Principal, bearer_token: str | None, *, implied: bool = False
@@ -193,7 +256,10 @@ class IndexerClient:
             credentials=pb.Credentials(bearer_token=bearer_token or ""),
             implied=implied,
         )
-        return await self._call(lambda stub: stub.OpenSession, request, timeout=self.open_session_timeout)
+        # a handshake session opened twice would be two: tried again only where the first did not run
+        return await self._call(
+            lambda stub: stub.OpenSession, request, timeout=self.open_session_timeout, idempotent=implied
+        )
 
     async def get_session(self, session_id: str, principal: Principal) -> pb.GetSessionResponse:
         """Check that a session exists and belongs to `principal`; raises `SessionNotFound`."""
@@ -206,7 +272,13 @@ class IndexerClient:
         await self._call(lambda stub: stub.CloseSession, request)
 
     async def find_tools(
-        self, session_id: str, principal: Principal, query: str, keywords: Sequence[str], limit: int
+        self,
+        session_id: str,
+        principal: Principal,
+        query: str,
+        keywords: Sequence[str],
+        limit: int,
+        compact: bool = False,
     ) -> pb.FindToolsResponse:
         """Search the session's current index version; `limit` 0 means the indexer's default."""
         request = pb.FindToolsRequest(
@@ -215,8 +287,18 @@ class IndexerClient:
             query=query,
             keywords=keywords,
             limit=limit,
+            compact=compact,
         )
         return await self._call(lambda stub: stub.FindTools, request)
+
+    async def pinned_tools(
+        self, session_id: str, principal: Principal, patterns: Sequence[str]
+    ) -> pb.PinnedToolsResponse:
+        """The session's tools that match the operator's pinned patterns."""
+        request = pb.PinnedToolsRequest(
+            session_id=session_id, principal=_principal(principal), patterns=patterns
+        )
+        return await self._call(lambda stub: stub.PinnedTools, request)
 
     async def resolve_tool(self, session_id: str, principal: Principal, name: str) -> pb.ResolveToolResponse:
         """Resolve an advertised tool name to its backend; raises `ToolNotFound`."""

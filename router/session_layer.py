@@ -8,6 +8,8 @@ other handshake-era request, ends it on `DELETE`, and hands the session to the t
 is implied by their principal.
 
 Router errors become HTTP responses here, in `error_response`; the body is always a JSON-RPC error.
+Every answer the layer gives itself (an error, a DELETE's 200) is sent after the request's body is
+drained (router/bodies.py), so a client still sending a body reads the answer instead of a reset.
 """
 
 from __future__ import annotations
@@ -24,21 +26,25 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from router.auth import Authenticator, Identity
+from router.bodies import DRAIN_FACTOR, Body, BodyTooLarge, ClientGone, answer_early
 from router.errors import (
     IndexerFailed,
     IndexerUnavailable,
     InvalidRequest,
     RouterError,
     SessionNotFound,
+    SessionsFull,
     TooManySessions,
     Unauthenticated,
 )
 from router.indexer_client import IndexerClient
+from router.resource_metadata import ResourceMetadata
 from toolsearch.logs import bind_session
 
 logger = logging.getLogger(__name__)
 
 STATE_KEY = "toolsearch.caller"  # where the layer leaves the `Caller` in scope["state"]
+JSONRPC_ID_KEY = "toolsearch.jsonrpc_id"  # and the posted message's id, for answers given outside it
 SESSION_HEADER = "mcp-session-id"
 VERSION_HEADER = "mcp-protocol-version"
 MISSING_SESSION = "missing Mcp-Session-Id header: send the id returned by initialize"
@@ -116,8 +122,11 @@ def error_response(exc: RouterError, request_id: Any = None) -> Response:
         return jsonrpc_error(401, INVALID_REQUEST, str(exc), request_id, headers)
     if isinstance(exc, SessionNotFound):
         return jsonrpc_error(404, INVALID_REQUEST, "session not found: re-initialize", request_id)
-    if isinstance(exc, TooManySessions):
-        return jsonrpc_error(429, INVALID_REQUEST, f"too many sessions: {exc}", request_id)
+    if isinstance(exc, TooManySessions | SessionsFull):
+        # the caller's own cap is its doing (429); the cap on everyone's sessions is the service's (503)
+        status = 429 if isinstance(exc, TooManySessions) else 503
+        retry = {"Retry-After": str(exc.retry_after)}
+        return jsonrpc_error(status, INVALID_REQUEST, f"too many sessions: {exc}", request_id, retry)
     if isinstance(exc, InvalidRequest):
         return jsonrpc_error(400, INVALID_REQUEST, str(exc), request_id)
     if isinstance(exc, IndexerUnavailable):
@@ -128,60 +137,31 @@ def error_response(exc: RouterError, request_id: Any = None) -> Response:
     return jsonrpc_error(500, INTERNAL_ERROR, "internal error", request_id)
 
 
-class _ClientGone(Exception):
-    """Raised when the client disconnects before its request body arrived."""
-
-
-async def read_body(receive: Receive, headers: Headers, limit: int) -> bytes:
-    """The whole request body, refusing (413) one longer than `limit` bytes."""
-    too_large = ClientError(413, INVALID_REQUEST, f"Request body too large: the limit is {limit} bytes")
-    length = headers.get("content-length", "")
-    if length.isdigit() and int(length) > limit:
-        raise too_large
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise _ClientGone
-        chunk: bytes = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            raise too_large
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            return b"".join(chunks)
-
-
-def _replay(body: bytes, receive: Receive) -> Receive:
-    """A `receive` that yields the already-read body once, then defers to the real one."""
-    pending = True
-
-    async def replay() -> Message:
-        nonlocal pending
-        if pending:
-            pending = False
-            return {"type": "http.request", "body": body, "more_body": False}
-        return await receive()
-
-    return replay
-
-
 class SessionLayer:
-    """Issues, checks and ends `Mcp-Session-Id` around the SDK's stateless handler `app`."""
+    """Issues, checks and ends `Mcp-Session-Id` around the SDK's stateless handler `app`.
+
+    With `resource_metadata`, every 401 points at the RFC 9728 document (router/resource_metadata.py).
+    """
 
     def __init__(
-        self, app: ASGIApp, indexer: IndexerClient, authenticator: Authenticator, max_body_bytes: int
+        self,
+        app: ASGIApp,
+        indexer: IndexerClient,
+        authenticator: Authenticator,
+        max_body_bytes: int,
+        resource_metadata: ResourceMetadata | None = None,
     ) -> None:
         self.app = app
         self.indexer = indexer
         self.authenticator = authenticator
         self.max_body_bytes = max_body_bytes
+        self.resource_metadata = resource_metadata
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         request_id: Any = None
+        headers = Headers(scope=scope)
+        body = Body(receive, headers, self.max_body_bytes, DRAIN_FACTOR * self.max_body_bytes)
         try:
-            headers = Headers(scope=scope)
             identity = await self.authenticator.authenticate(headers)
             method = scope["method"]
             if method == "POST":
@@ -190,22 +170,32 @@ class SessionLayer:
                     raise ClientError(
                         415, INVALID_REQUEST, "Unsupported Media Type: send Content-Type: application/json"
                     )
-                body = await read_body(receive, headers, self.max_body_bytes)
-                message = parse_message(body)
+                content = await body.read()
+                message = parse_message(content)
                 request_id = message.id
-                receive = _replay(body, receive)
+                scope.setdefault("state", {})[JSONRPC_ID_KEY] = request_id
+                receive = body.replay(content)
                 await self._post(scope, receive, send, headers=headers, identity=identity, message=message)
-            elif method == "DELETE":
-                await self._delete(scope, receive, send, headers, identity)
+                return
+            if method == "DELETE":
+                response = await self._delete(headers, identity)
             else:
                 # Stateless: no standalone server-to-client stream to open with GET.
-                await Response(status_code=405, headers={"Allow": "POST, DELETE"})(scope, receive, send)
+                response = Response(status_code=405, headers={"Allow": "POST, DELETE"})
+        except BodyTooLarge as exc:
+            response = jsonrpc_error(413, INVALID_REQUEST, str(exc), request_id)
         except ClientError as exc:
-            await jsonrpc_error(exc.status, exc.code, exc.message, request_id)(scope, receive, send)
+            response = jsonrpc_error(exc.status, exc.code, exc.message, request_id)
+        except Unauthenticated as exc:
+            response = error_response(exc, request_id)
+            if self.resource_metadata is not None:
+                challenge = self.resource_metadata.challenge(exc.www_authenticate, scope)
+                response.headers["www-authenticate"] = challenge
         except RouterError as exc:
-            await error_response(exc, request_id)(scope, receive, send)
-        except _ClientGone:
+            response = error_response(exc, request_id)
+        except ClientGone:
             return
+        await answer_early(response, body, scope, send)
 
     async def _post(
         self,
@@ -251,19 +241,16 @@ class SessionLayer:
         for message in held:
             await send(message)
 
-    async def _delete(
-        self, scope: Scope, receive: Receive, send: Send, headers: Headers, identity: Identity
-    ) -> None:
+    async def _delete(self, headers: Headers, identity: Identity) -> Response:
         if not is_handshake_era(headers):
             # 2026-07-28 has no sessions to end.
-            await Response(status_code=405, headers={"Allow": "POST"})(scope, receive, send)
-            return
+            return Response(status_code=405, headers={"Allow": "POST"})
         session_id = headers.get(SESSION_HEADER, "")
         if not session_id:
             raise ClientError(400, INVALID_REQUEST, MISSING_SESSION)
         bind_session(session_id)
         await self.indexer.close_session(session_id, identity.principal)
-        await Response(status_code=200)(scope, receive, send)
+        return Response(status_code=200)
 
 
 def _is_jsonrpc_error(body_messages: list[Message]) -> bool:

@@ -246,7 +246,9 @@ async def test_another_principals_request_gets_404_and_a_refreshed_token_keeps_t
         headers = {"Mcp-Session-Id": session, "Authorization": f"Bearer {mint('mallory')}"}
         assert (await http.delete(stack.mcp_url, headers=headers)).status_code == 404
     missing = await mcp.tool(session, None, "find_tool", {"tool_description": "cocktail"})
-    assert missing.status_code == 401 and missing.headers["www-authenticate"] == 'Bearer realm="toolsearch"'
+    challenge = missing.headers["www-authenticate"]
+    assert missing.status_code == 401 and challenge.startswith('Bearer realm="toolsearch", ')
+    assert 'resource_metadata="' in challenge  # where a client finds out how to get a token
     assert await mcp.find(session, mint("alice")) >= PROTECTED_TOOLS  # a refreshed token, the same principal
     called = await mcp.tool(
         session, mint("alice"), "call_tool", {"tool_name": "Search_by_name", "parameters": {"name": "mojito"}}

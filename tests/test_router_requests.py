@@ -338,7 +338,14 @@ JSON_HEADERS = {"content-type": "application/json", "accept": "application/json,
 
 
 def _config(indexer_address: str) -> Any:
-    raw = {"router": {"indexer": [indexer_address], "indexer_timeout": 2.0, "max_body_bytes": 4096}}
+    raw = {
+        "router": {
+            "indexer": [indexer_address],
+            "indexer_timeout": 2.0,
+            "max_body_bytes": 4096,
+            "allowed_hosts": ["router.test"],  # the host the in-process clients call
+        }
+    }
     return parse_config(raw, Path("test.yaml"))
 
 

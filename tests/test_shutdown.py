@@ -3,8 +3,9 @@
 The drain tests start a router or an indexer of their own next to a running stack, slow a backend
 so that a request is surely in flight, wait until the backend has received it (the catalog server
 counts requests on arrival), send SIGTERM, and check that the request completes and the process
-exits 0 within its grace period. The kill test embeds a cold catalog, SIGKILLs the indexer once
-the first chunk of vectors is committed, and restarts it on the same cache folder.
+exits 0 within its grace period; a call that outlasts the grace gets a JSON-RPC error instead. The
+kill test embeds a cold catalog, SIGKILLs the indexer once the first chunk of vectors is committed,
+and restarts it on the same cache folder.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import grpc
 import httpx2
 import jwt
 import pytest
+import yaml
 
 from tests.support.catalogs import small_catalog
 from tests.support.processes import Proc, free_port, start_process
@@ -110,6 +112,43 @@ async def test_sigterm_lets_a_router_finish_a_call_in_flight_then_exit_0(stack: 
         stack.control("Free_NBA", "slow", seconds=0)
         router.stop()
     assert took < GRACE, took
+
+
+async def test_a_call_still_running_when_the_grace_ends_gets_a_jsonrpc_error(stack: Stack) -> None:
+    config = {**stack.config, "router": {**stack.config["router"], "shutdown_grace": 0.5}}
+    path = stack.workdir / "short-grace.yaml"
+    path.write_text(yaml.safe_dump(config))
+    port = free_port()
+    router = start_process(
+        [*CLI, "router", "--config", str(path)],
+        f"http://127.0.0.1:{port}/readyz",
+        env={"TOOLSEARCH_ROUTER_LISTEN": f"127.0.0.1:{port}"},
+    )
+    url = f"http://127.0.0.1:{port}/mcp"
+    call = {
+        "jsonrpc": "2.0",
+        "id": 7,
+        "method": "tools/call",
+        "params": {"name": "call_tool", "arguments": {"tool_name": "Get_All_Teams", "parameters": {}}},
+    }
+    headers = {**HEADERS, "Mcp-Session-Id": open_session(url), "MCP-Protocol-Version": "2025-11-25"}
+    stack.control("Free_NBA", "slow", seconds=5)
+    try:
+        async with httpx2.AsyncClient(timeout=WAIT) as http:
+            arrived = stack.requests("Free_NBA")
+            answer = asyncio.create_task(http.post(url, json=call, headers=headers))
+            await until(lambda: stack.requests("Free_NBA") > arrived, "the call reached the backend")
+            router.send_signal(signal.SIGTERM)
+            response = await answer
+        await asyncio.to_thread(exits_cleanly, router, time.monotonic())
+    finally:
+        stack.control("Free_NBA", "slow", seconds=0)
+        output = router.stop()
+    assert response.status_code == 503, response.text
+    assert response.headers["retry-after"] == "1"
+    error = response.json()
+    assert error["id"] == 7 and "router.shutdown_grace is 0.5s" in error["error"]["message"]
+    assert "Traceback" not in output and "Exception in ASGI application" not in output, output
 
 
 async def test_sigterm_lets_an_indexer_finish_opening_a_session_then_exit_0(stack: Stack) -> None:

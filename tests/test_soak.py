@@ -51,6 +51,7 @@ def publish(report: SoakReport, stack: Stack, name: str, record_property: pytest
 def assert_served(report: SoakReport) -> None:
     """What every state backend guarantees: answers within the bound, clear errors only, flat memory."""
     assert report.outcomes["hung"] == 0, report.as_dict()
+    assert report.warmed_clients == report.clients, report.as_dict()  # the disruption met calls in flight
     assert not report.unexpected, report.unexpected
     assert report.recovered_clients == report.clients, report.as_dict()
     assert report.outcomes["ok"] > 10 * report.clients, report.as_dict()

@@ -6,6 +6,9 @@ file, the way `toolsearch router` reads one.
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
 import json
 import time
 from pathlib import Path
@@ -23,6 +26,7 @@ from starlette.types import Receive, Scope, Send
 from router.app import configured_authenticator
 from router.auth import TOKEN_HOLDER, AnonymousAuthenticator, JwtAuthenticator, Principal
 from router.errors import AuthConfigError, Unauthenticated
+from router.resource_metadata import ResourceMetadata
 from router.session_layer import SessionLayer
 from toolsearch.config import ConfigError, RouterAuth, parse_config
 
@@ -222,8 +226,21 @@ def test_the_entry_point_reads_the_secret_from_the_environment_and_the_keys_from
             "HS256",
         ),
         ({"mode": "jwt", "issuer": ISSUER, "audience": AUDIENCE, "leeway": 3600, "jwks_file": "k"}, "leeway"),
+        ({"authorization_servers": [ISSUER]}, "for mode jwt only"),
+        (
+            {"mode": "jwt", "issuer": ISSUER, "audience": AUDIENCE, "jwks_file": "k", "resource": "mcp"},
+            "must be an http:// or https:// URL",
+        ),
     ],
-    ids=["keys-without-jwt-mode", "no-issuer", "no-keys", "hs256-without-secret", "huge-leeway"],
+    ids=[
+        "keys-without-jwt-mode",
+        "no-issuer",
+        "no-keys",
+        "hs256-without-secret",
+        "huge-leeway",
+        "metadata-without-jwt-mode",
+        "resource-not-a-url",
+    ],
 )
 def test_auth_settings_that_would_not_verify_are_refused_at_load(auth: dict[str, Any], problem: str) -> None:
     with pytest.raises(ConfigError, match=problem):
@@ -251,3 +268,67 @@ async def test_the_session_layer_answers_401_with_the_challenge_before_anything_
         assert (
             missing.status_code == 401 and missing.headers["www-authenticate"] == 'Bearer realm="toolsearch"'
         )
+
+
+def unchecked_hs256(**changes: Any) -> str:
+    """An HS256 token of claims pyjwt would refuse to encode (a number as `iss`, say)."""
+
+    def part(data: bytes) -> bytes:
+        return base64.urlsafe_b64encode(data).rstrip(b"=")
+
+    signed = part(b'{"alg":"HS256","typ":"JWT"}') + b"." + part(json.dumps(claims(**changes)).encode())
+    return (signed + b"." + part(hmac.new(SECRET.encode(), signed, hashlib.sha256).digest())).decode()
+
+
+@pytest.mark.parametrize(
+    ("changes", "problem"),
+    [
+        ({"exp": "9999999999"}, "the token's exp claim must be a number of seconds (NumericDate)"),
+        ({"exp": float("inf")}, "the token's exp claim must be a number of seconds (NumericDate)"),
+        ({"exp": True}, "the token's exp claim must be a number of seconds (NumericDate)"),
+        ({"nbf": "0"}, "the token's nbf claim must be a number of seconds (NumericDate)"),
+        ({"iat": {"s": 1}}, "the token's iat claim must be a number of seconds (NumericDate)"),
+        ({"iss": 7}, "the token's iss claim must be a string"),
+        ({"sub": ["alice"]}, "the token's sub claim must be a string"),
+        ({"aud": 7}, "the token's aud claim must be a string or a list of strings"),
+        ({"aud": [AUDIENCE, None]}, "the token's aud claim must be a string or a list of strings"),
+    ],
+    ids=[
+        "exp-string",
+        "exp-infinite",
+        "exp-bool",
+        "nbf-string",
+        "iat-object",
+        "iss",
+        "sub",
+        "aud",
+        "aud-list",
+    ],
+)
+async def test_registered_claims_of_the_wrong_type_are_refused(changes: dict[str, Any], problem: str) -> None:
+    error = await refused(unchecked_hs256(**changes))
+    assert str(error) == f"invalid token: {problem}"
+    assert f'error_description="{problem}"' in error.www_authenticate
+
+
+async def test_numbers_of_either_json_kind_are_dates() -> None:
+    later = time.time() + 300
+    identity = await authenticator().authenticate(bearer(unchecked_hs256(exp=later, iat=int(later) - 600)))
+    assert identity.principal.subject == "alice"
+
+
+async def test_a_401_of_a_jwt_router_points_at_its_resource_metadata() -> None:
+    async def unreachable(scope: Scope, receive: Receive, send: Send) -> None:
+        await Response("the request got through")(scope, receive, send)
+
+    settings = RouterAuth(
+        mode="jwt", issuer=ISSUER, audience=AUDIENCE, hs256_secret_env="S", scopes=["tools"]
+    )
+    layer = SessionLayer(unreachable, None, authenticator(), 4096, ResourceMetadata(settings))  # type: ignore[arg-type]
+    async with httpx2.AsyncClient(
+        transport=httpx2.ASGITransport(layer), base_url="http://router.test"
+    ) as http:
+        missing = await http.post("/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "initialize"})
+    pointer = 'resource_metadata="http://router.test/.well-known/oauth-protected-resource/mcp"'
+    assert missing.status_code == 401
+    assert missing.headers["www-authenticate"] == f'Bearer realm="toolsearch", {pointer}'

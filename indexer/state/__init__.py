@@ -18,6 +18,7 @@ from pathlib import Path
 
 from indexer.state.backends import BackendHealth
 from indexer.state.base import (
+    NO_CAPS,
     SWAPS_KEPT,
     CatalogRef,
     CatalogStore,
@@ -26,6 +27,8 @@ from indexer.state.base import (
     HealthStore,
     Lease,
     Principal,
+    Room,
+    RoomFull,
     SessionRecord,
     SessionStore,
     Shared,
@@ -41,6 +44,7 @@ from indexer.state.redis_lease import RedisEvents, RedisLease
 from indexer.state.redis_sessions import RedisSessions
 
 __all__ = [
+    "NO_CAPS",
     "SWAPS_KEPT",
     "BackendHealth",
     "CatalogRef",
@@ -51,6 +55,8 @@ __all__ = [
     "Lease",
     "LocalSessions",
     "Principal",
+    "Room",
+    "RoomFull",
     "SessionRecord",
     "SessionStore",
     "Shared",
@@ -95,7 +101,7 @@ def make_state(
 ) -> State:
     """The state backend `url` names (`memory` or a Redis URL); connects on first use."""
     if url == "memory":
-        return State(LocalSessions(), disk_embeddings(cache_dir, identity, dimension))
+        return State(LocalSessions(session_ttl), disk_embeddings(cache_dir, identity, dimension))
     keys = Keys(prefix)
     client = connect(url)
     catalogs = RedisCatalogs(client, keys, session_ttl)

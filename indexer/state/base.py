@@ -12,7 +12,9 @@ Two backends implement these protocols (docs/scaling.md):
   so any replica serves any session.
 
 Stores raise `StateUnavailable` when the backend does not answer in time; the gRPC service answers
-it with UNAVAILABLE (`indexer.errors` draws it in the indexer's error tree).
+it with UNAVAILABLE (`indexer.errors` draws it in the indexer's error tree). Every store bounds its
+sessions: each expires `ttl` seconds after its last use, and `create` refuses one that would not fit
+under the caps it is given (`Room`) with `RoomFull`, checked atomically with the creation.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Literal, NamedTuple, Protocol
 
 from indexer.state.backends import BackendHealth
 from indexer.state.listings import Listing
@@ -33,6 +35,26 @@ CatalogRef = tuple[tuple[str, str], ...]  # (backend id, listing digest) pairs, 
 
 class StateUnavailable(Exception):
     """Raised when the shared state (Redis) does not answer in time; another replica may, later."""
+
+
+class Room(NamedTuple):
+    """The caps a new session must fit under; 0 sets none."""
+
+    sessions: int = 0  # live sessions in the whole state, every principal's
+    per_principal: int = 0  # live sessions of the new one's principal; 0: its principal is not counted
+
+
+NO_CAPS = Room()
+
+
+class RoomFull(Exception):
+    """Raised by `SessionStore.create` and `check` when a cap leaves no room; nothing was stored."""
+
+    def __init__(self, scope: Literal["sessions", "principal"], limit: int, frees_in: float) -> None:
+        super().__init__(f"no room for a session: the {scope} cap of {limit} is reached")
+        self.scope = scope
+        self.limit = limit
+        self.frees_in = frees_in  # seconds until the least recently used counted session expires, unused
 
 
 class Principal(NamedTuple):
@@ -116,12 +138,24 @@ class SessionStore(Protocol):
     @property
     def shared(self) -> bool: ...
 
-    async def create(self, record: SessionRecord) -> str:
-        """Store a new session; returns its id, or for an implied one the id that holds its principal."""
+    @property
+    def ttl(self) -> float:
+        """Seconds a session lives after its last use."""
+        ...
+
+    async def check(self, principal: Principal, room: Room) -> None:
+        """Raise `RoomFull` if a session of `principal` would not fit now: an early, cheap refusal."""
+        ...
+
+    async def create(self, record: SessionRecord, room: Room = NO_CAPS) -> str:
+        """Store a new session if it fits in `room` (else `RoomFull`); returns its id.
+
+        For an implied session whose principal has one already, returns that one's id (no room needed).
+        """
         ...
 
     async def load(self, session_id: str) -> SessionRecord | None:
-        """The session, if it lives; a load is a use, so it extends the session's time to live."""
+        """The session, if it lives; a load is a use, so it renews the session's time to live."""
         ...
 
     async def records(self) -> list[SessionRecord]:

@@ -2,16 +2,30 @@
 
 Nothing is shared, so nothing is serialised: the session store keeps the very records the session
 manager works on, a swap is checked and counted here and applied by the manager, and there is no
-lease (this process always probes and rebuilds) and no event channel. Sessions live until they are
-closed or ended, as they always have in this mode. The embeddings' SQLite file is
+lease (this process always probes and rebuilds) and no event channel. The embeddings' SQLite file is
 `indexer.state.disk`.
+
+Sessions are bounded as in Redis: each lives `ttl` seconds after its last use (sliding), and
+`create` refuses one beyond the caps it is given. Records are kept in the order of their last use,
+so the expired ones are always at the front: every call first drops those whose time has passed,
+which costs one comparison when none has, and the caps count live sessions only.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
-from indexer.state.base import Principal, SessionRecord, SwapChange
+from indexer.state.base import NO_CAPS, Principal, Room, RoomFull, SessionRecord, SwapChange
+
+
+class _Held(NamedTuple):
+    """A stored session and the monotonic time it expires at, unless used again."""
+
+    record: SessionRecord
+    expires: float
 
 
 class LocalSessions:
@@ -19,30 +33,90 @@ class LocalSessions:
 
     shared = False
 
-    def __init__(self) -> None:
-        self._records: dict[str, SessionRecord] = {}
+    def __init__(self, ttl: float = 86_400.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self._ttl = ttl
+        self._clock = clock
+        self._held: OrderedDict[str, _Held] = OrderedDict()  # least recently used first
+        # the sessions of each counted principal (those created under a per-principal cap), in use order
+        self._owned: dict[Principal, OrderedDict[str, None]] = {}
         self._implied: dict[Principal, str] = {}
 
     def __len__(self) -> int:
-        return len(self._records)
+        return len(self._held)
 
-    async def create(self, record: SessionRecord) -> str:
+    @property
+    def ttl(self) -> float:
+        return self._ttl
+
+    def _expire(self) -> float:
+        """Drop the sessions whose time has passed; returns now."""
+        now = self._clock()
+        while self._held:
+            oldest = next(iter(self._held.values()))
+            if oldest.expires > now:
+                break
+            self._drop(oldest.record)
+        return now
+
+    def _drop(self, record: SessionRecord) -> None:
+        self._held.pop(record.id, None)
+        owned = self._owned.get(record.principal)
+        if owned is not None:
+            owned.pop(record.id, None)
+            if not owned:
+                del self._owned[record.principal]
+        if self._implied.get(record.principal) == record.id:
+            del self._implied[record.principal]
+
+    def _refusal(self, principal: Principal, room: Room, now: float) -> RoomFull | None:
+        if room.sessions and len(self._held) >= room.sessions:
+            oldest = next(iter(self._held.values()))
+            return RoomFull("sessions", room.sessions, oldest.expires - now)
+        owned = self._owned.get(principal)
+        if room.per_principal and owned is not None and len(owned) >= room.per_principal:
+            oldest = self._held[next(iter(owned))]
+            return RoomFull("principal", room.per_principal, oldest.expires - now)
+        return None
+
+    async def check(self, principal: Principal, room: Room) -> None:
+        if (refusal := self._refusal(principal, room, self._expire())) is not None:
+            raise refusal
+
+    async def create(self, record: SessionRecord, room: Room = NO_CAPS) -> str:
+        now = self._expire()
         if record.implied:
             existing = self._implied.get(record.principal)
-            if existing in self._records:
+            if existing is not None and existing in self._held:
                 return existing
+        if (refusal := self._refusal(record.principal, room, now)) is not None:
+            raise refusal
+        if record.implied:
             self._implied[record.principal] = record.id
-        self._records[record.id] = record
+        self._held[record.id] = _Held(record, now + self._ttl)
+        if room.per_principal:
+            self._owned.setdefault(record.principal, OrderedDict())[record.id] = None
         return record.id
 
     async def implied(self, principal: Principal) -> str | None:
+        self._expire()
         return self._implied.get(principal)
 
     async def load(self, session_id: str) -> SessionRecord | None:
-        return self._records.get(session_id)
+        now = self._expire()
+        held = self._held.get(session_id)
+        if held is None:
+            return None
+        # a use: the session lives on, and moves behind every session used before it
+        self._held[session_id] = _Held(held.record, now + self._ttl)
+        self._held.move_to_end(session_id)
+        owned = self._owned.get(held.record.principal)
+        if owned is not None and session_id in owned:
+            owned.move_to_end(session_id)
+        return held.record
 
     async def records(self) -> list[SessionRecord]:
-        return list(self._records.values())
+        self._expire()
+        return [held.record for held in self._held.values()]
 
     async def save(self, records: Sequence[SessionRecord]) -> None:
         """Nothing to do: the records are the objects that changed."""
@@ -51,13 +125,16 @@ class LocalSessions:
         numbers = []
         for change in changes:
             record = change.record
-            live = self._records.get(record.id) is record and record.ref.fingerprint != change.fingerprint
+            held = self._held.get(record.id)
+            live = held is not None and held.record is record and record.ref.fingerprint != change.fingerprint
             numbers.append(record.ref.number + 1 if live else 0)
         return numbers
 
     async def delete(self, record: SessionRecord) -> None:
-        self._records.pop(record.id, None)
-        if record.implied and self._implied.get(record.principal) == record.id:
+        held = self._held.get(record.id)
+        if held is not None:
+            self._drop(held.record)
+        elif self._implied.get(record.principal) == record.id:
             del self._implied[record.principal]
 
     async def close(self) -> None:

@@ -28,7 +28,7 @@ from redis.retry import Retry as SyncRetry
 
 from indexer.state.backends import STATUSES, BackendHealth
 from indexer.state.base import StateUnavailable
-from indexer.state.listings import Listing, intern_listing
+from indexer.state.listings import Listing, ServerInfo, intern_listing
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +44,7 @@ class Keys:
     def __init__(self, prefix: str = "toolsearch:") -> None:
         self.prefix = prefix
         self.sessions = f"{prefix}sessions"  # set of live session ids (an index; swept)
+        self.expiry = f"{prefix}sessions:expiry"  # sorted set: session id -> when it expires, unused
         self.implied = f"{prefix}implied"  # hash: principal -> its implied session's id (swept)
         self.health = f"{prefix}health"  # hash: backend id -> its health record
         self.generation = f"{prefix}health:generation"  # grows with every published health change
@@ -55,6 +56,10 @@ class Keys:
 
     def swaps(self, session_id: str) -> str:
         return f"{self.prefix}session:{session_id}:swaps"
+
+    def owned(self, principal: str) -> str:
+        """The sorted set of a counted principal's sessions (as `expiry`), by a hash of its key."""
+        return f"{self.prefix}principal:{hashlib.sha256(principal.encode()).hexdigest()[:32]}"
 
     def listing(self, digest: str) -> str:
         return f"{self.prefix}listing:{digest}"
@@ -131,7 +136,13 @@ class RedisCatalogs:
             return
         async with guarded("storing listings"), self._client.pipeline(transaction=False) as pipe:
             for digest, listing in fresh.items():
-                encoded = json.dumps({"tools": listing.tools, "protocol_version": listing.protocol_version})
+                encoded = json.dumps(
+                    {
+                        "tools": listing.tools,
+                        "protocol_version": listing.protocol_version,
+                        "server": listing.server.as_dict(),
+                    }
+                )
                 pipe.set(self._keys.listing(digest), encoded, px=self._ttl_ms)
             await pipe.execute()
         self._written.update(dict.fromkeys(fresh, now))
@@ -153,7 +164,8 @@ class RedisCatalogs:
                 if value is None:
                     continue
                 data = json.loads(value)
-                listing = Listing(tuple(data["tools"]), str(data["protocol_version"]), 0.0)
+                server = ServerInfo.from_dict(data.get("server"))
+                listing = Listing(tuple(data["tools"]), str(data["protocol_version"]), 0.0, server)
                 # the object the sessions listing it here hold too, if any: one copy, digest known
                 found[digest] = self.remember(digest, intern_listing(listing, digest))
         return found

@@ -6,69 +6,46 @@ expire `session_ttl` seconds after the session's last use (every load renews the
 version changes only through the swap script, a compare-and-set on its fingerprint that also
 increments its number, so numbers grow by one per swap whichever replica makes it, and two replicas
 computing the same change make one swap between them. `sessions` (every id) and `implied`
-(principal -> session id) are indexes that the lease holder's sweep cleans of expired sessions.
+(principal -> session id) are indexes that the lease holder's sweep cleans of expired sessions;
+`sessions:expiry` and `principal:<hash>` count the live sessions for the caps
+(`indexer.state.redis_scripts` has the scripts and how they keep those counts).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, Literal, cast
 
 import redis.asyncio as aredis
 
-from indexer.state.base import SWAPS_KEPT, CatalogRef, Principal, SessionRecord, Swap, SwapChange, VersionRef
+from indexer.state import redis_scripts as scripts
+from indexer.state.base import (
+    NO_CAPS,
+    SWAPS_KEPT,
+    CatalogRef,
+    Principal,
+    Room,
+    RoomFull,
+    SessionRecord,
+    Swap,
+    SwapChange,
+    VersionRef,
+)
 from indexer.state.listings import digest_of, intern_backends
 from indexer.state.redis import Keys, RedisCatalogs, chunks, guarded, text
-
-_CREATE = """
-if ARGV[3] ~= '' then
-  local holder = redis.call('HGET', KEYS[4], ARGV[3])
-  if holder and redis.call('EXISTS', ARGV[5] .. holder) == 1 then return holder end
-  redis.call('HSET', KEYS[4], ARGV[3], ARGV[1])
-end
-redis.call('HSET', KEYS[1], unpack(ARGV, 6))
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-redis.call('LPUSH', KEYS[2], ARGV[4])
-redis.call('PEXPIRE', KEYS[2], ARGV[2])
-redis.call('SADD', KEYS[3], ARGV[1])
-return ARGV[1]
-"""
-_UPDATE = """
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-redis.call('HSET', KEYS[1], unpack(ARGV))
-return 1
-"""
-_SWAP = """
-local current = redis.call('HGET', KEYS[1], 'fingerprint')
-if not current then return -1 end
-if current ~= ARGV[1] or current == ARGV[2] then return 0 end
-local previous = tonumber(redis.call('HGET', KEYS[1], 'number'))
-local number = redis.call('HINCRBY', KEYS[1], 'number', 1)
-redis.call('HSET', KEYS[1], 'fingerprint', ARGV[2], 'catalog', ARGV[3])
-redis.call('LPUSH', KEYS[2], cjson.encode({previous = {previous, current}, current = {number, ARGV[2]},
-  reason = ARGV[4], at = tonumber(ARGV[5])}))
-redis.call('LTRIM', KEYS[2], 0, tonumber(ARGV[6]) - 1)
-local ttl = redis.call('PTTL', KEYS[1])
-if ttl > 0 then redis.call('PEXPIRE', KEYS[2], ttl) end
-return number
-"""
-_DELETE = """
-redis.call('DEL', KEYS[1], KEYS[2])
-redis.call('SREM', KEYS[3], ARGV[1])
-if ARGV[2] ~= '' and redis.call('HGET', KEYS[4], ARGV[2]) == ARGV[1] then
-  redis.call('HDEL', KEYS[4], ARGV[2])
-end
-return 1
-"""
-_FORGET_IMPLIED = """
-if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then return redis.call('HDEL', KEYS[1], ARGV[1]) end
-return 0
-"""
 
 
 def principal_key(principal: Principal) -> str:
     return json.dumps(list(principal))
+
+
+def _refuse(answer: Any, room: Room) -> None:
+    """Raise `RoomFull` for a script's refusal: [scope, milliseconds until the oldest expires]."""
+    if isinstance(answer, list) and len(answer) == 2:
+        scope = cast(Literal["sessions", "principal"], text(answer[0]))
+        limit = room.sessions if scope == "sessions" else room.per_principal
+        raise RoomFull(scope, limit, int(answer[1]) / 1000)
 
 
 def _swap_json(swap: Swap) -> str:
@@ -97,11 +74,18 @@ class RedisSessions:
     def __init__(self, client: aredis.Redis, keys: Keys, catalogs: RedisCatalogs, ttl: float) -> None:
         self._client, self._keys, self._catalogs = client, keys, catalogs
         self._ttl_ms = int(ttl * 1000)
-        self._create = client.register_script(_CREATE)
-        self._update = client.register_script(_UPDATE)
-        self._swap = client.register_script(_SWAP)
-        self._delete = client.register_script(_DELETE)
-        self._forget_implied = client.register_script(_FORGET_IMPLIED)
+        self._check = client.register_script(scripts.CHECK)
+        self._create = client.register_script(scripts.CREATE)
+        self._load = client.register_script(scripts.LOAD)
+        self._update = client.register_script(scripts.UPDATE)
+        self._swap = client.register_script(scripts.SWAP)
+        self._delete = client.register_script(scripts.DELETE)
+        self._forget_implied = client.register_script(scripts.FORGET_IMPLIED)
+        self._trim = client.register_script(scripts.TRIM)
+
+    @property
+    def ttl(self) -> float:
+        return self._ttl_ms / 1000
 
     async def _backend_fields(self, record: SessionRecord) -> dict[str, str]:
         own = {backend: digest_of(listing) for backend, listing in record.own_listings.items()}
@@ -113,7 +97,13 @@ class RedisSessions:
             "epochs": json.dumps(record.listed_epochs),
         }
 
-    async def create(self, record: SessionRecord) -> str:
+    async def check(self, principal: Principal, room: Room) -> None:
+        keys = [self._keys.expiry, self._keys.owned(principal_key(principal))]
+        async with guarded("counting sessions"):
+            answer = await self._check(keys=keys, args=[room.sessions, room.per_principal])
+        _refuse(answer, room)
+
+    async def create(self, record: SessionRecord, room: Room = NO_CAPS) -> str:
         fields = {
             "issuer": record.principal.issuer,
             "subject": record.principal.subject,
@@ -127,15 +117,16 @@ class RedisSessions:
         if record.token:
             fields["token"] = record.token
         first = _swap_json(record.swaps[0]) if record.swaps else "{}"
+        owner = principal_key(record.principal)
         keys = [self._keys.session(record.id), self._keys.swaps(record.id), self._keys.sessions]
-        claim = principal_key(record.principal) if record.implied else ""
-        args: list[str | int] = [record.id, self._ttl_ms, claim, first]
+        keys += [self._keys.implied, self._keys.expiry, self._keys.owned(owner)]
+        claim = owner if record.implied else ""
+        args: list[str | int] = [record.id, self._ttl_ms, claim, first, self._keys.session("")]
         pairs = [item for pair in fields.items() for item in pair]
         async with guarded("creating a session"):
-            holder = await self._create(
-                keys=[*keys, self._keys.implied], args=[*args, self._keys.session(""), *pairs]
-            )
-        return text(holder)
+            answer = await self._create(keys=keys, args=[*args, room.sessions, room.per_principal, *pairs])
+        _refuse(answer, room)
+        return text(answer)
 
     async def implied(self, principal: Principal) -> str | None:
         """The id the principal's implied session is stored under, if any."""
@@ -144,13 +135,13 @@ class RedisSessions:
         return text(value) or None
 
     async def load(self, session_id: str) -> SessionRecord | None:
-        key, swaps = self._keys.session(session_id), self._keys.swaps(session_id)
-        async with guarded("reading a session"), self._client.pipeline(transaction=False) as pipe:
-            pipe.hgetall(key)
-            pipe.lrange(swaps, 0, -1)
-            pipe.pexpire(key, self._ttl_ms)  # a use: the session lives on
-            pipe.pexpire(swaps, self._ttl_ms)
-            stored, swap_list, *_ = await pipe.execute()
+        keys = [self._keys.session(session_id), self._keys.swaps(session_id), self._keys.expiry]
+        async with guarded("reading a session"):
+            answer = await self._load(keys=keys, args=[session_id, self._ttl_ms])  # a use: it lives on
+        if not answer:
+            return None
+        flat, swap_list = answer
+        stored = dict(zip(flat[::2], flat[1::2], strict=True))
         decoded = await self._decode([(session_id, stored, swap_list)])
         return decoded[0] if decoded else None
 
@@ -224,9 +215,10 @@ class RedisSessions:
 
     async def delete(self, record: SessionRecord) -> None:
         keys = [self._keys.session(record.id), self._keys.swaps(record.id), self._keys.sessions]
+        keys += [self._keys.implied, self._keys.expiry]
         principal = principal_key(record.principal) if record.implied else ""
         async with guarded("ending a session"):
-            await self._delete(keys=[*keys, self._keys.implied], args=[record.id, principal])
+            await self._delete(keys=keys, args=[record.id, principal])
 
     async def sweep(self, also_keep: Iterable[str] = ()) -> int:
         """Drop expired sessions from the indexes and keep the listings live ones refer to.
@@ -234,6 +226,7 @@ class RedisSessions:
         Returns how many expired sessions were dropped.
         """
         async with guarded("sweeping sessions"):
+            await self._trim(keys=[self._keys.expiry])
             ids = [text(i) for i in await self._client.smembers(self._keys.sessions)]
             implied = {text(k): text(v) for k, v in (await self._client.hgetall(self._keys.implied)).items()}
         dead: set[str] = set()

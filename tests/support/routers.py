@@ -1,0 +1,122 @@
+"""A router process in front of an indexer the test serves from its own event loop: a stack in seconds.
+
+    async with light_stack(tmp_path, router={"max_connections": 5}) as stack:
+        ...  # stack.mcp_url, stack.catalog_url, stack.router (a Proc), stack.indexer (IndexerProcess)
+
+The catalog server and the router are real processes; the indexer runs in the test's loop with the
+fake embedder (tests/support/indexers.py), so no model is loaded. The test must not block the loop
+while the router needs the indexer: it awaits its requests (httpx2.AsyncClient) or runs blocking
+clients in a thread (`asyncio.to_thread`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Mapping
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from indexer.server import IndexerProcess, create_server
+from tests.support.catalogs import small_catalog
+from tests.support.indexers import running_indexer
+from tests.support.processes import Proc, free_port, start_process
+from tests.support.stack import CLI
+from toolsearch.config import load_config
+
+
+@dataclass
+class LightStack:
+    config_path: Path
+    catalog_url: str
+    router_url: str
+    router: Proc
+    indexer: IndexerProcess
+
+    @property
+    def mcp_url(self) -> str:
+        return f"{self.router_url}/mcp"
+
+
+def start_router(config_path: Path, port: int, env: Mapping[str, str] | None = None) -> Proc:
+    """`toolsearch router` on 127.0.0.1:`port`, ready once /healthz answers (the indexer may be down)."""
+    return start_process(
+        [*CLI, "router", "--config", str(config_path)],
+        f"http://127.0.0.1:{port}/healthz",
+        timeout=60,
+        env={"TOOLSEARCH_ROUTER_LISTEN": f"127.0.0.1:{port}", **(env or {})},
+    )
+
+
+@asynccontextmanager
+async def light_stack(
+    folder: Path,
+    router: Mapping[str, Any] | None = None,
+    catalog: Mapping[str, Any] | None = None,
+    env: Mapping[str, str] | None = None,
+    require_jwt: tuple[str, ...] = (),
+) -> AsyncIterator[LightStack]:
+    """A catalog server (with test controls) of three small servers, an indexer, and a router.
+
+    `router` adds to the router section, `catalog` to the catalog server's entry (e.g.
+    `backend_max_response_bytes`); `env` goes to the processes and gives the indexer its secrets;
+    `require_jwt` names the catalog servers that demand a JWT (secret in `env`).
+    """
+    small_catalog(folder / "catalog.jsonl")
+    catalog_port, indexer_port, router_port = free_port(), free_port(), free_port()
+    server: dict[str, Any] = {
+        "catalog": str(folder / "catalog.jsonl"),
+        "listen": f"127.0.0.1:{catalog_port}",
+        "require_jwt": list(require_jwt),
+        **(catalog or {}),
+    }
+    config: dict[str, Any] = {
+        "router": {
+            "listen": f"127.0.0.1:{router_port}",
+            "indexer": [f"127.0.0.1:{indexer_port}"],
+            **(router or {}),
+        },
+        "indexer": {
+            "listen": f"127.0.0.1:{indexer_port}",
+            "cache_dir": str(folder / "cache"),
+            "discovery_timeout": 10.0,
+            "health": {"enabled": False},
+        },
+        "catalog_servers": [server],
+    }
+    path = folder / "toolsearch.yaml"
+    path.write_text(yaml.safe_dump(config))
+    jwt_args = ["--require-jwt", *require_jwt] if require_jwt else []
+    async with AsyncExitStack() as cleanup:
+        args = ["catalog-server", "--catalog", server["catalog"], "--port", str(catalog_port), "--control"]
+        catalog_proc = await asyncio.to_thread(
+            start_process, [*CLI, *args, *jwt_args], f"http://127.0.0.1:{catalog_port}/healthz", env=env
+        )
+        cleanup.callback(catalog_proc.stop)
+        indexer = await cleanup.enter_async_context(running_indexer(load_config(path), dict(env or {})))
+        grpc_server, _ = await create_server(indexer)
+        await grpc_server.start()
+        cleanup.push_async_callback(grpc_server.stop, 0)
+        proc = await asyncio.to_thread(start_router, path, router_port, env)
+        cleanup.callback(proc.stop)
+        yield LightStack(
+            path, f"http://127.0.0.1:{catalog_port}", f"http://127.0.0.1:{router_port}", proc, indexer
+        )
+
+
+def another_router(
+    stack: LightStack, name: str, settings: Mapping[str, Any], env: Mapping[str, str] | None = None
+) -> tuple[Proc, str]:
+    """One more router in front of the stack's indexer, its `router` section changed by `settings`.
+
+    Returns the process (the caller stops it) and its base URL. Blocking: call it in a thread.
+    """
+    config = yaml.safe_load(stack.config_path.read_text())
+    port = free_port()
+    config["router"] = {**config["router"], **settings, "listen": f"127.0.0.1:{port}"}
+    path = stack.config_path.with_name(f"{name}.yaml")
+    path.write_text(yaml.safe_dump(config))
+    return start_router(path, port, env), f"http://127.0.0.1:{port}"

@@ -1,0 +1,194 @@
+"""`toolsearch up` supervises its parts: reload on SIGHUP, stop with its terminal, no part left behind.
+
+`up` runs as a user runs it: on a terminal of its own (a pseudo-terminal here, whose closing is the
+terminal closing), with the real indexer, router and catalog server. A port in use is found before
+anything starts.
+"""
+
+from __future__ import annotations
+
+import os
+import pty
+import select
+import signal
+import socket
+import sys
+import time
+from collections.abc import Iterator
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+import yaml
+
+from commands.supervisor import Supervisor
+from tests.support.catalogs import small_catalog
+from tests.support.processes import free_port, start_process, url_answers
+from tests.support.stack import CLI, MODEL, START_TIMEOUT
+
+WAIT = 30.0
+
+
+def write_config(folder: Path) -> tuple[Path, dict[str, Any]]:
+    small_catalog(folder / "catalog.jsonl")
+    indexer = f"127.0.0.1:{free_port()}"
+    config: dict[str, Any] = {
+        "router": {"listen": f"127.0.0.1:{free_port()}", "indexer": [indexer]},
+        "indexer": {
+            "listen": indexer,
+            "model": str(MODEL),
+            "cache_dir": str(folder / "cache"),
+            "health": {"enabled": False},
+        },
+        "catalog_servers": [{"catalog": str(folder / "catalog.jsonl"), "listen": f"127.0.0.1:{free_port()}"}],
+    }
+    path = folder / "toolsearch.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path, config
+
+
+class Terminal:
+    """`toolsearch up` on a pseudo-terminal: what it printed, and the terminal's closing."""
+
+    def __init__(self, config: Path) -> None:
+        self.pid, self.fd = pty.fork()
+        if self.pid == 0:  # the child: `up` as the terminal's session leader
+            os.execv(sys.executable, [sys.executable, *CLI[1:], "up", "--config", str(config)])
+        self.output = b""
+
+    def read_until(self, text: str, within: float) -> None:
+        deadline = time.monotonic() + within
+        while text.encode() not in self.output:
+            left = deadline - time.monotonic()
+            assert left > 0, f"{text!r} not printed within {within}s:\n{self.output.decode(errors='replace')}"
+            ready, _, _ = select.select([self.fd], [], [], min(left, 0.5))
+            if ready:
+                try:
+                    self.output += os.read(self.fd, 65536)
+                except OSError:  # the terminal side is gone: `up` exited
+                    assert text.encode() in self.output, self.output.decode(errors="replace")
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+    def wait(self, within: float) -> int:
+        deadline = time.monotonic() + within
+        while time.monotonic() < deadline:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                return os.waitstatus_to_exitcode(status)
+            time.sleep(0.05)
+        os.kill(self.pid, signal.SIGKILL)
+        raise AssertionError(f"toolsearch up did not exit within {within}s")
+
+
+def gone(processes: list[psutil.Process]) -> bool:
+    return all(not p.is_running() or p.status() == psutil.STATUS_ZOMBIE for p in processes)
+
+
+def wait_gone(processes: list[psutil.Process], within: float = WAIT) -> None:
+    deadline = time.monotonic() + within
+    while not gone(processes):
+        assert time.monotonic() < deadline, [p.pid for p in processes if p.is_running()]
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def leftovers() -> Iterator[list[psutil.Process]]:
+    """The parts a test saw; killed after it, should it fail before they stopped."""
+    parts: list[psutil.Process] = []
+    yield parts
+    for part in parts:
+        if part.is_running():
+            part.kill()
+
+
+def test_sighup_reloads_the_indexer_and_the_terminal_closing_stops_everything(
+    tmp_path: Path, leftovers: list[psutil.Process]
+) -> None:
+    path, config = write_config(tmp_path)
+    terminal = Terminal(path)
+    terminal.read_until("toolsearch is up", START_TIMEOUT)
+    parts = psutil.Process(terminal.pid).children()
+    leftovers.extend(parts)
+    assert len(parts) == 3  # catalog server, indexer, router: each in a session of its own
+    assert all(os.getsid(part.pid) == part.pid for part in parts)
+
+    # kill -HUP: the documented reload. The indexer rereads the file; nothing is orphaned.
+    server = config["catalog_servers"][0]["listen"]
+    config["backends"] = [{"id": "cocktails_again", "url": f"http://{server}/servers/Cocktails/mcp"}]
+    path.write_text(yaml.safe_dump(config))
+    os.kill(terminal.pid, signal.SIGHUP)
+    terminal.read_until("the router and the catalog servers have no reload", WAIT)
+    terminal.read_until("config reload: added cocktails_again", WAIT)
+    assert all(part.is_running() for part in parts)
+    assert {p.pid for p in psutil.Process(terminal.pid).children()} == {p.pid for p in parts}
+
+    # the terminal closes: `up` stops every part and exits
+    terminal.close()
+    assert terminal.wait(WAIT) == 0
+    wait_gone(parts)
+
+
+def test_a_part_that_dies_is_reported_and_the_rest_stopped(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # two light parts under the supervisor `up` uses; the first is killed while both run
+    small_catalog(tmp_path / "catalog.jsonl")
+    supervisor = Supervisor(ready_timeout=WAIT, reload_note="")
+    with supervisor.signals():
+        try:
+            for name in ("first", "second"):
+                port = free_port()
+                args = ["catalog-server", "--catalog", str(tmp_path / "catalog.jsonl"), "--port", str(port)]
+                supervisor.start(
+                    f"catalog server {name}",
+                    args,
+                    partial(url_answers, f"http://127.0.0.1:{port}/healthz"),
+                )
+            parts = [psutil.Process(part.process.pid) for part in supervisor.parts]
+            parts[0].kill()
+            assert supervisor.supervise() == 1
+        finally:
+            supervisor.stop()
+    wait_gone(parts)
+    assert (
+        "toolsearch up: the catalog server first exited with signal SIGKILL; stopping the rest"
+        in capsys.readouterr().err
+    )
+
+
+def test_a_part_that_cannot_start_is_reported_and_up_is_never_printed(tmp_path: Path) -> None:
+    path, config = write_config(tmp_path)
+    config["indexer"]["model"] = str(tmp_path / "no-model-here")
+    path.write_text(yaml.safe_dump(config))
+    up = start_process([*CLI, "up", "--config", str(path)], None)
+    deadline = time.monotonic() + WAIT
+    while up.returncode is None:
+        assert time.monotonic() < deadline, up.output()
+        time.sleep(0.05)
+    output = up.stop()
+    assert up.returncode == 1
+    assert "toolsearch up: the indexer exited with code 2 before it was ready" in output
+    assert "toolsearch is up" not in output
+    catalog = config["catalog_servers"][0]["listen"]
+    assert not url_answers(f"http://{catalog}/healthz")  # the catalog server was stopped with it
+
+
+def test_a_port_in_use_is_one_line_and_nothing_starts(tmp_path: Path) -> None:
+    path, config = write_config(tmp_path)
+    host, _, port = config["indexer"]["listen"].rpartition(":")
+    with socket.create_server((host, int(port))):  # an earlier run's indexer, still listening
+        up = start_process([*CLI, "up", "--config", str(path)], None)
+        deadline = time.monotonic() + WAIT
+        while up.returncode is None:
+            assert time.monotonic() < deadline, up.output()
+            time.sleep(0.05)
+        output = up.stop()
+    assert up.returncode == 1
+    assert output.strip() == (
+        f"toolsearch up: port {port} is in use: the indexer cannot listen on {host}:{port}; stop what "
+        "listens there (an earlier toolsearch up?) or change indexer.listen"
+    )
