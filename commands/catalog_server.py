@@ -11,10 +11,12 @@ the tool's inputSchema and echoes them back. It stands in for real backends in d
 - `--control` adds a testing and demo aid, without authentication (keep it on loopback):
   `GET /control/servers` (state), `POST /control/servers/<slug>/down` (every MCP request answers
   503) and `/up`, `POST /control/servers/<slug>/slow?seconds=X` (delay every MCP response; 0 ends
-  it), and `POST /control/servers/<slug>/tools` with a JSON list of tool definitions that replaces
-  the server's tool list (stateless, so no list_changed notification: clients see it on their next
-  tools/list), and `POST /control/servers/<slug>/subjects` with a JSON list of the subjects that
-  server lets in from now on (`null`: every subject), for a server that requires a JWT;
+  it), `POST /control/servers/<slug>/pad?bytes=N` (every tools/call result carries N bytes more, in
+  a second text block: an oversized answer; 0 ends it), `POST /control/servers/<slug>/tools` with
+  a JSON list of tool definitions that replaces the server's tool list (stateless, so no
+  list_changed notification: clients see it on their next tools/list), and
+  `POST /control/servers/<slug>/subjects` with a JSON list of the subjects that server lets in from
+  now on (`null`: every subject), for a server that requires a JWT;
   `GET /control/servers/<slug>/calls` counts the `tools/call` requests that server has handled
   (`calls`) and the MCP requests it has received, on arrival, before any delay (`requests`).
 """
@@ -63,6 +65,7 @@ from toolsearch.catalog import (
 DEFAULT_SECRET_ENV = "TOOLSEARCH_CATALOG_JWT_SECRET"
 MIN_SECRET_BYTES = 32  # RFC 7518 §3.2: an HS256 key must be at least as long as the hash
 MAX_DELAY_SECONDS = 600.0
+MAX_PAD_BYTES = 256 * 1024 * 1024
 ALL_SERVERS = "*"
 
 # pyjwt's own messages can quote parts of the token; clients get these fixed ones instead.
@@ -110,6 +113,7 @@ class _Backend:
     allowed_subjects: frozenset[str] | None = None  # when set, the only `sub` values let in
     down: bool = False
     delay: float = 0.0
+    pad: int = 0  # bytes every tools/call result carries in addition
     calls: int = 0  # tools/call requests that reached this server's handler
     requests: int = 0  # MCP requests received, counted on arrival (before the delay)
 
@@ -120,6 +124,7 @@ class _Backend:
             "tools": len(self.tools),
             "down": self.down,
             "delay_seconds": self.delay,
+            "pad_bytes": self.pad,
             "calls": self.calls,
             "requests": self.requests,
             "requires_jwt": self.requires_jwt,
@@ -227,9 +232,10 @@ class _CatalogService:
             return _tool_error(f"invalid arguments for {params.name}: {problem}")
         result = {"tool": params.name, "server": backend.server, "arguments": arguments}
         text = json.dumps(result, ensure_ascii=False)
-        return types.CallToolResult(
-            content=[types.TextContent(type="text", text=text)], structured_content=result
-        )
+        content: list[types.ContentBlock] = [types.TextContent(type="text", text=text)]
+        if backend.pad:
+            content.append(types.TextContent(type="text", text="x" * backend.pad))
+        return types.CallToolResult(content=content, structured_content=result)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """ASGI for `/servers/{slug}/mcp`: refuse what this server would not serve, then serve it."""
@@ -286,7 +292,7 @@ class _CatalogService:
         return JSONResponse({"slug": backend.slug, "calls": backend.calls, "requests": backend.requests})
 
     async def control(self, request: Request) -> Response:
-        """`POST /control/servers/{slug}/{down,up,slow,tools,subjects}`."""
+        """`POST /control/servers/{slug}/{down,up,slow,pad,tools,subjects}`."""
         backend = self.backends.get(request.path_params["slug"])
         if backend is None:
             raise HTTPException(404, f"unknown server {_clip(request.path_params['slug'])}")
@@ -301,6 +307,11 @@ class _CatalogService:
             if not math.isfinite(seconds) or not 0 <= seconds <= MAX_DELAY_SECONDS:
                 raise HTTPException(400, f"seconds must be between 0 and {MAX_DELAY_SECONDS:g}")
             backend.delay = seconds
+        elif action == "pad":
+            size = request.query_params.get("bytes", "")
+            if not size.isdigit() or int(size) > MAX_PAD_BYTES:
+                raise HTTPException(400, f"give the padding as ?bytes=N, 0 to {MAX_PAD_BYTES}")
+            backend.pad = int(size)
         elif action == "tools":
             backend.tools = await _posted_tools(request, backend.server)
         elif action == "subjects":
@@ -311,7 +322,7 @@ class _CatalogService:
             backend.allowed_subjects = await _posted_subjects(request)
         else:
             raise HTTPException(
-                404, f"unknown control action {_clip(action)}: down, up, slow, tools or subjects"
+                404, f"unknown control action {_clip(action)}: down, up, slow, pad, tools or subjects"
             )
         return JSONResponse(backend.state())
 

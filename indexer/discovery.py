@@ -3,24 +3,31 @@
 The SDK reports an HTTP error status only as a generic JSON-RPC error, so a response hook records
 the status of every answer; a 401 or 403 becomes `BackendRejected`, which decides whether a session
 leaves the backend out or ends. Health probes keep one `ProbeClient` per backend across listings
-and pin the protocol version it answered in (`pinned_mode`).
+and pin the protocol version it answered in (`pinned_mode`). Every answer is read under the
+backend's `max_response_bytes` (toolsearch/responses.py): a larger page leaves the backend out
+instead of filling the indexer's memory. A backend with `transport: sse` is listed over the legacy
+HTTP+SSE transport (the SDK's SSE client), everything else over Streamable HTTP.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import anyio
 import httpx2
 from mcp import Client
+from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
+from mcp_types import Implementation
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 
 from indexer.errors import BackendRejected, BackendUnavailable
-from indexer.state.listings import Listing
+from indexer.state.listings import Listing, ServerInfo
+from toolsearch.config import DEFAULT_MAX_RESPONSE_BYTES
+from toolsearch.responses import BoundedTransport
 
 # A server that pages forever must not hang discovery.
 MAX_PAGES = 1000
@@ -64,49 +71,72 @@ def pinned_mode(protocol_version: str) -> str:
     return "auto"
 
 
-class _Borrowed(httpx2.AsyncBaseTransport):
-    """A shared transport lent to one client: closing the client leaves the pool open for the others."""
+def _given(http: httpx2.AsyncClient) -> Callable[..., httpx2.AsyncClient]:
+    """An httpx client factory for the SDK's SSE client that hands it `http` (headers, bound, hooks)."""
 
-    def __init__(self, transport: httpx2.AsyncBaseTransport) -> None:
-        self._transport = transport
+    def factory(
+        headers: dict[str, str] | None = None,
+        timeout: httpx2.Timeout | None = None,
+        auth: httpx2.Auth | None = None,
+    ) -> httpx2.AsyncClient:
+        return http
 
-    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
-        return await self._transport.handle_async_request(request)
+    return factory
 
-    async def aclose(self) -> None:
-        pass
+
+def _too_large(backend_id: str, limit: int) -> BackendUnavailable:
+    return BackendUnavailable(
+        backend_id,
+        f"answered tools/list with more than {limit} bytes; raise backends[].max_response_bytes "
+        "if its tool list is that large",
+    )
 
 
 class ProbeClient:
     """One backend's HTTP client, kept from one health probe to the next.
 
     Building a client per probe cost about as much CPU as the probe's requests. The client carries
-    the headers and timeout it was built with (`fits` tells whether they still apply); a shared
-    transport is only borrowed, so `aclose` closes what the client owns and never the shared pool.
-    One listing uses it at a time (its owner sets `busy`): the status recorder belongs to that listing.
+    the headers, timeout and size bound it was built with (`fits` tells whether they still apply); a
+    shared transport is only borrowed, so `aclose` closes what the client owns and never the shared
+    pool. One listing uses it at a time (its owner sets `busy`): the status recorder and the bounded
+    transport's verdict belong to that listing.
     """
 
     def __init__(
-        self, headers: Mapping[str, str], timeout: float, transport: httpx2.AsyncBaseTransport | None
+        self,
+        headers: Mapping[str, str],
+        timeout: float,
+        transport: httpx2.AsyncBaseTransport | None,
+        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
     ) -> None:
         self.headers = dict(headers)
         self.timeout = timeout
         self.busy = False
         self.recorder = _StatusRecorder()
+        self._own: httpx2.AsyncHTTPTransport | None = None
+        if transport is None:
+            transport = self._own = httpx2.AsyncHTTPTransport()
+        self.bounded = BoundedTransport(transport, max_response_bytes)
         self.http = httpx2.AsyncClient(
             headers=self.headers,
             timeout=httpx2.Timeout(timeout),
-            transport=None if transport is None else _Borrowed(transport),
+            transport=self.bounded,
             event_hooks={"response": [self.recorder]},
         )
 
-    def fits(self, headers: Mapping[str, str], timeout: float) -> bool:
-        """Whether a listing with these headers and timeout may use this client."""
-        return self.timeout == timeout and self.headers == dict(headers)
+    def fits(self, headers: Mapping[str, str], timeout: float, max_response_bytes: int) -> bool:
+        """Whether a listing with these headers, timeout and size bound may use this client."""
+        return (
+            self.timeout == timeout
+            and self.headers == dict(headers)
+            and self.bounded.limit == max_response_bytes
+        )
 
     async def aclose(self) -> None:
         with anyio.CancelScope(shield=True):
             await self.http.aclose()
+            if self._own is not None:
+                await self._own.aclose()
 
 
 async def list_tools(
@@ -117,29 +147,46 @@ async def list_tools(
     transport: httpx2.AsyncBaseTransport | None = None,
     mode: str = "auto",
     client: ProbeClient | None = None,
+    max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+    mcp_transport: str = "streamable_http",
 ) -> Listing:
     """List every tool of one backend; raises `BackendRejected` or `BackendUnavailable`.
 
-    With a `client` (one that `fits` these headers, and that this listing alone uses) its HTTP
+    With a `client` (one that `fits` these settings, and that this listing alone uses) its HTTP
     client is used and left open; without one, a client is built for this listing and closed after it.
+    Each answer may weigh `max_response_bytes` at most. `mcp_transport` "sse" speaks the legacy
+    HTTP+SSE transport (the 2024-11-05 handshake, no protocol negotiation); the SDK's SSE client
+    closes the HTTP client it is given, so such a listing never uses a kept `client`.
     """
     started = time.perf_counter()
+    if mcp_transport == "sse":
+        client, mode = None, "legacy"
+    own: httpx2.AsyncHTTPTransport | None = None
     if client is not None:
         client.recorder.rejected = None
+        client.bounded.exceeded = False
         client.http.cookies.clear()  # each listing starts as a fresh client would
-        recorder, http = client.recorder, client.http
+        recorder, http, bounded = client.recorder, client.http, client.bounded
     else:
         recorder = _StatusRecorder()
+        if transport is None:
+            transport = own = httpx2.AsyncHTTPTransport()
+        bounded = BoundedTransport(transport, max_response_bytes)
         http = httpx2.AsyncClient(
             headers=dict(headers),
             timeout=httpx2.Timeout(timeout),
-            transport=transport,
+            transport=bounded,
             event_hooks={"response": [recorder]},
         )
     tools: list[Mapping[str, Any]] = []
     try:
         with anyio.fail_after(timeout):
-            async with Client(streamable_http_client(url, http_client=http), mode=mode) as session:
+            connection = (
+                sse_client(url, timeout=timeout, sse_read_timeout=timeout, httpx_client_factory=_given(http))
+                if mcp_transport == "sse"
+                else streamable_http_client(url, http_client=http, max_sse_event_size=bounded.limit)
+            )
+            async with Client(connection, mode=mode) as session:
                 cursor: str | None = None
                 for _ in range(MAX_PAGES):
                     page = await session.list_tools(cursor=cursor, cache_mode="bypass")
@@ -152,16 +199,35 @@ async def list_tools(
                 else:
                     raise BackendUnavailable(backend_id, f"more than {MAX_PAGES} pages of tools")
                 version = session.protocol_version
+                server = _server_info(session.server_info, session.instructions)
     except TimeoutError:
         raise BackendUnavailable(backend_id, f"did not answer tools/list within {timeout:g}s") from None
     except (BackendUnavailable, BackendRejected):
         raise
     except Exception as exc:
+        if bounded.exceeded:
+            raise _too_large(backend_id, bounded.limit) from None
         if recorder.rejected is not None:
             raise BackendRejected(backend_id, recorder.rejected) from None
         raise BackendUnavailable(backend_id, _describe(exc)) from None
     finally:
-        if client is None and transport is None:
+        if client is None:
             with anyio.CancelScope(shield=True):
-                await http.aclose()
-    return Listing(tools=tuple(tools), protocol_version=version, latency=time.perf_counter() - started)
+                await http.aclose()  # the bounded transport only borrows: a shared pool stays open
+                if own is not None:
+                    await own.aclose()
+    return Listing(
+        tools=tuple(tools), protocol_version=version, latency=time.perf_counter() - started, server=server
+    )
+
+
+def _server_info(info: Implementation | None, instructions: str | None) -> ServerInfo:
+    """What a server said of itself at initialize, kept with its listing for the index and answers."""
+    if info is None:
+        return ServerInfo(instructions=instructions or "")
+    return ServerInfo(
+        name=info.name or "",
+        title=info.title or "",
+        description=info.description or "",
+        instructions=instructions or "",
+    )

@@ -113,7 +113,13 @@ def test_the_stack_has_redis_the_indexer_a_router_and_a_catalog_server() -> None
     assert SERVICES["redis"]["image"].startswith("redis:7")
     assert SERVICES["redis"]["healthcheck"]["test"] == ["CMD", "redis-cli", "ping"]
     for name in TOOLSEARCH_SERVICES:
-        assert SERVICES[name]["build"] == ".", name
+        build = SERVICES[name]["build"]
+        # the indexer's image is the Dockerfile's default; the router and catalog server use its
+        # base-only image (ROLE=router)
+        if name == "indexer":
+            assert build == ".", name
+        else:
+            assert build == {"context": ".", "args": {"ROLE": "router"}}, name
     named = {
         v.split(":")[0] for s in SERVICES.values() for v in s.get("volumes", []) if not v.startswith(".")
     }
@@ -222,3 +228,28 @@ def test_the_image_pins_the_torch_of_pyproject() -> None:
 def test_the_build_context_leaves_out_models_and_virtualenvs() -> None:
     ignored = (ROOT / ".dockerignore").read_text().split()
     assert {"models", ".venv", ".git"} <= set(ignored)
+
+
+def test_the_bridge_serves_the_stdio_backends_the_indexer_and_router_reach_by_its_name() -> None:
+    bridge = SERVICES["bridge"]
+    assert bridge["build"] == {"context": ".", "args": {"ROLE": "bridge"}}
+    assert parse(bridge["command"]).command == "bridge"
+    config = config_of("bridge")
+    assert [b.id for b in config.backends if b.stdio] == ["time"]
+    assert config.bridge.listen.startswith("0.0.0.0:")
+    assert [int(p) for p in bridge["expose"]] == [port(config.bridge.listen)]
+    for name in ("indexer", "router"):
+        (time,) = (b for b in config_of(name).backends if b.stdio)
+        assert time.url == f"http://bridge:{port(config.bridge.listen)}/time/mcp"
+    assert SERVICES["indexer"]["depends_on"]["bridge"]["condition"] == "service_healthy"
+    health = parse(health_command("bridge"))
+    assert health.target == f"http://127.0.0.1:{port(config.bridge.listen)}/readyz"
+
+
+def test_the_bridges_image_installs_the_program_of_each_stdio_backend() -> None:
+    servers = re.search(r'^ARG STDIO_SERVERS="([^"]*)"', DOCKERFILE.read_text(), re.MULTILINE)
+    assert servers, "the bridge's stage names the stdio servers it installs"
+    packages = {requirement.split("==")[0] for requirement in servers.group(1).split()}
+    for backend in config_of("bridge").backends:
+        if backend.stdio:
+            assert backend.command in packages, backend.command  # each installs a command of its name

@@ -1,0 +1,191 @@
+"""The bridge: every stdio backend of a configuration, each served as Streamable HTTP on its own path.
+
+`create_app` builds, per stdio backend, the forwarding server (bridge/forwarding.py), the SDK's
+stateful session manager in front of it, the endpoint that picks the process (bridge/endpoints.py),
+and the process keeper (`Supervisor` for `isolation: shared`, `ProcessPool` for `per_session`).
+Besides `/<backend id>/mcp` it serves `/healthz` (the bridge answers; every backend's state, as
+JSON) and `/readyz` (200 once each shared backend's first start has succeeded or failed, so the
+indexer's first listing does not race the servers' start).
+
+Bounds: `bridge.max_sessions` sessions per backend (503 beyond) and `bridge.session_idle_timeout`
+(a per_session backend's sessions: its `idle_timeout`), the SDK's 4 MiB request bodies, each
+backend's call `timeout` and `max_response_bytes`, and the connections uvicorn takes. Hosts: the
+listen address, the configured URL's host and loopback (DNS rebinding).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+import anyio
+import uvicorn
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.server.transport_security import TransportSecuritySettings
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from bridge.endpoints import PerSessionEndpoint, SharedEndpoint
+from bridge.forwarding import build_server
+from bridge.listeners import Listeners
+from bridge.pool import ProcessPool
+from bridge.process import Launch, launch_of
+from bridge.supervisor import Supervisor
+from bridge.upstream import UpstreamSettings
+from toolsearch.config import Backend, Bridge, Config
+
+MAX_CONNECTIONS = 1000  # open HTTP connections; uvicorn answers 503 beyond
+KEEP_ALIVE = 5  # seconds an idle connection stays open
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Served:
+    """One stdio backend as the bridge serves it."""
+
+    backend: Backend
+    launch: Launch
+    manager: StreamableHTTPSessionManager
+    keeper: Supervisor | ProcessPool
+
+    def state(self) -> dict[str, object]:
+        keeper = self.keeper
+        if isinstance(keeper, Supervisor):
+            return {
+                "isolation": "shared",
+                "state": keeper.state,
+                "pid": keeper.pid,
+                "starts": keeper.starts,
+                "last_error": keeper.last_error,
+            }
+        return {"isolation": "per_session", "pids": keeper.pids(), "max_processes": keeper.max_processes}
+
+
+def allowed_hosts(bridge: Bridge) -> list[str]:
+    """The Host headers the bridge answers: its listen address, its URL's host, and loopback."""
+    port = bridge.listen.rpartition(":")[2]
+    hosts = {bridge.listen, f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}"}
+    if bridge.url is not None:
+        url = urlsplit(bridge.url)
+        hosts.add(url.netloc)  # a URL without a port: Host carries none either
+    return sorted(hosts)
+
+
+def security_of(bridge: Bridge) -> TransportSecuritySettings:
+    """The DNS rebinding guard of the bridge's MCP endpoints."""
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True, allowed_hosts=allowed_hosts(bridge)
+    )
+
+
+def _serve(backend: Backend, bridge: Bridge, environ: Mapping[str, str]) -> Served:
+    launch = launch_of(backend, environ)
+    settings = UpstreamSettings(
+        start_timeout=bridge.start_timeout,
+        call_timeout=backend.timeout,
+        max_line_bytes=backend.max_response_bytes,
+    )
+    per_session = backend.isolation == "per_session"
+    idle = backend.idle_timeout if per_session else bridge.session_idle_timeout
+    manager = StreamableHTTPSessionManager(
+        build_server(backend.id),
+        security_settings=security_of(bridge),
+        session_idle_timeout=idle,
+        max_sessions=bridge.max_sessions,
+    )
+    keeper: Supervisor | ProcessPool
+    if per_session:
+        keeper = ProcessPool(launch, settings, backend.max_processes, backend.idle_timeout)
+    else:
+        listeners = Listeners(backend.id, bridge.max_sessions, bridge.session_idle_timeout)
+        keeper = Supervisor(launch, settings, listeners, bridge.max_restart_delay)
+    return Served(backend, launch, manager, keeper)
+
+
+def create_app(config: Config, environ: Mapping[str, str]) -> Starlette:
+    """The bridge of a configuration's stdio backends; raises `LaunchError` for an unset variable."""
+    served = [_serve(b, config.bridge, environ) for b in config.backends if b.stdio]
+    routes = []
+    for one in served:
+        keeper = one.keeper
+        endpoint = (
+            SharedEndpoint(keeper, one.manager)
+            if isinstance(keeper, Supervisor)
+            else PerSessionEndpoint(keeper, one.manager, security_of(config.bridge))
+        )
+        # an object, not a function: Starlette hands it the raw ASGI call
+        routes.append(Route(f"/{one.backend.id}/mcp", endpoint, methods=["GET", "POST", "DELETE"]))
+
+    async def healthz(request: Request) -> Response:
+        return JSONResponse({"status": "ok", "backends": {s.backend.id: s.state() for s in served}})
+
+    async def readyz(request: Request) -> Response:
+        waiting = [
+            s.backend.id for s in served if isinstance(s.keeper, Supervisor) and not s.keeper.tried.is_set()
+        ]
+        status = 503 if waiting else 200
+        return JSONResponse({"status": "starting" if waiting else "ready", "starting": waiting}, status)
+
+    routes += [Route("/healthz", healthz, methods=["GET"]), Route("/readyz", readyz, methods=["GET"])]
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        # The keepers outlive the session managers: sessions end first, then the servers stop.
+        async with anyio.create_task_group() as keepers:
+            for one in served:
+                keepers.start_soon(one.keeper.run)
+            try:
+                async with contextlib.AsyncExitStack() as managers:
+                    for one in served:
+                        await managers.enter_async_context(one.manager.run())
+                    for one in served:
+                        logger.info(
+                            "backend %s: %s, %s", one.backend.id, one.launch.describe(), one.backend.isolation
+                        )
+                    yield
+            finally:
+                keepers.cancel_scope.cancel()
+
+    return Starlette(routes=routes, lifespan=lifespan)
+
+
+def serve(config: Config, environ: Mapping[str, str], log_level: str, log_format: str) -> int:
+    """Serve the bridge of `config` until SIGTERM or SIGINT; returns the exit code.
+
+    `environ` is what `${NAME}` in the backends' env values is looked up in. Raises `LaunchError`
+    before anything starts when one names a variable it lacks.
+    """
+    app = create_app(config, environ)
+    host, _, port = config.bridge.listen.rpartition(":")
+    server = uvicorn.Server(
+        uvicorn.Config(
+            app,
+            host=host.strip("[]"),
+            port=int(port),
+            log_level=log_level,
+            access_log=log_level == "debug",
+            limit_concurrency=MAX_CONNECTIONS,
+            timeout_keep_alive=KEEP_ALIVE,
+            # uvicorn types it as int; a float works the same (an asyncio timeout)
+            timeout_graceful_shutdown=config.bridge.shutdown_grace,  # type: ignore[arg-type]
+            log_config=None if log_format == "json" else uvicorn.config.LOGGING_CONFIG,
+        )
+    )
+    # The SDK logs every session's whole id at info; an id is a capability, so keep them out.
+    for name in ("mcp.server.streamable_http", "mcp.server.streamable_http_manager"):
+        logging.getLogger(name).setLevel(max(logging.WARNING, logging.getLogger().level))
+    # A SIGHUP (a reload, to the other processes) would end the bridge without stopping its servers.
+    signal.signal(signal.SIGHUP, _on_hangup)
+    server.run()
+    return 0 if server.started else 1
+
+
+def _on_hangup(signum: int, frame: object) -> None:
+    logger.warning("the bridge does not reread its configuration: restart it to apply a change")

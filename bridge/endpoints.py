@@ -1,0 +1,142 @@
+"""The ASGI endpoint of one stdio backend, `/<backend id>/mcp`: the right process for each request.
+
+In front of the backend's SDK session manager, each endpoint finds the `Channel` a request is
+served by and puts it in the request's scope for the forwarding handlers (bridge/forwarding.py):
+
+- `SharedEndpoint`: the backend's one process (`Supervisor`). While it is down and not about to
+  come back, a request opening a session is answered 503 with the reason, so a health probe fails
+  at once and cleanly instead of waiting.
+- `PerSessionEndpoint`: one process per session (`ProcessPool`). A request without a session id
+  starts one (503 when `max_processes` run already, or when it does not start), and the session id
+  the answer carries binds it; later requests find it by that id (404 once it has ended: the client
+  starts a new session), and a DELETE ends it.
+"""
+
+from __future__ import annotations
+
+import json
+
+from mcp.server.streamable_http import MCP_SESSION_ID_HEADER
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
+from mcp.shared.exceptions import MCPError
+from mcp_types import INTERNAL_ERROR, INVALID_REQUEST
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+from starlette.datastructures import Headers
+from starlette.requests import Request
+from starlette.types import Message, Receive, Scope, Send
+
+from bridge.forwarding import CHANNEL_KEY
+from bridge.pool import ProcessPool
+from bridge.supervisor import Supervisor
+
+_SESSION_HEADER = MCP_SESSION_ID_HEADER.encode()
+
+
+async def _refuse(send: Send, status: int, message: str, code: int = INTERNAL_ERROR) -> None:
+    """A JSON-RPC error without an id, as the SDK answers requests it refuses before parsing them."""
+    body = json.dumps({"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}}).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    if status == 503:
+        headers.append((b"retry-after", b"5"))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+class SharedEndpoint:
+    """Every session of a shared backend, served by its one process."""
+
+    def __init__(self, supervisor: Supervisor, manager: StreamableHTTPSessionManager) -> None:
+        self.supervisor = supervisor
+        self.manager = manager
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        session_id = Headers(scope=scope).get(MCP_SESSION_ID_HEADER)
+        if session_id is None and not self.supervisor.accepting():
+            await _refuse(send, 503, self.supervisor.describe())
+            return
+        scope[CHANNEL_KEY] = self.supervisor
+        await self.manager.handle_request(scope, receive, send)
+        if session_id is not None and scope["method"] == "DELETE":
+            self.supervisor.forget(session_id)
+
+
+class _SessionIdWatch:
+    """The `send` of an opening request, noting the status and the session id the answer carries."""
+
+    def __init__(self, send: Send) -> None:
+        self._send = send
+        self.status = 0
+        self.session_id: str | None = None
+
+    async def __call__(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            self.status = message["status"]
+            for name, value in message.get("headers", []):
+                if name.lower() == _SESSION_HEADER:
+                    self.session_id = value.decode("latin-1")
+        await self._send(message)
+
+
+class PerSessionEndpoint:
+    """Each session of a per_session backend, served by its own process."""
+
+    def __init__(
+        self, pool: ProcessPool, manager: StreamableHTTPSessionManager, security: TransportSecuritySettings
+    ) -> None:
+        self.pool = pool
+        self.manager = manager
+        # the session manager checks Host and Origin too, but only after a process would have started
+        self._guard = TransportSecurityMiddleware(security)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        headers = Headers(scope=scope)
+        session_id = headers.get(MCP_SESSION_ID_HEADER)
+        if session_id is None:
+            await self._open(scope, receive, send, headers)
+            return
+        lease = self.pool.get(session_id)
+        if lease is None:
+            await _refuse(
+                send,
+                404,
+                "Session not found: unknown, or its stdio server has stopped (and its state with it): "
+                "initialize a new session",
+                INVALID_REQUEST,
+            )
+            return
+        scope[CHANNEL_KEY] = lease
+        with lease.in_use():
+            await self.manager.handle_request(scope, receive, send)
+        if scope["method"] == "DELETE":
+            self.pool.release(lease, "its session ended")
+
+    async def _open(self, scope: Scope, receive: Receive, send: Send, headers: Headers) -> None:
+        version = headers.get("mcp-protocol-version")
+        if scope["method"] != "POST" or (version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS):
+            await _refuse(
+                send,
+                400,
+                f"backend {self.pool.backend_id} runs one stdio server per session: open a session with "
+                "initialize (protocol 2025-11-25 or earlier) and send its Mcp-Session-Id",
+                INVALID_REQUEST,
+            )
+            return
+        if (rejection := await self._guard.validate_request(Request(scope), is_post=True)) is not None:
+            await rejection(scope, receive, send)
+            return
+        try:
+            lease = await self.pool.open()
+        except MCPError as exc:  # the pool is full, or the process did not start
+            await _refuse(send, 503, exc.error.message)
+            return
+        scope[CHANNEL_KEY] = lease
+        watch = _SessionIdWatch(send)
+        try:
+            with lease.in_use():
+                await self.manager.handle_request(scope, receive, watch)
+        finally:
+            if watch.session_id is not None and watch.status < 400:
+                self.pool.bind(watch.session_id, lease)
+            else:
+                self.pool.release(lease, "its session did not open")

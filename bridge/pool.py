@@ -1,0 +1,194 @@
+"""A per_session backend's server processes: one for each bridge session, at most `max_processes`.
+
+Some servers keep state that must not be shared between callers (a browser, a shell, a scratch
+memory). For those the bridge starts one process per session it issues: `ProcessPool.open` starts
+one for an `initialize` (refusing with `PoolFull` when `max_processes` run already), `bind` ties
+it to the session id the answer carried, and `get` finds it for the session's later requests.
+
+A `Lease` ends when its session ends (DELETE), when it has been idle for the backend's
+`idle_timeout` (no request in flight, none for that long), or when its process exits. Its session
+then ends with it: the process held the session's state, so a request naming it is answered 404,
+and the client starts a new session, as MCP has it do for a session the server forgot.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import anyio
+import mcp_types as types
+from anyio.abc import TaskGroup, TaskStatus
+from mcp.server.session import ServerSession
+from mcp.shared.exceptions import MCPError
+
+from bridge.listeners import Listeners
+from bridge.process import Launch, StartFailed
+from bridge.upstream import DESCRIBE_WAIT, Unavailable, Upstream, UpstreamSettings
+
+logger = logging.getLogger(__name__)
+
+REAP_EVERY = 5.0  # seconds between looks for idle processes (at most; a short idle_timeout looks sooner)
+
+
+class PoolFull(MCPError):
+    """Every process the backend may run is serving a session."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(types.INTERNAL_ERROR, message)
+
+
+class Lease:
+    """One session's own server process, from its start to its end."""
+
+    def __init__(self, backend_id: str, listeners: Listeners) -> None:
+        self.backend_id = backend_id
+        self.session_id: str | None = None
+        self.in_flight = 0
+        self.last_used = anyio.current_time()
+        self.reason = ""  # why it ended (or is ending)
+        self.ended = anyio.Event()
+        self._listeners = listeners
+        self._upstream: Upstream | None = None
+        self._stop = anyio.Event()
+
+    @property
+    def pid(self) -> int | None:
+        return self._upstream.process.pid if self._upstream is not None and not self.ended.is_set() else None
+
+    async def upstream(self) -> Upstream:
+        upstream = self._upstream
+        if upstream is None or self.ended.is_set() or upstream.process.ended.is_set():
+            if upstream is not None:
+                await upstream.process.settle(DESCRIBE_WAIT)
+            reason = self.reason or (upstream.process.exit_reason() if upstream else "") or "ended"
+            raise Unavailable(
+                f"backend {self.backend_id}: this session's stdio server {reason}; the session's state "
+                "is gone with it: start a new session"
+            )
+        return upstream
+
+    def listen(self, session_id: str, session: ServerSession) -> None:
+        self._listeners.add(session_id, session)
+
+    def forget(self, session_id: str) -> None:
+        self._listeners.remove(session_id)
+
+    @contextmanager
+    def in_use(self) -> Iterator[None]:
+        """Count a request in flight: a lease is idle only when none is."""
+        self.in_flight += 1
+        try:
+            yield
+        finally:
+            self.in_flight -= 1
+            self.last_used = anyio.current_time()
+
+    def stop(self, reason: str) -> None:
+        self.reason = self.reason or reason
+        self._stop.set()
+
+    async def run(self, launch: Launch, settings: UpstreamSettings, *, task_status: TaskStatus[None]) -> None:
+        """Start the process (`task_status` once it answered initialize) and keep it until the end."""
+        try:
+            async with Upstream.open(launch, settings, self._listeners.deliver) as upstream:
+                self._upstream = upstream
+                task_status.started()
+                async with anyio.create_task_group() as tasks:
+                    tasks.start_soon(self._listeners.run)
+                    tasks.start_soon(self._stop_on_exit, upstream)
+                    await self._stop.wait()
+                    tasks.cancel_scope.cancel()
+        finally:
+            self.ended.set()
+
+    async def _stop_on_exit(self, upstream: Upstream) -> None:
+        await upstream.process.ended.wait()
+        await upstream.process.settle(1.0)
+        self.stop(upstream.process.exit_reason() or "closed its stdout")
+
+
+class ProcessPool:
+    """The leases of one per_session backend, by session id; changed only through its methods."""
+
+    def __init__(
+        self, launch: Launch, settings: UpstreamSettings, max_processes: int, idle_timeout: float
+    ) -> None:
+        self.backend_id = launch.backend_id
+        self.max_processes = max_processes
+        self.idle_timeout = idle_timeout
+        self._launch = launch
+        self._settings = settings
+        self._leases: set[Lease] = set()
+        self._by_session: dict[str, Lease] = {}
+        self._tasks: TaskGroup | None = None
+
+    def __len__(self) -> int:
+        return len(self._leases)
+
+    def pids(self) -> list[int]:
+        """The process ids of the servers running now."""
+        return sorted(pid for lease in self._leases if (pid := lease.pid) is not None)
+
+    async def run(self) -> None:
+        """Hold the processes and reap idle ones until cancelled; every process is stopped then."""
+        async with anyio.create_task_group() as tasks:
+            self._tasks = tasks
+            try:
+                await self._reap()
+            finally:
+                self._tasks = None
+
+    async def open(self) -> Lease:
+        """A new process for a session about to open; raises `PoolFull` or `Unavailable`."""
+        if self._tasks is None:
+            raise Unavailable(f"backend {self.backend_id}: the bridge is stopping")
+        if len(self._leases) >= self.max_processes:
+            raise PoolFull(
+                f"backend {self.backend_id}: all {self.max_processes} of its stdio server processes "
+                "(max_processes) serve other sessions; end an unused session or try again later"
+            )
+        lease = Lease(self.backend_id, Listeners(self.backend_id, 1, self.idle_timeout))
+        self._leases.add(lease)
+        try:
+            await self._tasks.start(self._hold, lease)
+        except StartFailed as exc:
+            raise Unavailable(f"backend {self.backend_id}: its stdio server did not start: {exc}") from None
+        return lease
+
+    async def _hold(self, lease: Lease, *, task_status: TaskStatus[None]) -> None:
+        try:
+            await lease.run(self._launch, self._settings, task_status=task_status)
+        finally:
+            self._leases.discard(lease)
+            if lease.session_id is not None and self._by_session.get(lease.session_id) is lease:
+                del self._by_session[lease.session_id]
+                logger.info(
+                    "backend %s: the stdio server of session %s stopped: %s",
+                    self.backend_id,
+                    lease.session_id[:8],
+                    lease.reason or "the bridge is stopping",
+                )
+
+    def bind(self, session_id: str, lease: Lease) -> None:
+        """Tie a lease to the session its initialize opened."""
+        lease.session_id = session_id
+        self._by_session[session_id] = lease
+
+    def get(self, session_id: str) -> Lease | None:
+        """The live lease of a session, if any."""
+        lease = self._by_session.get(session_id)
+        return None if lease is None or lease.ended.is_set() else lease
+
+    def release(self, lease: Lease, reason: str) -> None:
+        """End a lease: its session ended, or never opened."""
+        lease.stop(reason)
+
+    async def _reap(self) -> None:
+        while True:
+            await anyio.sleep(min(REAP_EVERY, self.idle_timeout / 4))
+            now = anyio.current_time()
+            for lease in list(self._leases):
+                if lease.in_flight == 0 and now - lease.last_used > self.idle_timeout:
+                    lease.stop(f"was idle for {self.idle_timeout:g}s")

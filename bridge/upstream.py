@@ -1,0 +1,174 @@
+"""A started stdio server as an MCP client session: what the bridge's handlers forward requests to.
+
+`Upstream.open` starts the process and runs the initialize handshake within `start_timeout`; a
+server that exits first, writes only noise or never answers fails with `StartFailed`, saying which.
+`forward` sends one request as it came (its raw params, less the caller's progress token: progress
+is relayed through a token of our own) and waits at most the backend's call timeout, covering the
+write too, since a server that stops reading its stdin would otherwise hold the request forever.
+Its failures are `MCPError`s whose message names the backend; the server's own errors pass as they
+are. The server's notifications go to `on_notification`, which must not block.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import mcp_types as types
+from mcp.client.session import ClientSession, IncomingMessage
+from mcp.shared.dispatcher import ProgressFnT
+from mcp.shared.exceptions import MCPError
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from bridge.process import Launch, ServerProcess, StartFailed
+
+logger = logging.getLogger(__name__)
+
+CLIENT_INFO = types.Implementation(name="toolsearch-bridge", version="0.1.0")
+WRITE_MARGIN = 1.0  # seconds beyond the call timeout before a request stuck in the write is given up
+DESCRIBE_WAIT = 0.5  # seconds to wait for an ending process's exit status, to name it in a message
+# keys of a request's _meta that belong to the caller's own connection, not to the forwarded request
+_CONNECTION_META = ("progressToken", "io.modelcontextprotocol/")
+
+Notify = Callable[[types.ServerNotification], None]
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamSettings:
+    """What every stdio server of one backend is held to."""
+
+    start_timeout: float  # seconds to start and answer initialize
+    call_timeout: float  # seconds for any other request
+    max_line_bytes: int  # the largest message it may write
+
+
+class Unavailable(MCPError):
+    """A backend's server is not running (or no longer); the message says why."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(types.INTERNAL_ERROR, message)
+
+
+class _RawResult(BaseModel):
+    """A result taken as it came; the SDK has checked it against the protocol version already."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class _Forwarded(types.Request[dict[str, Any] | None, str]):
+    """A request passed on as it came: its method and its params, untouched by any model."""
+
+
+def _outbound(params: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    if params is None:
+        return None
+    out = dict(params)
+    meta = out.pop("_meta", None)
+    if isinstance(meta, Mapping):
+        kept = {k: v for k, v in meta.items() if not str(k).startswith(_CONNECTION_META)}
+        if kept:
+            out["_meta"] = kept
+    return out
+
+
+class Upstream:
+    """One initialized stdio server: its process, its session, what it said it is."""
+
+    def __init__(
+        self, process: ServerProcess, session: ClientSession, init: types.InitializeResult, timeout: float
+    ) -> None:
+        self.process = process
+        self.init = init
+        self._session = session
+        self._timeout = timeout
+
+    @property
+    def backend_id(self) -> str:
+        return self.process.launch.backend_id
+
+    @classmethod
+    @asynccontextmanager
+    async def open(
+        cls, launch: Launch, settings: UpstreamSettings, on_notification: Notify
+    ) -> AsyncIterator[Upstream]:
+        async def handle(message: IncomingMessage) -> None:
+            if isinstance(message, types.ServerNotification) and not isinstance(
+                message, types.ProgressNotification
+            ):
+                on_notification(message)  # progress of our own requests is relayed per request
+
+        # Raised once the process is stopped: from inside, the task groups would wrap it in a group.
+        failure: StartFailed | None = None
+        async with ServerProcess.run(launch, settings.max_line_bytes) as (process, reads, writes):
+            session = ClientSession(reads, writes, client_info=CLIENT_INFO, message_handler=handle)
+            async with session:
+                try:
+                    init = await _initialize(process, session, settings.start_timeout)
+                except StartFailed as exc:
+                    failure = exc
+                else:
+                    yield cls(process, session, init, settings.call_timeout)
+        if failure is not None:
+            raise failure
+
+    async def forward(
+        self, method: str, params: Mapping[str, Any] | None, progress: ProgressFnT | None = None
+    ) -> dict[str, Any]:
+        """Send one request to the server and return its raw result; raises `MCPError`."""
+        request = _Forwarded(method=method, params=_outbound(params))
+        try:
+            with anyio.fail_after(self._timeout + WRITE_MARGIN):
+                result = await self._session.send_request(
+                    request,
+                    _RawResult,
+                    request_read_timeout_seconds=self._timeout,
+                    progress_callback=progress,
+                )
+        except TimeoutError:
+            raise self._timed_out(method) from None
+        except MCPError as exc:
+            if exc.code == types.REQUEST_TIMEOUT:
+                raise self._timed_out(method) from None
+            if exc.code == types.CONNECTION_CLOSED:
+                await self.process.settle(DESCRIBE_WAIT)
+                reason = self.process.exit_reason() or "closed the connection"
+                raise MCPError(
+                    types.INTERNAL_ERROR,
+                    f"backend {self.backend_id}: the stdio server {reason} while answering {method}",
+                ) from None
+            raise
+        except ValidationError:
+            raise MCPError(
+                types.INTERNAL_ERROR,
+                f"backend {self.backend_id}: the stdio server answered {method} with a result that "
+                "does not fit the protocol",
+            ) from None
+        return dict(result.model_extra or {})
+
+    def _timed_out(self, method: str) -> MCPError:
+        return MCPError(
+            types.REQUEST_TIMEOUT,
+            f"backend {self.backend_id}: the stdio server did not answer {method} within {self._timeout:g}s",
+        )
+
+
+async def _initialize(
+    process: ServerProcess, session: ClientSession, timeout: float
+) -> types.InitializeResult:
+    """The handshake within `timeout`, or `StartFailed` saying what the server did instead."""
+    try:
+        with anyio.fail_after(timeout):
+            return await session.initialize()
+    except TimeoutError:
+        raise StartFailed(f"did not answer initialize within {timeout:g}s{process.noise_note()}") from None
+    except MCPError as exc:
+        await process.settle(DESCRIBE_WAIT)
+        if reason := process.exit_reason():
+            raise StartFailed(f"{reason} before answering initialize{process.noise_note()}") from None
+        raise StartFailed(f"refused initialize: {exc.error.message}") from None
+    except (RuntimeError, ValidationError) as exc:
+        raise StartFailed(f"answered initialize with something unusable ({exc})"[:300]) from None

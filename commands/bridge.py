@@ -1,0 +1,37 @@
+"""`toolsearch bridge`: a configuration's stdio backends, served as Streamable HTTP (`bridge.app.serve`)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from bridge.app import serve
+from bridge.process import LaunchError
+from commands.options import add_config, add_logging
+from toolsearch.config import load_config
+from toolsearch.logs import configure_logging
+
+
+def run(args: argparse.Namespace) -> int:
+    config = load_config(Path(args.config), os.environ)
+    if not any(backend.stdio for backend in config.backends):
+        print(f"bridge: {args.config} has no stdio backends (backends with a command)", file=sys.stderr)
+        return 2
+    configure_logging(args.log_level, args.log_format)
+    try:
+        return serve(config, os.environ, args.log_level, args.log_format)
+    except LaunchError as exc:
+        print(f"bridge: {exc}", file=sys.stderr)
+        return 2
+
+
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register `toolsearch bridge`."""
+    parser = subparsers.add_parser(
+        "bridge", help="run the configuration's stdio backends, each served as Streamable HTTP"
+    )
+    add_config(parser)
+    add_logging(parser)
+    parser.set_defaults(func=run)

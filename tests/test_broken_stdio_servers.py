@@ -1,0 +1,106 @@
+"""Stdio servers that do not work: each is a clear message naming its backend, and nothing else waits.
+
+One bridge runs a correct server beside one of each kind of broken one (missing, exiting at once,
+writing noise to stdout, never answering, flooding stderr); the correct one is served throughout.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import httpx2
+import pytest
+
+from indexer.discovery import list_tools
+from indexer.errors import BackendUnavailable
+from tests.support.bridges import Bridge, fake, mcp_client, running_bridge, wait_for
+from tests.support.stack import HEADERS, INITIALIZE
+from tests.support.stdio_servers import FLOOD_LINES
+
+START_TIMEOUT = 3.0
+BROKEN = {
+    "missing": (
+        {"command": "toolsearch-test-no-such-program"},
+        "cannot run 'toolsearch-test-no-such-program'",
+    ),
+    "exits": (fake("exit"), "exited with code 3 (its last stderr line: fatal: no configuration found)"),
+    "noise": (fake("noise"), "line(s) to stdout that are not JSON-RPC messages, the first: 'hello from"),
+    "silent": (fake("silent"), f"did not answer initialize within {START_TIMEOUT:g}s"),
+}
+
+
+@pytest.fixture(scope="module")
+def bridge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bridge]:
+    backends = [
+        fake("echo", id="good"),
+        fake("banner", id="banner"),
+        fake("flood", id="flood"),
+        *({"id": name, **backend} for name, (backend, _) in BROKEN.items()),
+    ]
+    folder = tmp_path_factory.mktemp("broken")
+    with running_bridge(folder, backends, start_timeout=START_TIMEOUT, max_restart_delay=2) as running:
+        yield running
+
+
+@pytest.mark.parametrize("name", sorted(BROKEN))
+async def test_a_broken_server_is_a_clear_error_naming_its_backend(bridge: Bridge, name: str) -> None:
+    expected = BROKEN[name][1]
+    state = wait_for(
+        lambda: (s := bridge.health()[name])["last_error"] and s["state"] != "ready" and s,
+        30,
+        f"{name} judged",
+    )
+    assert expected in state["last_error"], state
+    # the indexer's listing (and so its health probe) fails at once, with the reason
+    started = time.monotonic()
+    with pytest.raises(BackendUnavailable) as failure:
+        await list_tools(name, bridge.mcp_url(name), {}, 10.0)
+    assert time.monotonic() - started < START_TIMEOUT + 2
+    assert f"backend {name}" in failure.value.reason, failure.value.reason
+
+
+def test_a_new_session_on_a_dead_backend_is_refused_with_503(bridge: Bridge) -> None:
+    wait_for(lambda: bridge.health()["missing"]["state"] == "waiting", 10, "missing is down")
+    response = wait_for(
+        lambda: (
+            (
+                r := httpx2.post(bridge.mcp_url("missing"), json=INITIALIZE, headers=HEADERS, timeout=10)
+            ).status_code
+            == 503
+            and r
+        ),
+        10,
+        "a 503",
+    )
+    message = response.json()["error"]["message"]
+    assert message.startswith("backend missing is unavailable: its stdio server did not start: cannot run")
+    assert response.headers["retry-after"]
+
+
+async def test_a_banner_on_stdout_is_logged_and_the_server_still_served(bridge: Bridge) -> None:
+    async with mcp_client(bridge.mcp_url("banner")) as client:
+        result = await client.call_tool("echo", {"text": "hi"})
+    assert not result.is_error
+    assert "not a JSON-RPC message" in bridge.proc.output()
+    assert "server starting up (a banner on stdout)" in bridge.proc.output()
+
+
+async def test_a_flood_on_stderr_is_rate_limited_and_the_server_still_served(bridge: Bridge) -> None:
+    async with mcp_client(bridge.mcp_url("flood")) as client:
+        result = await client.call_tool("echo", {"text": "hi"})
+    assert not result.is_error
+    logged = wait_for(
+        lambda: "stderr lines not logged" in bridge.proc.output() and bridge.proc.output(), 30, "the flood"
+    )
+    lines = [line for line in logged.splitlines() if "backend flood: flood line" in line]
+    assert 10 <= len(lines) < FLOOD_LINES / 100  # a burst, then a trickle: never the flood itself
+
+
+async def test_the_working_server_answers_at_once_throughout(bridge: Bridge) -> None:
+    for _ in range(3):
+        started = time.monotonic()
+        async with mcp_client(bridge.mcp_url("good")) as client:
+            result = await client.call_tool("echo", {"text": "still here"})
+        assert not result.is_error
+        assert time.monotonic() - started < 2.0
