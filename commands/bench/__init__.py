@@ -26,6 +26,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from indexer.embedder import EMBEDDER_KINDS
+
+BOTH = ("onnx", "torch")  # --embedder both: the first runs every part, the second the floor and find_tool
+
 
 async def _main(args: argparse.Namespace) -> int:
     from commands.bench.common import Progress, machine
@@ -33,7 +37,7 @@ async def _main(args: argparse.Namespace) -> int:
     from commands.bench.plan import FULL, QUICK
     from commands.bench.report import write
     from commands.bench.run import Run
-    from indexer.server import load_embedder
+    from indexer.embedder import load_embedder
 
     progress = Progress()
     plan = QUICK if args.quick else FULL
@@ -44,9 +48,10 @@ async def _main(args: argparse.Namespace) -> int:
         f"{info['memory_gb']} GB, load average {info['load_average']}"
     )
     started = time.monotonic()
-    embedder = await asyncio.to_thread(load_embedder, model)
+    kinds = BOTH if args.embedder == "both" else (args.embedder,)
+    embedders = {kind: await asyncio.to_thread(load_embedder, kind, model) for kind in kinds}
     with tempfile.TemporaryDirectory(prefix="toolsearch-bench-") as folder:
-        run = Run(plan, model, embedder, Path(folder), progress, logs=args.out / "logs")
+        run = Run(plan, model, embedders, Path(folder), progress, logs=args.out / "logs")
         try:
             results = await run.all()
         finally:
@@ -110,5 +115,12 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         type=Path,
         default=Path("models") / "all-MiniLM-L6-v2",
         help="the embedding model folder (default: models/all-MiniLM-L6-v2)",
+    )
+    parser.add_argument(
+        "--embedder",
+        choices=[*EMBEDDER_KINDS, "both"],
+        default="both",
+        help="the floor's and the indexer's embedder (indexer.embedder); both (the default): every part "
+        f"with {BOTH[0]}, and the floor and find_tool again with {BOTH[1]}, side by side",
     )
     parser.set_defaults(func=run_cli)

@@ -7,6 +7,7 @@ earlier request of the same process sent (the indexer caches query vectors by te
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import platform
@@ -142,8 +143,6 @@ def machine() -> dict[str, Any]:
                 break
     except OSError:
         model = platform.processor()
-    import torch
-
     return {
         "cpus": os.cpu_count(),
         "cpus_usable": len(os.sched_getaffinity(0)),
@@ -152,8 +151,18 @@ def machine() -> dict[str, Any]:
         "load_average": [round(x, 2) for x in os.getloadavg()],
         "python": platform.python_version(),
         "platform": platform.platform(),
-        "torch": str(torch.__version__),
+        # read from the installed packages, so neither runtime is imported for its version
+        "torch": _version("torch"),
+        "onnxruntime": _version("onnxruntime"),
     }
+
+
+def _version(package: str) -> str | None:
+    """An installed package's version, or None when it is not installed."""
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 class CpuMeter:

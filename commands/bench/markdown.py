@@ -45,7 +45,9 @@ def header(results: dict[str, Any]) -> list[str]:
         f"# toolsearch benchmark ({results['mode']} run)",
         "",
         f"- Machine: {m['cpus']} CPUs, {m['cpu_model']}, {m['memory_gb']} GB memory",
-        f"- Software: Python {m['python']}, torch {m['torch']}, {m['platform']}",
+        f"- Software: Python {m['python']}, torch {m.get('torch')}, onnxruntime {m.get('onnxruntime')}, "
+        f"{m['platform']}",
+        f"- Embedder (indexer.embedder): {results.get('embedder', 'torch')}",
         f"- Load average: {m['load_average']} at the start, {results['load_average_end']} at the end",
         f"- Command: `{results['command']}` ({results['seconds']:.0f} s, {results['date']})",
         "",
@@ -120,6 +122,38 @@ def find_tool(results: dict[str, Any]) -> list[str]:
             ms(call["backend_fresh_client"]),
         ),
     ]
+
+
+def embedders(results: dict[str, Any]) -> list[str]:
+    """The floor and find_tool of each embedder, side by side (a run with more than one)."""
+    figures = results.get("embedders", {})
+    if len(figures) < 2:
+        return []
+    lines = [
+        "",
+        "## Embedders side by side: floor and find_tool (ms, p50 / p99)",
+        "",
+        "The first runs every part; each other one ran the floor and find_tool again with the same "
+        "queries, on a stack of its own (its own indexer process and caches).",
+        "",
+        row("queries", "embedder", "floor", *(f"{c} client(s)" for c in CONCURRENCY), "1 client / floor"),
+        rule("l", "l", "r", *("r" for _ in CONCURRENCY), "r"),
+    ]
+    for name in QUERY_SETS:
+        for kind, data in figures.items():
+            runs, flo = data.get("find_tool", {}).get(name), data["floor"][name]
+            cells = (
+                [f"{ms(runs[str(c)])} ({runs[str(c)]['throughput_per_second']:.0f}/s)" for c in CONCURRENCY]
+                if runs
+                else ["not measured"] * len(CONCURRENCY)
+            )
+            ratio = runs["single_client_p50_over_floor_p50"] if runs else ""
+            lines.append(row(name, kind, ms(flo), *cells, ratio))
+    lines += ["", "Cold embedding of the large catalog (empty cache), by embedder:"]
+    for kind, data in figures.items():
+        cold = data["cold_build"]
+        lines.append(f"- {kind} ({data['identity']}): {cold['texts_per_second']} texts/s")
+    return lines
 
 
 def sessions(results: dict[str, Any]) -> list[str]:
@@ -237,7 +271,7 @@ def failures(results: dict[str, Any]) -> list[str]:
 def markdown(results: dict[str, Any]) -> str:
     """The whole report; a section whose part failed says so instead of its figures."""
     lines = header(results)
-    for section in (find_tool, sessions, reindex_memory):
+    for section in (find_tool, embedders, sessions, reindex_memory):
         try:
             lines += section(results)
         except (KeyError, IndexError, TypeError) as exc:

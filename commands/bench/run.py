@@ -3,6 +3,9 @@
 Nothing runs beside a measurement but what it measures (and whatever else the machine runs, which
 the CPU figures report as `other`). Queries are handed out once each per query set, so no request is
 answered from the indexer's query cache; the floor uses the single-client run's queries.
+
+With more than one embedder, the first runs every part; each other one runs the floor and find_tool
+again on a stack of its own (its own indexer process and caches), with the same queries.
 """
 
 from __future__ import annotations
@@ -44,13 +47,17 @@ class Run:
         self,
         plan: Plan,
         model: Path,
-        embedder: Embedder,
+        embedders: dict[str, Embedder],
         work: Path,
         progress: Callable[[str], None],
         logs: Path | None = None,
     ):
+        """`embedders`: indexer.embedder kind -> the embedder, the one that runs every part first."""
         self.logs = logs
-        self.plan, self.model, self.embedder, self.work, self.progress = plan, model, embedder, work, progress
+        self.plan, self.model, self.work, self.progress = plan, model, work, progress
+        self.embedders = embedders
+        self.kind = next(iter(embedders))
+        self.embedder = embedders[self.kind]
         self.catalogs = Catalogs.write(plan, work)
         self.pools = {name: QueryPool(name) for name in QUERY_SETS}
         # handed out up front, so the floor and the single client share theirs and nothing repeats
@@ -64,11 +71,20 @@ class Run:
             name: {c: self.pools[name].take(plan.warmup) for c in CONCURRENCY} for name in QUERY_SETS
         }
         self.out: dict[str, Any] = {
+            "embedder": self.kind,
             "floor": {},
             "find_tool": {},
             "session_open": {"warm": {}, "cold": {}, "indexer_cold_start": {}},
             "embedding": {},
             "failures": [],
+        }
+        # each embedder's floor and find_tool figures (the first's are also "floor" and "find_tool")
+        self.out["embedders"] = {
+            self.kind: {
+                "identity": self.embedder.identity,
+                "floor": self.out["floor"],
+                "find_tool": self.out["find_tool"],
+            }
         }
 
     def floor(self) -> None:
@@ -77,14 +93,28 @@ class Run:
         version, cold = cold_build(self.embedder, self.catalogs.large, self.work / "floor-cache")
         self.version = version  # kept: the single-client run measures the floor beside itself
         self.out["embedding"]["cold_build"] = cold
+        self.out["embedders"][self.kind]["cold_build"] = cold
+        self.out["floor"].update(self._floors(self.embedder, version))
+
+    def _floors(self, embedder: Embedder, version: Any) -> dict[str, Any]:
+        """The floor of each query set, over the single client's queries."""
+        floors = {}
         for name in QUERY_SETS:
             self.progress(f"floor: {name} queries")
             warmup = self.pools[name].take(FLOOR_WARMUP)
-            self.out["floor"][name] = floor(self.embedder, version, self.queries[name][1][0], warmup)
+            floors[name] = floor(embedder, version, self.queries[name][1][0], warmup)
+        return floors
 
-    def _stack(self, name: str, specs: list[CatalogSpec], router: dict[str, Any] | None = None) -> Stack:
+    def _stack(
+        self,
+        name: str,
+        specs: list[CatalogSpec],
+        router: dict[str, Any] | None = None,
+        kind: str | None = None,
+    ) -> Stack:
         health = {"timeout": self.plan.health_timeout, "interval": self.plan.health_interval}
-        extra: dict[str, dict[str, Any]] = {"indexer": {"health": health}}
+        indexer = {"health": health, "embedder": kind or self.kind}  # the floor's embedder
+        extra: dict[str, dict[str, Any]] = {"indexer": indexer}
         if router:
             extra["router"] = router
         return Stack(self.work / name, self.model, specs, extra, logs=self.logs)
@@ -178,7 +208,32 @@ class Run:
 
     async def find_tool(self, stack: Stack) -> None:
         """Part 2: each query set at each concurrency, and the single client against the floor."""
+        runs = await self._find_tool(stack, self.embedder, self.version, self.out["floor"])
+        self.out["find_tool"].update(runs)
+
+    async def other_embedder(self, kind: str) -> None:
+        """The floor and find_tool of another embedder, on a large stack whose indexer runs it."""
+        embedder = self.embedders[kind]
+        self.progress(f"{kind} embedder: floor over {self.catalogs.large.tools} tools, empty cache")
+        version, cold = cold_build(embedder, self.catalogs.large, self.work / f"floor-cache-{kind}")
+        figures: dict[str, Any] = {"identity": embedder.identity, "cold_build": cold}
+        self.out["embedders"][kind] = figures
+        figures["floor"] = self._floors(embedder, version)
+        stack = self._stack(f"large-{kind}", [CatalogSpec("main", self.catalogs.large)], kind=kind)
+        try:
+            await stack.start_catalogs()
+            self.progress(f"{kind} embedder: indexer cold start over {self.catalogs.large.tools} tools")
+            await stack.start_indexer()
+            await stack.start_router()
+            figures["find_tool"] = await self._find_tool(stack, embedder, version, figures["floor"])
+        finally:
+            stack.close()
+
+    async def _find_tool(
+        self, stack: Stack, embedder: Embedder, version: Any, floors: dict[str, Any]
+    ) -> dict[str, Any]:
         pids = stack.pids() | {"bench": os.getpid()}
+        out: dict[str, Any] = {}
         for name in QUERY_SETS:
             runs: dict[str, Any] = {}
             for clients in CONCURRENCY:
@@ -188,7 +243,7 @@ class Run:
                 if clients == 1:
 
                     def beside(query: str) -> float:
-                        return floor_once(self.embedder, self.version, query)[0]
+                        return floor_once(embedder, version, query)[0]
 
                 run = await find_tool_load(stack.mcp_url, queries, warmup, pids, beside)
                 run["backends_advertised_after"] = advertised(stack)
@@ -198,9 +253,10 @@ class Run:
                 runs["1"]["p50_ms"] / runs["1"]["beside"]["p50_ms"], 3
             )
             runs["single_client_p50_over_separate_floor_p50"] = round(
-                runs["1"]["p50_ms"] / self.out["floor"][name]["p50_ms"], 3
+                runs["1"]["p50_ms"] / floors[name]["p50_ms"], 3
             )
-            self.out["find_tool"][name] = runs
+            out[name] = runs
+        return out
 
     async def memory(self, stack: Stack, specs: list[CatalogSpec]) -> None:
         """Part 6 on a freshly started indexer process."""
@@ -272,8 +328,12 @@ class Run:
     async def all(self) -> dict[str, Any]:
         """Every part; one that fails is recorded in `failures` and the others still run."""
         self.floor()
+        others = [
+            (f"{kind} embedder", self.other_embedder(kind)) for kind in self.embedders if kind != self.kind
+        ]
         for part, step in (
             ("large stack", self.large()),
+            *others,
             ("small stack", self.small()),
             ("cold open, small", self.cold("small", steady_queries=2_000)),
             ("cold open, large", self.cold("large", steady_queries=None)),

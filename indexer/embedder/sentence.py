@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import copy
-import hashlib
-import os
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -13,47 +11,21 @@ from typing import Any
 import numpy as np
 
 from indexer.embedder.base import EmbedderError, Vectors
+from indexer.embedder.batching import default_threads, padding_batches
+from indexer.embedder.files import folder_digest
 
-MAX_PADDING = 0.25  # the share of a forward pass that may be padding before a batch is split
+__all__ = [
+    "PARALLEL_CHARS",
+    "SentenceTransformerEmbedder",
+    "default_threads",
+    "folder_digest",
+    "padding_batches",
+]
+
 # A batch of fewer characters runs on one thread: for one query, waking a second thread costs as
 # much as it saves (measured: 17.4 ms on one thread, 18.9 on two), while a batch of eight takes 30%
 # less time on two.
 PARALLEL_CHARS = 600
-
-
-def folder_digest(folder: Path) -> str:
-    """A sha256 over every file of a model folder (weights, tokenizer, configuration), hidden ones aside.
-
-    Each file contributes its relative path, size and contents, so renaming, swapping or editing any
-    file that shapes the vectors changes the digest.
-    """
-    digest = hashlib.sha256()
-    files = sorted(
-        path
-        for path in folder.rglob("*")
-        if path.is_file() and not any(part.startswith(".") for part in path.relative_to(folder).parts)
-    )
-    for path in files:
-        relative = path.relative_to(folder).as_posix().encode()
-        digest.update(len(relative).to_bytes(8, "little") + relative)
-        digest.update(path.stat().st_size.to_bytes(8, "little"))
-        with path.open("rb") as handle:
-            while block := handle.read(1 << 20):
-                digest.update(block)
-    return digest.hexdigest()
-
-
-def default_threads() -> int:
-    """Torch threads for model calls: as many as the CPUs this process may run on.
-
-    Safe only with OpenMP's passive waiting (`OMP_WAIT_POLICY=PASSIVE`, which `toolsearch` sets
-    before torch loads): by default torch's OpenMP workers spin while they wait, so when another
-    process takes a core, every thread of a model call waits for the slowest. On two cores with a
-    busy loop beside them, two spinning threads embedded 10 to 42 texts a second where one thread
-    embedded 69 to 109; waiting passively, two threads match one there, and on idle cores embed
-    batches 1.5 to 1.8 times faster. A lone short query runs on one thread anyway (`PARALLEL_CHARS`).
-    """
-    return max(1, len(os.sched_getaffinity(0)))
 
 
 class SentenceTransformerEmbedder:
@@ -150,30 +122,6 @@ class SentenceTransformerEmbedder:
         with self._counter_lock:
             encoded = self._counter(text, add_special_tokens=True, truncation=False, verbose=False)
         return len(encoded["input_ids"])
-
-
-def padding_batches(lengths: Sequence[int], max_size: int, max_waste: float = MAX_PADDING) -> list[list[int]]:
-    """Positions of `lengths` in batches, longest first, each padding at most `max_waste` of its size.
-
-    A batch's cost is its count times its longest; the padding is what its shorter texts leave of
-    that. A batch closes when the next text would take the padding past `max_waste`, or at `max_size`.
-    """
-    order = sorted(range(len(lengths)), key=lambda row: -lengths[row])
-    batches: list[list[int]] = []
-    batch: list[int] = []
-    used = 0
-    for row in order:
-        if batch:
-            longest = max(lengths[batch[0]], 1)
-            padded = (len(batch) + 1) * longest
-            if len(batch) >= max_size or padded - (used + lengths[row]) > max_waste * padded:
-                batches.append(batch)
-                batch, used = [], 0
-        batch.append(row)
-        used += lengths[row]
-    if batch:
-        batches.append(batch)
-    return batches
 
 
 def _load(model_dir: Path, threads: int) -> Any:
