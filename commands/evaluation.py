@@ -7,29 +7,34 @@ which the indexer's `Builder` runs too), each server of the catalog file a backe
 one by one with `SearchIndex.search`. Metrics are in percent:
 R@k (share of a query's relevant tools in the top k), nDCG@10 (binary relevance), MRR@10 and
 completeness@5 (share of queries whose relevant tools are all in the top 5).
+
+Each set's queries fall in two splits by a hash of the query id (`split_of`): about 30% are held
+apart, never looked at while tuning, and the figures are reported per split as well as over all.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import itertools
 import json
 import math
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args
 
 import numpy as np
 
-from indexer.embedder import Embedder
+from indexer.embedder import DEFAULT_EMBEDDER, EVAL_KINDS, Embedder
 from indexer.embeddings import Embeddings
-from indexer.search import SearchIndex, SearchSettings, build_tool_index
+from indexer.search import Hit, SearchIndex, SearchSettings, build_tool_index, match_band
 from indexer.state.disk import disk_embeddings
 from indexer.text import query_texts
 from indexer.tools import advertise
+from toolsearch.answers import Answer, AnswerTool, compact_definition, estimate_tokens, render_answer
 from toolsearch.catalog import EVAL_DATA, CatalogTool, load_catalog
 
 Method = Literal["hybrid", "dense", "lexical"]
@@ -39,11 +44,29 @@ SHIPPED_SETS = {  # name -> (catalog, queries)
     "stabletoolbench": (DATA / "stabletoolbench" / "tools.jsonl", DATA / "stabletoolbench" / "queries.jsonl"),
     "metatool multi": (DATA / "metatool" / "tools.jsonl", DATA / "metatool" / "queries_multi.jsonl"),
     "metatool single": (DATA / "metatool" / "tools.jsonl", DATA / "metatool" / "queries.jsonl"),
+    "mcpbench": (DATA / "mcpbench" / "tools.jsonl", DATA / "mcpbench" / "queries.jsonl"),
+    "mcpbench deps": (DATA / "mcpbench" / "tools.jsonl", DATA / "mcpbench" / "queries_deps.jsonl"),
 }
 METRICS = ("R@1", "R@5", "R@8", "R@10", "nDCG@10", "MRR@10", "completeness@5")
 DEPTH = 10  # the deepest rank any metric reads
 QUERY_BATCH = 64
+ANSWER_LIMIT = 8  # tools in an answer whose tokens are counted: indexer.search.default_limit's default
+_METRICS = {"baseline_tokens": 0, "returned_tokens": 0, "savings_percent": 0.0}  # a stand-in of its size
 PROGRESS_AFTER = 500  # queries: shorter runs need no progress bar
+Split = Literal["tune", "held-apart"]
+SPLITS: tuple[Split, ...] = get_args(Split)
+HELD_APART_PERCENT = 30
+
+
+def split_of(query_id: str) -> Split:
+    """The split a query belongs to, by a hash of its id alone: the same in every run and every order.
+
+    Tuning looks at the "tune" split only; "held-apart" tells whether what was tuned carries to
+    queries nobody looked at. A query id shared by two files of a set (mcpbench's two label sets of
+    the same tasks) falls in the same split in both.
+    """
+    bucket = int.from_bytes(hashlib.sha256(query_id.encode()).digest()[:8], "big") % 100
+    return "held-apart" if bucket < HELD_APART_PERCENT else "tune"
 
 
 class EvalError(ValueError):
@@ -71,6 +94,11 @@ class EvalReport:
     search_ms_median: float  # one search, the query embedding excluded
     name: str = ""
     rankings: dict[str, list[str]] = field(default_factory=dict, repr=False, compare=False)
+    # the same metrics over each split's queries alone, and how many queries each split has
+    splits: dict[str, dict[str, float]] = field(default_factory=dict)
+    split_queries: dict[str, int] = field(default_factory=dict)
+    # hybrid only: mean estimated tokens of a find_tool answer of ANSWER_LIMIT tools, full and compact
+    answer_tokens: dict[str, float] = field(default_factory=dict)
 
 
 def load_queries(path: Path) -> list[EvalQuery]:
@@ -134,6 +162,23 @@ def build_index(
     return index, [owner[(t.backend_id, t.original_name)] for t in advertised]
 
 
+def answer_tokens(
+    hits: Sequence[Hit], by_id: Mapping[str, CatalogTool], ids: Sequence[str]
+) -> tuple[int, int]:
+    """Estimated tokens of the find_tool answer these hits make, full and compact (`toolsearch.answers`)."""
+    counts = []
+    for compact in (False, True):
+        entries = []
+        for hit in hits:
+            tool = by_id[ids[hit.position]]
+            definition = compact_definition(tool.definition()) if compact else tool.definition()
+            text = json.dumps(definition, ensure_ascii=False, separators=(",", ":"), sort_keys=not compact)
+            entries.append(AnswerTool(text, tool.server_slug[:64], match_band(hit.match)))
+        _, rendered = render_answer(Answer(entries, {}, _METRICS, compact=compact))
+        counts.append(estimate_tokens(rendered))
+    return counts[0], counts[1]
+
+
 def evaluate_methods(
     tools: Sequence[CatalogTool],
     queries: Sequence[EvalQuery],
@@ -165,20 +210,30 @@ def evaluate_methods(
             bar.update(len(batch))
     embed_seconds = time.perf_counter() - started
     reports = []
+    splits = [split_of(q.id) for q in queries]
+    by_id = {tool.id: tool for tool in tools}
     for method in methods:
         totals = dict.fromkeys(METRICS, 0.0)
+        split_totals = {split: dict.fromkeys(METRICS, 0.0) for split in SPLITS}
         timings: list[float] = []
         rankings: dict[str, list[str]] = {}
+        tokens = [0, 0]
         with _bar(len(queries), f"searching {name or ''} ({method})".replace("  ", " "), show) as bar:
-            for query, vector in zip(queries, vectors, strict=True):
+            for query, vector, split in zip(queries, vectors, splits, strict=True):
                 began = time.perf_counter()
                 hits = index.search(query.query, vector, (), DEPTH, method)
                 timings.append(time.perf_counter() - began)
                 ranking = rankings[query.id] = [ids[hit.position] for hit in hits]
+                if method == "hybrid":
+                    full, compact = answer_tokens(hits[:ANSWER_LIMIT], by_id, ids)
+                    tokens[0] += full
+                    tokens[1] += compact
                 for metric, value in score_ranking(ranking, query.relevant).items():
                     totals[metric] += value
+                    split_totals[split][metric] += value
                 bar.update(1)
         count = max(len(queries), 1)
+        sizes = {split: splits.count(split) for split in SPLITS}
         reports.append(
             EvalReport(
                 method=method,
@@ -189,6 +244,17 @@ def evaluate_methods(
                 search_ms_median=round(1000 * float(np.median(timings)) if timings else 0.0, 3),
                 name=name,
                 rankings=rankings,
+                splits={
+                    split: {
+                        m: round(100 * t / max(sizes[split], 1), 2) for m, t in split_totals[split].items()
+                    }
+                    for split in SPLITS
+                    if sizes[split]
+                },
+                split_queries={split: size for split, size in sizes.items() if size},
+                answer_tokens={"full": round(tokens[0] / count), "compact": round(tokens[1] / count)}
+                if method == "hybrid"
+                else {},
             )
         )
     return reports
@@ -208,23 +274,40 @@ def evaluate(
 
 
 def _bar(total: int, label: str, show: bool) -> Any:
-    from tqdm import tqdm
-
+    try:
+        from tqdm import tqdm
+    except ImportError:  # the bench extra brings it; an indexer-only install evaluates without a bar
+        return _NoBar()
     return tqdm(total=total, desc=label, disable=not show, file=sys.stderr, unit="q", leave=False)
 
 
+class _NoBar:
+    def __enter__(self) -> _NoBar:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def update(self, count: int) -> None:
+        return None
+
+
 def _table(reports: Sequence[EvalReport]) -> str:
-    header = ["set", "method", "tools", "queries", *METRICS, "q/s", "search ms"]
+    """One row per set, split and method: the tune split first, then the held-apart one."""
+    header = ["set", "split", "method", "tools", "queries", *METRICS, "q/s", "search ms"]
     rows = [
-        [r.name or "-", r.method, str(r.tools), str(r.queries)]
-        + [f"{r.metrics[m]:.1f}" for m in METRICS]
+        [r.name or "-", split, r.method, str(r.tools), str(r.split_queries[split])]
+        + [f"{r.splits[split][m]:.1f}" for m in METRICS]
         + [f"{r.queries_per_second:.0f}", f"{r.search_ms_median:.2f}"]
+        for name in dict.fromkeys(r.name for r in reports)
+        for split in SPLITS
         for r in reports
+        if r.name == name and split in r.splits
     ]
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
     lines = [
         "  ".join(
-            cell.rjust(width) if i >= 2 else cell.ljust(width)
+            cell.rjust(width) if i >= 3 else cell.ljust(width)
             for i, (cell, width) in enumerate(zip(row, widths, strict=True))
         )
         for row in [header, *rows]
@@ -256,7 +339,21 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         default=Path("models") / "all-MiniLM-L6-v2",
         help="sentence-transformers model folder (default: models/all-MiniLM-L6-v2)",
     )
+    parser.add_argument(
+        "--embedder",
+        choices=EVAL_KINDS,
+        default=DEFAULT_EMBEDDER,
+        help=f"what embeds the texts, as indexer.embedder (default: {DEFAULT_EMBEDDER}); onnx-int8 "
+        "measures the int8 export of `toolsearch model prepare --int8`, which is not served",
+    )
     parser.add_argument("--limit-queries", type=int, metavar="N", help="only the first N queries of each set")
+    parser.add_argument(
+        "--split",
+        choices=["both", *SPLITS],
+        default="both",
+        help="which queries of each set to run: the tune split, the held-apart one, or both (default), "
+        "each reported apart",
+    )
     parser.add_argument(
         "--cache-dir",
         type=Path,
@@ -268,7 +365,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 def run_cli(args: argparse.Namespace) -> int:
     """Run `toolsearch eval`; returns the exit code."""
-    from indexer.embedder import EmbedderError, SentenceTransformerEmbedder
+    from indexer.embedder import EmbedderError, load_embedder
     from toolsearch.catalog import CatalogError
 
     if args.catalog is not None and args.queries is None:
@@ -281,10 +378,13 @@ def run_cli(args: argparse.Namespace) -> int:
     methods = METHODS if chosen == "all" else tuple(m for m in METHODS if m == chosen)
     sets = SHIPPED_SETS if args.all else {args.catalog.parent.name: (args.catalog, args.queries)}
     try:
-        embedder = SentenceTransformerEmbedder(args.model)
+        embedder = load_embedder(args.embedder, args.model)
         reports: list[EvalReport] = []
         for name, (catalog, queries_file) in sets.items():
-            queries = load_queries(queries_file)[: args.limit_queries]
+            queries = load_queries(queries_file)
+            if args.split != "both":
+                queries = [q for q in queries if split_of(q.id) == args.split]
+            queries = queries[: args.limit_queries]
             reports += evaluate_methods(
                 load_catalog(catalog), queries, embedder, methods, cache_dir=args.cache_dir, name=name
             )
@@ -292,9 +392,23 @@ def run_cli(args: argparse.Namespace) -> int:
         print(f"toolsearch eval: {exc}", file=sys.stderr)
         return 1
     if args.json:
-        fields = ("name", "method", "tools", "queries", "metrics", "queries_per_second", "search_ms_median")
-        out = [{key: asdict(report)[key] for key in fields} for report in reports]
+        fields = (
+            "name",
+            "method",
+            "tools",
+            "queries",
+            "metrics",
+            "splits",
+            "split_queries",
+            "answer_tokens",
+            "queries_per_second",
+            "search_ms_median",
+        )
+        out = [
+            {key: asdict(report)[key] for key in fields} | {"embedder": args.embedder} for report in reports
+        ]
         print(json.dumps(out if args.all else out[0] if len(out) == 1 else out, indent=2))
     else:
+        print(f"embedder {args.embedder}: {embedder.identity}")
         print(_table(reports))
     return 0

@@ -52,7 +52,8 @@ class Catalogs:
 
     def _advertise(self, listings: dict[str, Listing]) -> list[Tool]:
         tools = {b: listing.tools for b, listing in listings.items()}
-        return advertise(tools, prefix=self._naming.prefix, separator=self._naming.separator)
+        servers = {b: listing.server for b, listing in listings.items() if listing.server}
+        return advertise(tools, prefix=self._naming.prefix, separator=self._naming.separator, servers=servers)
 
     def current(self, accepted: Iterable[str], own: dict[str, Listing]) -> Catalog:
         """The advertised tools of a session's usable backends now, memoised by their listings' digests."""

@@ -1,8 +1,15 @@
-"""Answering find_tool: embed the query, search the session's current version, explain empty answers."""
+"""Answering find_tool: embed the query, search the session's current version, say how well it matched.
+
+Each tool found carries its server (the backend id, and the server's own title and description
+from its initialize result) and a match band. An answer also names the session's backends that are
+down or rejected its credentials, and one whose best match is weak says so, so that a model does not
+keep looking for a tool that cannot be had right now. Empty answers say why.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Sequence
 
 import numpy as np
@@ -11,12 +18,27 @@ from indexer.embeddings import Embeddings
 from indexer.errors import InvalidRequest
 from indexer.index import IndexVersion, VersionPool
 from indexer.registry import Registry
+from indexer.search import match_band
 from indexer.session_views import LiveSession
+from indexer.state.listings import ServerInfo
 from indexer.text import query_texts
+from indexer.tools import estimate_prompt_tokens
+from toolsearch.answers import compact_definition, trim
 from toolsearch.config import Search
 from toolsearch.v1 import indexer_pb2 as pb
 
 MAX_KEYWORDS = 32
+SERVER_DESCRIPTION_CHARS = 300  # what a server says of itself, as an answer carries it
+
+
+def server_title(info: ServerInfo) -> str:
+    """A server's own name for itself: its title, else its name."""
+    return info.title or info.name
+
+
+def server_description(info: ServerInfo) -> str:
+    """What a server says it is for: its description, else the start of its instructions."""
+    return trim(info.description or info.instructions, SERVER_DESCRIPTION_CHARS)
 
 
 class Finder:
@@ -59,10 +81,37 @@ class Finder:
             )
         return "the healthy backends of this session offer no tools"
 
+    @staticmethod
+    def _weak_note(unavailable: Sequence[pb.UnavailableBackend]) -> str:
+        note = (
+            "no tool matches this task strongly: the tools below are the closest, and may not do it. "
+            "Describe the task differently, or do without a tool."
+        )
+        if unavailable:
+            named = ", ".join(f"{u.id} ({u.status})" for u in unavailable)
+            note += f" Unavailable right now, so their tools cannot be found or called: {named}."
+        return note
+
+    def _unavailable(self, session: LiveSession) -> list[pb.UnavailableBackend]:
+        """The session's backends whose tools cannot be found now: down, or refusing its credentials."""
+        out = []
+        for backend_id in sorted(session.record.accepted):
+            state = self._registry.states.get(backend_id)
+            if state is not None and not state.advertised:
+                info = state.listing.server if state.listing is not None else ServerInfo()
+                out.append(
+                    pb.UnavailableBackend(id=backend_id, status=state.status, server_title=server_title(info))
+                )
+        out.extend(
+            pb.UnavailableBackend(id=backend_id, status="rejected")
+            for backend_id in sorted(session.record.rejected_at_creation)
+        )
+        return out
+
     async def find(
-        self, session: LiveSession, query: str, keywords: Sequence[str], limit: int
+        self, session: LiveSession, query: str, keywords: Sequence[str], limit: int, compact: bool = False
     ) -> pb.FindToolsResponse:
-        """The best tools of the session's current version for a query."""
+        """The best tools of the session's current version for a query; `compact` trims definitions."""
         limit = self._check(query, keywords, limit)
         snapshot = session.current  # read once: the whole answer comes from this version
         version = snapshot.version
@@ -78,21 +127,36 @@ class Finder:
             # the whole query, then each sentence of a long one; concurrent queries share model calls
             texts = query_texts(query, keywords)
             rows = await asyncio.gather(*(self._embeddings.embed_query(text) for text in texts))
-            hits = version.find(query, np.vstack(rows), keywords, limit)
-            for tool, score in hits:
+            hits = version.find_hits(query, np.vstack(rows), keywords, limit)
+            for tool, hit in hits:
+                info = version.server(tool.backend_id)
+                definition_json = tool.definition_json
+                if compact:
+                    definition_json = json.dumps(
+                        compact_definition(json.loads(definition_json)),
+                        ensure_ascii=False,
+                        separators=(",", ":"),
+                    )
                 response.tools.append(
                     pb.FoundTool(
                         name=tool.name,
                         backend_id=tool.backend_id,
-                        definition_json=tool.definition_json,
-                        score=score,
+                        definition_json=definition_json,
+                        score=hit.score,
+                        server_title=server_title(info),
+                        server_description=server_description(info),
+                        match=match_band(hit.match),
+                        relevance=hit.match,
                     )
                 )
             if not hits:
                 response.empty_reason = (
                     "no tool matched the query closely enough: describe the task differently"
                 )
-        returned = sum(version.by_name[t.name].tokens for t in response.tools)
+        response.unavailable.extend(self._unavailable(session))
+        if response.tools and response.tools[0].match == "weak":
+            response.note = self._weak_note(response.unavailable)
+        returned = sum(estimate_prompt_tokens(t.definition_json) for t in response.tools)
         response.token_metrics.baseline_tokens = baseline
         response.token_metrics.returned_tokens = returned
         response.token_metrics.savings_percent = (

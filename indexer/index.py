@@ -11,7 +11,7 @@ import asyncio
 import hashlib
 import threading
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import cast
 
@@ -22,11 +22,21 @@ from indexer.search import (
     Method,
     SearchIndex,
     SearchSettings,
+    ServerDocument,
     ToolDocument,
     index_documents,
+    server_documents,
     tool_documents,
 )
+from indexer.state.listings import ServerInfo
 from indexer.tools import Tool
+
+Servers = Mapping[str, ServerInfo]  # backend id -> what the server said of itself (only those that did)
+
+
+def servers_of(tools: Sequence[Tool]) -> dict[str, ServerInfo]:
+    """What each backend's server said of itself, as its tools carry it (only those that said anything)."""
+    return {tool.backend_id: tool.server for tool in tools if tool.server}
 
 
 def fingerprint(tools: Sequence[Tool]) -> str:
@@ -34,12 +44,17 @@ def fingerprint(tools: Sequence[Tool]) -> str:
 
     The backend's own name is part of it: an advertised `a_x` may be backend a's `x`, prefixed on a
     collision, or its `a_x`, and the two must not share a version (calls go by the original name).
+    What servers say of themselves (as the tools carry it) is part of it when they said anything:
+    it is in the index (their server documents) and in the answers.
     """
     digest = hashlib.sha256()
     for tool in sorted(tools, key=lambda t: t.name):
         for part in (tool.backend_id, tool.original_name, tool.definition_json):
             digest.update(part.encode())
             digest.update(b"\0")
+    for backend_id, info in sorted(servers_of(tools).items()):
+        for part in (backend_id, *info.as_dict().values()):
+            digest.update(b"\1" + part.encode())
     return digest.hexdigest()[:32]
 
 
@@ -55,6 +70,12 @@ class IndexVersion:
     backends: frozenset[str]
     # what each tool brought, held so that the builder's memo keeps it while this version lives
     documents: tuple[ToolDocument, ...] = field(default=(), repr=False)
+    servers: Servers = field(default_factory=dict, repr=False)  # what servers said of themselves
+    server_documents: tuple[ServerDocument, ...] = field(default=(), repr=False)
+
+    def server(self, backend_id: str) -> ServerInfo:
+        """What a backend's server said of itself (empty when nothing)."""
+        return self.servers.get(backend_id) or ServerInfo()
 
     def find(
         self,
@@ -69,6 +90,15 @@ class IndexVersion:
             return []
         hits: list[Hit] = self.search_index.search(query, query_vector, keywords, limit, method)
         return [(self.tools[hit.position], hit.score) for hit in hits]
+
+    def find_hits(
+        self, query: str, query_vector: np.ndarray, keywords: Sequence[str], limit: int
+    ) -> list[tuple[Tool, Hit]]:
+        """The best `limit` tools for a query with their hits (score and match), best first."""
+        if self.search_index is None:
+            return []
+        hits = self.search_index.search(query, query_vector, keywords, limit)
+        return [(self.tools[hit.position], hit) for hit in hits]
 
     def resolve(self, name: str) -> Tool | None:
         """The tool advertised under `name`, if this version holds it."""
@@ -102,6 +132,9 @@ class Documents:
 
     def __init__(self) -> None:
         self._known: weakref.WeakValueDictionary[DocumentKey, ToolDocument] = weakref.WeakValueDictionary()
+        self._servers: weakref.WeakValueDictionary[tuple[object, ...], ServerDocument] = (
+            weakref.WeakValueDictionary()
+        )
         self._lock = threading.Lock()  # versions are built in worker threads, several at once
         self.derived = 0  # tools whose document was derived rather than found
 
@@ -129,6 +162,34 @@ class Documents:
                     found[position] = self._known.setdefault(keys[position], document)
         return cast("list[ToolDocument]", found)  # every gap was filled above
 
+    def servers(self, tools: Sequence[Tool], servers: Servers, builder: Builder) -> list[ServerDocument]:
+        """The server documents of `tools`' backends; a backend whose tools and info are known is reused.
+
+        A health change drops or adds whole backends, so most servers of a rebuild are known already.
+        """
+        grouped: dict[str, list[Tool]] = {}
+        for tool in tools:
+            grouped.setdefault(tool.backend_id, []).append(tool)
+        out: list[ServerDocument] = []
+        for backend_id, members in sorted(grouped.items()):
+            info = servers.get(backend_id) or ServerInfo()
+            key = (backend_id, info.about, *(document_key(t)[1:] for t in members))
+            with self._lock:
+                known = self._servers.get(key)
+            if known is None:
+                (known,) = server_documents(
+                    [t.definition for t in members],
+                    [backend_id] * len(members),
+                    builder.embed_documents,
+                    {backend_id: info.about},
+                    builder.count_tokens,
+                    builder.max_tokens,
+                )
+                with self._lock:
+                    known = self._servers.setdefault(key, known)
+            out.append(known)
+        return out
+
 
 @dataclass(frozen=True)
 class Builder:
@@ -147,18 +208,28 @@ class Builder:
 
 
 def build_version(tools: Sequence[Tool], builder: Builder) -> IndexVersion:
-    """Build a version (blocking: derives and embeds what no live version holds, builds both indexes)."""
+    """Build a version (blocking: derives and embeds what no live version holds, builds both indexes).
+
+    What the backends' servers said of themselves (each tool carries it) goes into their server
+    documents and the answers.
+    """
     ordered = tuple(sorted(tools, key=lambda t: t.name))
+    servers = servers_of(ordered)
     search_index = None
     documents: tuple[ToolDocument, ...] = ()
+    units: tuple[ServerDocument, ...] = ()
     if ordered:
         documents = tuple(builder.documents.of(ordered, builder))
+        backends = [tool.backend_id for tool in ordered]
+        if builder.settings.server_weight and builder.settings.backend_weight and len(set(backends)) > 1:
+            units = tuple(builder.documents.servers(ordered, servers, builder))
         search_index = index_documents(
             documents,
             names=[tool.name for tool in ordered],
             aliases=[_aliases(tool, builder.separator) for tool in ordered],
             settings=builder.settings,
-            backends=[tool.backend_id for tool in ordered],
+            backends=backends,
+            servers=units or None,
         )
     return IndexVersion(
         fingerprint=fingerprint(ordered),
@@ -168,6 +239,8 @@ def build_version(tools: Sequence[Tool], builder: Builder) -> IndexVersion:
         baseline_tokens=sum(tool.tokens for tool in ordered),
         backends=frozenset(tool.backend_id for tool in ordered),
         documents=documents,
+        servers=servers,
+        server_documents=units,
     )
 
 

@@ -97,6 +97,8 @@ class Registry:
             self.headers(backend, token),
             min(timeout or self._timeout, backend.timeout),
             transport=self._transport,
+            max_response_bytes=backend.max_response_bytes,
+            mcp_transport=backend.transport,
         )
 
     def add(self, backend: Backend) -> BackendState:
@@ -124,18 +126,33 @@ class Registry:
         state = self._states.get(backend.id)
         if state is None or state.config is not backend:
             # removed or replaced meanwhile: nothing to pin, no client to keep
-            return await list_tools(backend.id, backend.url, headers, timeout, transport=self._transport)
+            return await list_tools(
+                backend.id,
+                backend.url,
+                headers,
+                timeout,
+                transport=self._transport,
+                max_response_bytes=backend.max_response_bytes,
+                mcp_transport=backend.transport,
+            )
         mode = (
             pinned_mode(state.health.protocol_version) if state.health.consecutive_failures == 0 else "auto"
         )
-        client, stale = self._claim_probe_client(backend.id, headers, timeout)
+        client, stale = self._claim_probe_client(backend.id, headers, timeout, backend.max_response_bytes)
         try:
             if stale is not None:
                 await stale.aclose()
             started = time.perf_counter()
             try:
                 return await list_tools(
-                    backend.id, backend.url, headers, timeout, self._transport, mode=mode, client=client
+                    backend.id,
+                    backend.url,
+                    headers,
+                    timeout,
+                    self._transport,
+                    mode=mode,
+                    client=client,
+                    mcp_transport=backend.transport,
                 )
             except BackendUnavailable as refused:
                 left = timeout - (time.perf_counter() - started)
@@ -143,7 +160,13 @@ class Registry:
                     raise
                 with contextlib.suppress(BackendUnavailable):
                     return await list_tools(
-                        backend.id, backend.url, headers, left, self._transport, client=client
+                        backend.id,
+                        backend.url,
+                        headers,
+                        left,
+                        self._transport,
+                        client=client,
+                        mcp_transport=backend.transport,
                     )
                 # the retry was only in case the protocol changed: report what the probe itself met
                 raise refused
@@ -152,7 +175,7 @@ class Registry:
                 client.busy = False
 
     def _claim_probe_client(
-        self, backend_id: str, headers: Mapping[str, str], timeout: float
+        self, backend_id: str, headers: Mapping[str, str], timeout: float, max_response_bytes: int
     ) -> tuple[ProbeClient | None, ProbeClient | None]:
         """Claim the backend's kept probe client; returns it and a replaced one for the caller to close.
 
@@ -163,8 +186,8 @@ class Registry:
         if client is not None and client.busy:
             return None, None
         stale = None
-        if client is None or not client.fits(headers, timeout):
-            stale, client = client, ProbeClient(headers, timeout, self._transport)
+        if client is None or not client.fits(headers, timeout, max_response_bytes):
+            stale, client = client, ProbeClient(headers, timeout, self._transport, max_response_bytes)
             self._probe_clients[backend_id] = client
         client.busy = True
         return client, stale
@@ -248,6 +271,8 @@ class Registry:
                     {},
                     min(self._timeout, backend.timeout),
                     transport=self._transport,
+                    max_response_bytes=backend.max_response_bytes,
+                    mcp_transport=backend.transport,
                 )
             except BackendRejected:
                 self.record_answer(backend_id, time.perf_counter() - started, "healthy")

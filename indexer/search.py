@@ -5,11 +5,17 @@ tool's views (FAISS over normalised vectors), the lexical arm with BM25 (bm25s) 
 plus any keywords. Each arm's scores are standardised over the catalog (z-scores) and combined with
 the configured weights, so a tool far ahead in one arm stays ahead after fusion whatever the other
 arm says, and every tool gets a score: the answer is always filled to `limit`. Exact names go first.
+
+A query that states several needs is scored need by need as well as whole: each need gets both arms
+of its own, and a tool's score mixes the whole query's with its best need's. Where the catalog has
+several backends, each server is also scored as a unit (its own text: name, what it says of itself,
+a line per tool), and that score lifts its tools, as hierarchical server-then-tool routing does.
 docs/retrieval.md has the measurements behind the defaults.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -19,11 +25,22 @@ import faiss
 import numpy as np
 import numpy.typing as npt
 
-from indexer.text import document_texts, estimate_word_pieces, lexical_tokens, name_key
+from indexer.text import (
+    document_chunks,
+    document_texts,
+    estimate_word_pieces,
+    lexical_tokens,
+    name_key,
+    query_texts,
+    server_text,
+)
 
 Method = Literal["hybrid", "dense", "lexical"]
 FloatArray = npt.NDArray[np.float32]
 MAX_NAME_CHARS = 200  # longer queries are descriptions, never looked up as names
+# Match bands, cut from `Hit.match` (docs/retrieval.md has the precision each band had on the tune splits)
+STRONG_MATCH = 1.5
+POSSIBLE_MATCH = 1.0
 BLOCK_VIEWS = 512  # vectors per block (768 kB at 384 dimensions): small enough to stay in cache
 
 
@@ -34,18 +51,36 @@ class SearchSettings:
     dense_weight: float = 0.7
     lexical_weight: float = 0.3
     min_score: float | None = None  # hits below it are dropped, but never the best one
-    sentence_weight: float = 0.6  # share of a multi-sentence query's dense score from its best sentence
+    sentence_weight: float = 0.6  # share of a multi-need query's score from its best need
     backend_weight: float = 0.2  # lift toward the tools of the backends that match best
+    server_weight: float = (
+        0.3  # lift by how well a tool's server, read as a unit, matches (with the backend lift)
+    )
+    server_lexical_share: float = 0.3  # of the server score, the share of BM25 over the server's text
     bm25_k1: float = 1.2
     bm25_b: float = 0.75
 
 
 @dataclass(frozen=True, slots=True)
 class Hit:
-    """One search result: the tool's position in the index and its fused score."""
+    """One search result: the tool's position in the index, its fused score, and how it stands out.
+
+    `match` is the fused score standardised over the whole catalog and divided by sqrt(2 ln n), about
+    where the best of n unrelated scores would fall, so that one scale serves a catalog of 50 tools
+    and one of 5,000: over 1 a tool stands out more than chance would put any tool, and exact names
+    are always at least `STRONG_MATCH`.
+    """
 
     position: int
     score: float
+    match: float = 0.0
+
+
+def match_band(match: float) -> str:
+    """A `Hit.match` as a word a model can act on: strong, possible or weak."""
+    if match >= STRONG_MATCH:
+        return "strong"
+    return "possible" if match >= POSSIBLE_MATCH else "weak"
 
 
 def _standardise(scores: FloatArray) -> FloatArray:
@@ -54,6 +89,15 @@ def _standardise(scores: FloatArray) -> FloatArray:
     if not np.isfinite(std) or std < 1e-9:
         return np.zeros_like(scores)
     standard: FloatArray = ((scores - scores.mean()) / std).astype(np.float32)
+    return standard
+
+
+def _standardise_rows(scores: FloatArray) -> FloatArray:
+    """`_standardise` applied to each row of a (rows, items) matrix at once."""
+    mean = scores.mean(axis=1, keepdims=True)
+    std = scores.std(axis=1, keepdims=True)
+    flat = ~np.isfinite(std) | (std < 1e-9)
+    standard: FloatArray = np.where(flat, 0.0, (scores - mean) / np.where(flat, 1.0, std)).astype(np.float32)
     return standard
 
 
@@ -80,6 +124,57 @@ class _Backends:
         return lifted
 
 
+def _inner_products(stored: FloatArray, queries: FloatArray) -> FloatArray:
+    """Every query row's inner product with every stored vector: shape (rows, vectors).
+
+    Fusion needs every tool's score, so the arm takes every inner product (a top-k search with
+    k=ntotal would also sort them) with FAISS's single-threaded kernel over the stored vectors: a
+    threaded BLAS product is faster on an idle machine but stalls on a busy one. Rows of a multi-row
+    query read the vectors block by block, each block once from memory.
+    """
+    count, dimension = stored.shape
+    by_view = np.empty((queries.shape[0], count), dtype=np.float32)
+    step = count if queries.shape[0] == 1 else BLOCK_VIEWS
+    for start in range(0, count, step):
+        size = min(step, count - start)
+        block = faiss.swig_ptr(stored[start : start + size])
+        for row, query in enumerate(queries):
+            faiss.fvec_inner_products_ny(  # type: ignore[attr-defined]  # the SWIG kernel has no stub
+                faiss.swig_ptr(by_view[row, start:]), faiss.swig_ptr(query), block, dimension, size
+            )
+    return by_view
+
+
+class _Servers:
+    """Each backend read as one unit, both arms over the servers' own texts, for the server lift."""
+
+    def __init__(
+        self, of: npt.NDArray[np.int64], vectors: FloatArray, owners: npt.NDArray[np.int64], terms: Any
+    ) -> None:
+        self.of = of  # tool -> server label
+        order = np.argsort(owners, kind="stable")
+        self.vectors = np.ascontiguousarray(vectors[order], dtype=np.float32)
+        self.starts = _run_starts(owners[order])
+        self.lexical: Any = None
+        self.vocabulary: dict[str, int] = {}
+        if any(terms):
+            self.lexical = bm25s.BM25(method="lucene")
+            self.lexical.index(terms, show_progress=False)
+            self.vocabulary = dict(self.lexical.vocab_dict)
+        self.count = len(self.starts)
+
+    def scores(self, queries: FloatArray, texts: Sequence[str], lexical_share: float) -> FloatArray:
+        """Per query row, each server's standardised score: dense (best view) and BM25, mixed."""
+        dense = np.maximum.reduceat(_inner_products(self.vectors, queries), self.starts, axis=1)
+        lexical = np.zeros_like(dense)
+        for row, text in enumerate(texts):
+            terms = [self.vocabulary[t] for t in lexical_tokens([text]) if t in self.vocabulary]
+            if terms and self.lexical is not None:
+                lexical[row] = self.lexical.get_scores(terms)
+        mixed: FloatArray = (1 - lexical_share) * _standardise_rows(dense)
+        return mixed + lexical_share * _standardise_rows(lexical)
+
+
 class SearchIndex:
     """Both arms over one tool set. Immutable after `build`; safe to search from several threads."""
 
@@ -92,6 +187,7 @@ class SearchIndex:
         lexical: Any,
         exact: Mapping[str, tuple[int, ...]],
         backends: _Backends | None,
+        servers: _Servers | None = None,
     ) -> None:
         """Use `build`; this only stores what it made."""
         self.settings = settings
@@ -106,6 +202,7 @@ class SearchIndex:
         self._vocabulary: dict[str, int] = dict(lexical.vocab_dict) if lexical is not None else {}
         self._exact = exact
         self._backends = backends
+        self._servers = servers
 
     @classmethod
     def build(
@@ -136,10 +233,12 @@ class SearchIndex:
         settings: SearchSettings,
         owners: np.ndarray | None = None,
         backends: Sequence[str] | None = None,
+        servers: Sequence[ServerDocument] | None = None,
     ) -> SearchIndex:
         """Index tools whose BM25 terms are known already: `terms[i]` are tool i's (`lexical_tokens`).
 
-        The other arguments are as for `build`.
+        `servers`, when given with `backends`, are the servers' own documents (`server_documents`),
+        one per distinct backend, for the server lift. The other arguments are as for `build`.
         """
         size = len(terms)
         if len(names) != size or len(aliases) != size or (backends is not None and len(backends) != size):
@@ -165,6 +264,10 @@ class SearchIndex:
         grouped = None
         if backends is not None and settings.backend_weight and len(set(backends)) > 1:
             grouped = _Backends(backends, settings.backend_weight)
+        units = None
+        if grouped is not None and servers and settings.server_weight:
+            # the server arm is a backend-level signal like the lift: no backends, or no lift, none
+            units = _server_arm(backends or (), servers)
         return cls(
             settings,
             size,
@@ -173,34 +276,32 @@ class SearchIndex:
             lexical,
             {key: tuple(positions) for key, positions in exact.items()},
             grouped,
+            units,
         )
 
-    def dense_scores(self, query_vector: np.ndarray) -> FloatArray:
-        """Per tool, the best inner product over its views; for a multi-row query (the whole query,
-        then its sentences) a mix of the whole query's score and the best sentence's."""
+    def _query_rows(self, query_vector: np.ndarray) -> FloatArray:
         queries = np.ascontiguousarray(np.atleast_2d(query_vector), dtype=np.float32)
         if queries.shape[1] != self._dense.d:
             raise ValueError(f"query vector has dimension {queries.shape[1]}; the index has {self._dense.d}")
-        # Fusion needs every tool's score, so the arm takes every inner product (a top-k search with
-        # k=ntotal would also sort them) with FAISS's single-threaded kernel over the index's own
-        # storage: a threaded BLAS product is faster on an idle machine but stalls on a busy one.
-        # Rows of a multi-row query read the vectors block by block, each block once from memory.
-        count, dimension = self._stored.shape
-        by_view = np.empty((queries.shape[0], count), dtype=np.float32)
-        step = count if queries.shape[0] == 1 else BLOCK_VIEWS
-        for start in range(0, count, step):
-            size = min(step, count - start)
-            block = faiss.swig_ptr(self._stored[start : start + size])
-            for row, query in enumerate(queries):
-                faiss.fvec_inner_products_ny(  # type: ignore[attr-defined]  # the SWIG kernel has no stub
-                    faiss.swig_ptr(by_view[row, start:]), faiss.swig_ptr(query), block, dimension, size
-                )
-        whole: FloatArray = np.maximum.reduceat(by_view[0], self._view_starts)
-        if queries.shape[0] == 1:
+        return queries
+
+    def _dense_rows(self, queries: FloatArray) -> FloatArray:
+        """Per query row and tool, the best inner product over the tool's views: shape (rows, tools)."""
+        rows: FloatArray = np.maximum.reduceat(
+            _inner_products(self._stored, queries), self._view_starts, axis=1
+        )
+        return rows
+
+    def dense_scores(self, query_vector: np.ndarray) -> FloatArray:
+        """Per tool, the best inner product over its views; for a multi-row query (the whole query,
+        then its needs) a mix of the whole query's score and the best need's."""
+        rows = self._dense_rows(self._query_rows(query_vector))
+        whole: FloatArray = rows[0]
+        if rows.shape[0] == 1:
             return whole
-        best_sentence: FloatArray = np.maximum.reduceat(by_view[1:].max(axis=0), self._view_starts)
         share = np.float32(self.settings.sentence_weight)
-        return (np.float32(1.0) - share) * whole + share * best_sentence
+        mixed: FloatArray = (np.float32(1.0) - share) * whole + share * rows[1:].max(axis=0)
+        return mixed
 
     def lexical_scores(self, query: str, keywords: Sequence[str]) -> FloatArray:
         """BM25 of every tool for the query's terms and the keywords' terms."""
@@ -208,6 +309,29 @@ class SearchIndex:
         if not terms or self._lexical is None:
             return np.zeros(self.size, dtype=np.float32)
         return np.asarray(self._lexical.get_scores(terms), dtype=np.float32)
+
+    def _fused_rows(self, query: str, queries: FloatArray, keywords: Sequence[str]) -> FloatArray:
+        """Per query row (the whole query, then each need), both arms standardised and weighed.
+
+        A need gets a lexical arm of its own, and, with servers, the lift of each tool's server as
+        that need reads it. Rows past the whole query are the needs `query_texts` gives, in order;
+        a caller that embedded only the whole query gets the whole query's row alone.
+        """
+        texts = query_texts(query, keywords)
+        if len(texts) != queries.shape[0]:
+            texts, queries = texts[:1], queries[:1]
+        dense = self._dense_rows(queries)
+        settings = self.settings
+        lexical = np.empty_like(dense)
+        for row, text in enumerate(texts):
+            lexical[row] = self.lexical_scores(query, keywords) if row == 0 else self.lexical_scores(text, ())
+        fused: FloatArray = settings.dense_weight * _standardise_rows(dense)
+        fused += settings.lexical_weight * _standardise_rows(lexical)
+        if self._servers is not None:
+            texts = [" ".join([query, *keywords]), *texts[1:]]
+            units = self._servers.scores(queries, texts, settings.server_lexical_share)
+            fused += np.float32(settings.server_weight) * units[:, self._servers.of]
+        return fused
 
     def scores(
         self, query: str, query_vector: np.ndarray, keywords: Sequence[str], method: Method
@@ -219,8 +343,11 @@ class SearchIndex:
             return _standardise(self.lexical_scores(query, keywords))
         if method != "hybrid":
             raise ValueError(f"unknown search method {method!r}")
-        fused = self.settings.dense_weight * _standardise(self.dense_scores(query_vector))
-        fused += self.settings.lexical_weight * _standardise(self.lexical_scores(query, keywords))
+        rows = self._fused_rows(query, self._query_rows(query_vector), keywords)
+        fused: FloatArray = rows[0]
+        if rows.shape[0] > 1:
+            share = np.float32(self.settings.sentence_weight)
+            fused = (np.float32(1.0) - share) * rows[0] + share * rows[1:].max(axis=0)
         return fused if self._backends is None else self._backends.lift(fused)
 
     def search(
@@ -252,7 +379,14 @@ class SearchIndex:
             best = np.argpartition(-ranked, wanted - 1)[:wanted]
         best = best[np.lexsort((best, -ranked[best]))][: max(wanted, 0)]
         top = float(scores.max())
-        hits = [Hit(p, top + 1.0) for p in named] + [Hit(int(p), float(scores[p])) for p in best]
+        mean, spread = float(scores.mean()), float(scores.std())
+        scale = spread * math.sqrt(2 * math.log(max(self.size, 3)))
+
+        def match(score: float) -> float:
+            return round((score - mean) / scale, 3) if scale > 1e-9 else 0.0
+
+        hits = [Hit(p, top + 1.0, max(match(top), STRONG_MATCH)) for p in named]
+        hits += [Hit(int(p), float(scores[p]), match(float(scores[p]))) for p in best]
         if self.settings.min_score is not None:
             kept = [h for h in hits if h.score >= self.settings.min_score]
             hits = kept or hits[:1]
@@ -304,12 +438,62 @@ def tool_documents(
     return documents
 
 
+@dataclass(frozen=True, eq=False)
+class ServerDocument:
+    """One backend read as a unit (`server_text`): its BM25 terms and view vectors."""
+
+    backend: str
+    terms: tuple[str, ...]
+    vectors: FloatArray  # one read-only row per view
+
+
+def server_documents(
+    definitions: Sequence[Mapping[str, Any]],
+    backends: Sequence[str],
+    embed_documents: Callable[[Sequence[str]], np.ndarray],
+    about: Mapping[str, str] | None = None,
+    count_tokens: Callable[[str], int] = estimate_word_pieces,
+    max_tokens: int = 256,
+) -> list[ServerDocument]:
+    """Each distinct backend's document: its text cut into views the model reads whole, embedded at once.
+
+    `about[backend]` is what the server says of itself (its title, description, instructions), when
+    known. The terms are the server's text's own, not its tools' whole texts: BM25 over a server
+    then weighs what the server is for, not how long its parameter lists are.
+    """
+    grouped: dict[str, list[Mapping[str, Any]]] = {}
+    for definition, backend in zip(definitions, backends, strict=True):
+        grouped.setdefault(backend, []).append(definition)
+    texts = {b: server_text(b, tools, (about or {}).get(b, "")) for b, tools in sorted(grouped.items())}
+    views = {b: document_chunks(text, head, count_tokens, max_tokens) for b, (head, text) in texts.items()}
+    vectors = np.asarray(embed_documents([v for chunks in views.values() for v in chunks]), np.float32)
+    out: list[ServerDocument] = []
+    start = 0
+    for backend, chunks in views.items():
+        rows = vectors[start : start + len(chunks)].copy()
+        rows.flags.writeable = False
+        start += len(chunks)
+        out.append(ServerDocument(backend, tuple(lexical_tokens([texts[backend][1]])), rows))
+    return out
+
+
+def _server_arm(backends: Sequence[str], servers: Sequence[ServerDocument]) -> _Servers:
+    label = {server.backend: position for position, server in enumerate(servers)}
+    if missing := set(backends) - set(label):
+        raise ValueError(f"no server document for backends {sorted(missing)[:3]}")
+    vectors = np.concatenate([server.vectors for server in servers])
+    owners = np.repeat(np.arange(len(servers)), [len(server.vectors) for server in servers])
+    of = np.array([label[b] for b in backends], dtype=np.int64)
+    return _Servers(of, vectors, owners.astype(np.int64), [list(server.terms) for server in servers])
+
+
 def index_documents(
     documents: Sequence[ToolDocument],
     names: Sequence[str],
     aliases: Sequence[Sequence[str]],
     settings: SearchSettings,
     backends: Sequence[str] | None = None,
+    servers: Sequence[ServerDocument] | None = None,
 ) -> SearchIndex:
     """An index over tools already derived: their vectors and terms concatenated, FAISS and BM25 built."""
     if not documents:
@@ -317,7 +501,9 @@ def index_documents(
     vectors = np.concatenate([document.vectors for document in documents])
     owners = np.repeat(np.arange(len(documents)), [len(document.vectors) for document in documents])
     terms = [document.terms for document in documents]
-    return SearchIndex.from_terms(terms, names, aliases, vectors, settings, owners=owners, backends=backends)
+    return SearchIndex.from_terms(
+        terms, names, aliases, vectors, settings, owners=owners, backends=backends, servers=servers
+    )
 
 
 def build_tool_index(
@@ -329,17 +515,22 @@ def build_tool_index(
     settings: SearchSettings,
     count_tokens: Callable[[str], int] = estimate_word_pieces,
     max_tokens: int = 256,
+    about: Mapping[str, str] | None = None,
 ) -> SearchIndex:
     """Text, views, embeddings and index for tools in one call: `tool_documents`, then `index_documents`.
 
     The indexer runs the same two steps through its `Builder` (`indexer.index`), which memoises the
     first per tool; `toolsearch eval` and the tests call this, so they measure what the indexer serves.
 
-    `count_tokens` and `max_tokens` are the embedder's, so that views are cut to what it reads.
+    `count_tokens` and `max_tokens` are the embedder's, so that views are cut to what it reads;
+    `about[backend]` is what a server says of itself, for its server document.
     """
     if not definitions:  # nothing to concatenate: the empty index takes its dimension from the embedder
         return SearchIndex.build(
             [], names, aliases, np.asarray(embed_documents([])), settings, backends=backends
         )
     documents = tool_documents(definitions, backends, embed_documents, count_tokens, max_tokens)
-    return index_documents(documents, names, aliases, settings, backends)
+    servers = None
+    if settings.server_weight and settings.backend_weight and len(set(backends)) > 1:
+        servers = server_documents(definitions, backends, embed_documents, about, count_tokens, max_tokens)
+    return index_documents(documents, names, aliases, settings, backends, servers)

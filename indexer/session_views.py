@@ -6,11 +6,12 @@ once and uses that snapshot to the end, so a swap never mixes two versions in on
 number a request sees is `current.number`; the record's `ref` is what the session store holds, and
 changes only through the store's swap.
 
-`Views` keeps the handles by id. With the memory state there is one per session, holding the very
-record the store keeps. With a shared state they are a cache in front of the stored records: each
-request brings its session's record, which the handle takes whole (the stored token left out), and
-the handle moves to the version the record names (built here from the stored catalog when this
-replica does not hold it yet).
+`Views` keeps the handles by id, least recently used first. With the memory state there is one per
+live session, holding the very record the store keeps. With a shared state they are a cache in
+front of the stored records: each request brings its session's record, which the handle takes whole
+(the stored token left out), and the handle moves to the version the record names (built here from
+the stored catalog when this replica does not hold it yet). Either way a handle unused for the
+session time to live is dropped (its record has expired by then), oldest first.
 """
 
 from __future__ import annotations
@@ -75,8 +76,8 @@ class Views:
 
     def remember(self, session: LiveSession) -> None:
         self._views[session.id] = session
+        self._views.move_to_end(session.id)  # the order of use, which `forget_idle` relies on
         if self._shared:
-            self._views.move_to_end(session.id)
             while len(self._views) > VIEWS_KEPT:
                 self._views.popitem(last=False)
 
@@ -89,8 +90,10 @@ class Views:
         `recover` gives a version when the record's catalog can no longer be read back.
         """
         view = self._views.get(record.id)
-        if view is not None and view.record is record:
-            return view  # the memory state: the store keeps this handle's own record
+        if view is not None and view.record is record:  # the memory state: the store keeps this record
+            view.used_at = time.monotonic()
+            self._views.move_to_end(record.id)
+            return view
         if view is None or view.current.number != record.ref.number:
             version = await self._catalogs.stored(record.catalog, record.ref.fingerprint)
             if version is None:
@@ -140,12 +143,10 @@ class Views:
                 view.current = CurrentVersion(number, version)
 
     def forget_idle(self, seconds: float) -> None:
-        """Drop cached sessions unused for `seconds` (their records expire by then); shared state only."""
-        if not self._shared:
-            return
+        """Drop the handles unused for `seconds` (their records have expired by then), oldest first."""
         horizon = time.monotonic() - seconds
-        for session_id in [s.id for s in self._views.values() if s.used_at < horizon]:
-            del self._views[session_id]
+        while self._views and next(iter(self._views.values())).used_at < horizon:
+            self._views.popitem(last=False)
 
 
 async def announce(

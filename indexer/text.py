@@ -5,8 +5,11 @@ description and its parameters (names and descriptions): `tool_text`. The lexica
 of it, the head (backend and name) counted twice (`lexical_text`). The dense arm embeds several
 views of it (`document_views`): a short head view (backend, name and description) and the full
 text cut into chunks the model reads whole, so that nothing past the model's window is silently
-dropped. A query is embedded whole and, when it has several sentences, sentence by sentence as well
-(`query_texts`): a request for two things matches each tool through the sentence that asks for it.
+dropped. A query is embedded whole and, when it asks for several things, need by need as well
+(`query_texts`): its sentences, cut further at list items, numbered steps, semicolons and words that
+chain steps ("and then", "also"), so a request for two things matches each tool through the part
+that asks for it. A server is read as a unit too (`server_text`): its name, what it says of itself,
+and a line per tool.
 """
 
 from __future__ import annotations
@@ -19,7 +22,10 @@ from typing import Any
 
 from bm25s.stopwords import STOPWORDS_EN
 
-MAX_QUERY_PARTS = 8  # sentences embedded beside the whole query: a cap on a find_tool's model work
+MAX_QUERY_PARTS = 24  # needs embedded beside the whole query: a cap on a find_tool's model work
+MIN_PART_TERMS = 2  # a part with fewer content words ("ok", "Thanks!") names no need
+SERVER_LINE_CHARS = 120  # of each tool's description in its server's text: the first sentence, at most
+SERVER_ABOUT_CHARS = 600  # of what a server says of itself (title, description, instructions)
 CHUNK_OVERLAP_WORDS = 16  # words repeated across chunk boundaries, so no phrase is only ever cut
 _SPECIAL_TOKENS = 2  # [CLS] and [SEP], counted by the model but not part of the text
 # Room a tokenizer may take beside the text's own characters: the special tokens, and a
@@ -33,6 +39,14 @@ _MARKUP = re.compile(r"[*`#|>]+|<[^>]{1,40}>")  # markdown emphasis, code ticks,
 _SPACE = re.compile(r"\s+")
 _WORD = re.compile(r"[a-z0-9]+")
 _SENTENCE_END = re.compile(r"(?<=[.?!;])\s+|\n+")
+# a list item or numbered step at the start of a line: "- ", "* ", "• ", "1. ", "2) "
+_LIST_ITEM = re.compile(r"(?:^|\n)[ \t]*(?:[-*\u2022\u2013]|\d{1,2}[.)])[ \t]+")
+# inside a sentence, where one step ends and the next begins
+_STEP = re.compile(
+    r",?\s+\b(?:and then|then|after that|afterwards|finally|also|as well as)\b\s+|;\s*|:\s+(?=\S)",
+    re.IGNORECASE,
+)
+_FIRST_SENTENCE = re.compile(r"(?<=[.!?])\s")
 _STOPWORDS = frozenset(STOPWORDS_EN)
 
 
@@ -197,13 +211,50 @@ def query_text(query: str, keywords: Sequence[str] = ()) -> str:
     return text or " ".join(k.strip() for k in keywords if k.strip())
 
 
+def query_needs(query: str) -> list[str]:
+    """The needs a query states: its sentences, each cut at list items, numbered steps, semicolons,
+    colons and words that chain steps ("and then", "then", "after that", "finally", "also").
+
+    A part with fewer than MIN_PART_TERMS content words (a greeting, "ok") is no need and is left out;
+    a sentence that is one step stays as written.
+    """
+    needs: list[str] = []
+    for item in _LIST_ITEM.split("\n" + query):
+        for sentence in _SENTENCE_END.split(item):
+            pieces = _STEP.split(sentence)
+            for piece in pieces:
+                text = _SPACE.sub(" ", piece).strip()
+                if len(pieces) > 1:
+                    text = text.strip(" ,;:")
+                if text and text not in needs and len(lexical_tokens([text])) >= MIN_PART_TERMS:
+                    needs.append(text)
+    return needs
+
+
 def query_texts(query: str, keywords: Sequence[str] = ()) -> list[str]:
-    """What to embed for a query: the whole query first, then each of its sentences when it has several."""
+    """What to embed for a query: the whole query first, then each of its needs when it has several."""
     whole = query_text(query, keywords)
-    parts = [p for p in (s.strip() for s in _SENTENCE_END.split(query)) if len(p) > 3]
-    if len(parts) < 2:
+    needs = query_needs(query)
+    if len(needs) < 2:
         return [whole]
-    return [whole, *(_SPACE.sub(" ", p) for p in parts[:MAX_QUERY_PARTS])]
+    return [whole, *needs[:MAX_QUERY_PARTS]]
+
+
+def server_text(backend: str, definitions: Sequence[Mapping[str, Any]], about: str = "") -> tuple[str, str]:
+    """A server as one unit: its head (name, and what it says of itself), then a line per tool.
+
+    Each tool line is its name as words and the first sentence of its description, so the text says
+    what the server as a whole is for even when no single tool's text does. Returns the head (which
+    every chunk of a long text starts with) and the text.
+    """
+    about = clean(about)[:SERVER_ABOUT_CHARS]
+    head = " ".join(part for part in (split_identifier(backend), about) if part)
+    lines = []
+    for definition in definitions:
+        name = split_identifier(str(definition.get("name", "")))
+        first = _FIRST_SENTENCE.split(_description(definition), maxsplit=1)[0][:SERVER_LINE_CHARS]
+        lines.append(f"{name} ({first})" if first else name)
+    return head, f"{head}: {'; '.join(lines)}" if lines else head
 
 
 _local = threading.local()

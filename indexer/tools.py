@@ -6,8 +6,10 @@ import json
 import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
+
+from indexer.state.listings import ServerInfo
 
 # A rough count of what a definition costs a model: about four characters a token for JSON-ish
 # English. It is an estimate for the savings figure, not a bill; a real tokenizer would need the
@@ -26,6 +28,7 @@ class Tool:
     definition_json: str  # the advertised definition (name replaced), serialised once
     input_schema_json: str
     tokens: int
+    server: ServerInfo = field(default_factory=ServerInfo)  # what its server said of itself, shared
 
     @property
     def input_schema(self) -> Mapping[str, Any]:
@@ -38,8 +41,10 @@ def estimate_prompt_tokens(text: str) -> int:
     return math.ceil(len(text) / CHARS_PER_TOKEN)
 
 
-def make_tool(backend_id: str, definition: Mapping[str, Any], name: str) -> Tool:
-    """A tool advertised under `name`."""
+def make_tool(
+    backend_id: str, definition: Mapping[str, Any], name: str, server: ServerInfo | None = None
+) -> Tool:
+    """A tool advertised under `name`; `server` is what its server said of itself."""
     advertised = dict(definition)
     advertised["name"] = name
     text = json.dumps(advertised, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
@@ -52,6 +57,7 @@ def make_tool(backend_id: str, definition: Mapping[str, Any], name: str) -> Tool
         definition_json=text,
         input_schema_json=json.dumps(schema if isinstance(schema, Mapping) else {"type": "object"}),
         tokens=estimate_prompt_tokens(text),
+        server=server or ServerInfo(),
     )
 
 
@@ -59,6 +65,7 @@ def advertise(
     listings: Mapping[str, Sequence[Mapping[str, Any]]],
     prefix: Literal["on_collision", "always"] = "on_collision",
     separator: str = "_",
+    servers: Mapping[str, ServerInfo] | None = None,
 ) -> list[Tool]:
     """Name every tool of the given backends uniquely, in backend order then listing order.
 
@@ -84,5 +91,5 @@ def advertise(
                 # a backend that lists one name twice, or a prefixed name that equals another tool's
                 continue
             taken.add(name)
-            tools.append(make_tool(backend_id, definition, name))
+            tools.append(make_tool(backend_id, definition, name, (servers or {}).get(backend_id)))
     return tools

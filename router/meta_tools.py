@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import mcp_types as types
@@ -22,7 +22,8 @@ from router.backends import BackendCaller, SchemaValidators, outgoing_headers
 from router.errors import BackendError, InvalidRequest, RouterError, SessionNotFound, ToolNotFound
 from router.indexer_client import IndexerClient
 from router.session_layer import STATE_KEY, Caller
-from toolsearch.config import Search
+from toolsearch.answers import Answer, AnswerServer, AnswerTool, render_answer
+from toolsearch.config import DEFAULT_MAX_RESPONSE_BYTES, Search
 
 logger = logging.getLogger(__name__)
 
@@ -47,7 +48,21 @@ CALL_TOOL_INPUT_SCHEMA: dict[str, Any] = {
 FIND_TOOL_OUTPUT_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
-        "tools": {"type": "array", "items": {"type": "object"}, "description": "Full MCP tool definitions."},
+        "tools": {
+            "type": "array",
+            "items": {"type": "object"},
+            "description": "MCP tool definitions, each with its server (backend id) and match "
+            "(strong, possible or weak).",
+        },
+        "servers": {
+            "type": "object",
+            "description": "Each server named in tools, by backend id: its own title and description.",
+        },
+        "unavailable": {
+            "type": "array",
+            "items": {"type": "object"},
+            "description": "Backends down now or that rejected the credentials: their tools cannot be had.",
+        },
         "token_metrics": {
             "type": "object",
             "properties": {
@@ -56,7 +71,10 @@ FIND_TOOL_OUTPUT_SCHEMA: dict[str, Any] = {
                 "savings_percent": {"type": "number"},
             },
         },
-        "message": {"type": "string", "description": "Why no tool was returned."},
+        "message": {
+            "type": "string",
+            "description": "Why no tool was returned, or that the best match is weak.",
+        },
     },
     "required": ["tools", "token_metrics"],
 }
@@ -64,7 +82,11 @@ _DEFAULT_BACKEND_TIMEOUT = 30.0  # seconds, when the indexer does not say
 
 
 def find_tool_input_schema(search: Search) -> dict[str, Any]:
-    """find_tool's input schema; the limit bounds come from the indexer's search settings."""
+    """find_tool's input schema; the limit bounds come from the indexer's search settings.
+
+    A `compact` argument (true or false) is also accepted, over `indexer.search.compact`, but not
+    advertised: the schema is what every client sees, and the operator's default is what most need.
+    """
     return {
         "type": "object",
         "properties": {
@@ -93,14 +115,38 @@ def _text_result(text: str, *, is_error: bool) -> dict[str, Any]:
 def tool_result_for(exc: RouterError) -> dict[str, Any]:
     """The tool result for an error the model can act on; raises `MCPError` for the router's own faults."""
     if isinstance(exc, ToolNotFound):
-        return _text_result(
-            f"tool not found: {exc.name}. Use find_tool to search for the tool you need.", is_error=True
-        )
+        return _text_result(not_found_message(exc), is_error=True)
     if isinstance(exc, InvalidRequest | BackendError):
         return _text_result(str(exc), is_error=True)
     if isinstance(exc, SessionNotFound):
         raise MCPError(INVALID_REQUEST, "session not found: re-initialize")
     raise MCPError(INTERNAL_ERROR, str(exc))
+
+
+META_TOOLS = frozenset({FIND_TOOL, CALL_TOOL})
+
+
+def _listed(definition_json: str) -> types.Tool:
+    """A pinned tool as tools/list advertises it: its definition as the backend gave it."""
+    return types.Tool.model_validate(json.loads(definition_json))
+
+
+def not_found_message(exc: ToolNotFound) -> str:
+    """What call_tool answers an unknown name: why, the closest names with their servers, find_tool."""
+    if exc.reason:
+        # the same first words as any unknown name, then why: its backend is down right now
+        return (
+            f"tool not found: {exc.name}. {exc.reason}. "
+            "Use find_tool to search for another tool that can do it."
+        )
+    text = f"tool not found: {exc.name}."
+    if exc.suggestions:
+        named = ", ".join(
+            f"{name} (server {backend}{f', {title}' if title and title != backend else ''})"
+            for name, backend, title in exc.suggestions
+        )
+        text += f" Closest names: {named}."
+    return text + " Use find_tool to search for the tool you need."
 
 
 def _caller(ctx: ServerRequestContext[Any, Any]) -> Caller:
@@ -121,10 +167,13 @@ class MetaTools:
         search: Search,
         secrets: Mapping[str, str],
         max_arguments_bytes: int = 0,
+        pinned: Sequence[str] = (),
     ) -> None:
         self.indexer = indexer
+        self.pinned = list(pinned)  # "backend/tool" or "backend/*": advertised beside the meta-tools
         self.backends = backends
         self.max_limit = search.max_limit
+        self.compact = search.compact
         self.max_arguments_bytes = max_arguments_bytes
         self.secrets = secrets
         self.validators = SchemaValidators()
@@ -149,7 +198,21 @@ class MetaTools:
     async def list_tools(
         self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=self.tools)
+        if not self.pinned:
+            return types.ListToolsResult(tools=self.tools)
+        caller = _caller(ctx)
+        if not caller.session_id:
+            # a sessionless (2026-07-28) listing: pinned tools belong to a session's backends
+            return types.ListToolsResult(tools=self.tools)
+        try:
+            pinned = await self.indexer.pinned_tools(
+                caller.session_id, caller.identity.principal, self.pinned
+            )
+        except RouterError as exc:
+            tool_result_for(exc)  # raises the JSON-RPC error for the router's own faults
+            return types.ListToolsResult(tools=self.tools)
+        extra = [_listed(tool.definition_json) for tool in pinned.tools]
+        return types.ListToolsResult(tools=[*self.tools, *(t for t in extra if t.name not in META_TOOLS)])
 
     async def call_tool(
         self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
@@ -161,6 +224,11 @@ class MetaTools:
                 return await self.find_tool(caller, params.arguments)
             if params.name == CALL_TOOL:
                 return await self.run(caller, params.arguments)
+            if self.pinned:
+                # a pinned tool called by its own name: the same path as call_tool, health included
+                return await self.run(
+                    caller, {"tool_name": params.name, "parameters": params.arguments or {}}
+                )
         except RouterError as exc:
             return tool_result_for(exc)
         return _text_result(
@@ -172,22 +240,36 @@ class MetaTools:
     async def find_tool(self, caller: Caller, arguments: Mapping[str, Any] | None) -> dict[str, Any]:
         """Search the caller's session; the answer is the same JSON as structured content and as text."""
         args = parse_find_tool(arguments, self.max_limit)
+        compact = self.compact if args.compact is None else args.compact
         found = await self.indexer.find_tools(
-            caller.session_id, caller.identity.principal, args.description, args.keywords, args.limit
+            caller.session_id,
+            caller.identity.principal,
+            args.description,
+            args.keywords,
+            args.limit,
+            compact=compact,
         )
         metrics = {
             "baseline_tokens": found.token_metrics.baseline_tokens,
             "returned_tokens": found.token_metrics.returned_tokens,
             "savings_percent": round(found.token_metrics.savings_percent, 2),
         }
-        definitions = [tool.definition_json for tool in found.tools]
-        structured: dict[str, Any] = {"tools": [json.loads(d) for d in definitions], "token_metrics": metrics}
-        # The definitions arrive as JSON text: join them rather than encode them a second time.
-        text = '{"tools": [' + ", ".join(definitions) + '], "token_metrics": ' + json.dumps(metrics)
-        if not definitions:
-            structured["message"] = found.empty_reason or "no tool matched the description"
-            text += ', "message": ' + json.dumps(structured["message"])
-        result = _text_result(text + "}", is_error=False)
+        message = found.note
+        if not found.tools:
+            message = found.empty_reason or "no tool matched the description"
+        answer = Answer(
+            tools=[AnswerTool(t.definition_json, t.backend_id, t.match or "possible") for t in found.tools],
+            servers={t.backend_id: AnswerServer(t.server_title, t.server_description) for t in found.tools},
+            token_metrics=metrics,
+            message=message,
+            unavailable=[
+                {"backend": u.id, "status": u.status, **({"title": u.server_title} if u.server_title else {})}
+                for u in found.unavailable
+            ],
+            compact=compact,
+        )
+        structured, text = render_answer(answer)
+        result = _text_result(text, is_error=False)
         result["structuredContent"] = structured
         result["_meta"] = {
             INDEX_META_KEY: {"version": found.version.number, "fingerprint": found.version.fingerprint}
@@ -213,4 +295,5 @@ class MetaTools:
             name=tool.original_name or args.name,
             arguments=args.parameters,
             headers=headers,
+            max_response_bytes=tool.max_response_bytes or DEFAULT_MAX_RESPONSE_BYTES,
         )

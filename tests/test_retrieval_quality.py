@@ -110,3 +110,18 @@ def test_the_eval_command_explains_bad_input(tmp_path: Path, capsys: pytest.Capt
     assert main(argv) == 1
     assert "lacks" in capsys.readouterr().err
     assert main(["eval", "--catalog", str(catalog)]) == 2
+
+
+def test_onnx_and_torch_give_the_same_figures(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # each with a cache of its own: a shared one would hand the second the first one's vectors
+    catalog, queries = SHIPPED_SETS["metatool multi"]
+    figures = {}
+    for kind in ("torch", "onnx"):
+        argv = ["eval", "--catalog", str(catalog), "--queries", str(queries), "--json", "--method", "all"]
+        argv += ["--limit-queries", "100", "--embedder", kind, "--cache-dir", str(tmp_path / kind)]
+        assert main(argv) == 0
+        reports = json.loads(capsys.readouterr().out)
+        assert {report["embedder"] for report in reports} == {kind}
+        figures[kind] = [(report["method"], report["metrics"]) for report in reports]
+    assert {method for method, _ in figures["onnx"]} == {"hybrid", "dense", "lexical"}
+    assert figures["onnx"] == figures["torch"]

@@ -1,8 +1,9 @@
 """Backend listings, their digests, and one object per distinct value that many sessions hold.
 
 A `Listing` is what one `tools/list` walk of a backend found (discovery makes it; the state stores
-it, once per digest). Its digest covers the tools only, so a changed tool list is told from the same
-one whatever else differs.
+it, once per digest), with what the server said of itself when it was initialized (`ServerInfo`).
+Its digest covers the tools only, so a changed tool list is told from the same one whatever else
+differs (server info, protocol version, walk latency).
 
 Thousands of a team's sessions list their passthrough backends with their own tokens and mostly get
 the very same tools back. Interned by digest, those listings are one object, which the catalog memo
@@ -25,16 +26,62 @@ from typing import Any
 
 
 @dataclass(frozen=True, slots=True)
+class ServerInfo:
+    """What a server says of itself in its `initialize` result: `serverInfo` and `instructions`."""
+
+    name: str = ""
+    title: str = ""
+    description: str = ""
+    instructions: str = ""
+
+    def __bool__(self) -> bool:
+        return bool(self.name or self.title or self.description or self.instructions)
+
+    @property
+    def about(self) -> str:
+        """Everything it says of itself as one text, for its server document."""
+        parts = (self.title or self.name, self.description, self.instructions)
+        return " ".join(dict.fromkeys(part.strip() for part in parts if part.strip()))
+
+    def as_dict(self) -> dict[str, str]:
+        return {key: value for key, value in self._fields() if value}
+
+    def _fields(self) -> tuple[tuple[str, str], ...]:
+        return (
+            ("name", self.name),
+            ("title", self.title),
+            ("description", self.description),
+            ("instructions", self.instructions),
+        )
+
+    @classmethod
+    def from_dict(cls, raw: object) -> ServerInfo:
+        """The info a stored listing kept (`as_dict`); empty for anything else."""
+        if not isinstance(raw, Mapping):
+            return cls()
+        return cls(
+            **{key: str(raw[key]) for key in ("name", "title", "description", "instructions") if key in raw}
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class Listing:
     """What one `tools/list` walk found."""
 
     tools: tuple[Mapping[str, Any], ...]  # MCP tool definitions, as the backend named them
     protocol_version: str
     latency: float  # seconds for the whole walk
+    server: ServerInfo = ServerInfo()  # what the server said of itself at initialize
 
 
 def listing_digest(listing: Listing) -> str:
-    """A hash of a listing's tools, to tell a changed tool list from the same one."""
+    """A hash of a listing's tools, to tell a changed tool list from the same one.
+
+    What the server says of itself is left out: a server may announce itself in one protocol
+    version and not in another (the 2026 era's stamp is optional), and a probe that merely spoke
+    another version must not look like a changed tool list. The registry keeps the listing it has
+    while the digest holds, so the server info a backend first gave stays with its tools.
+    """
     text = json.dumps(listing.tools, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
@@ -62,7 +109,7 @@ def intern_listing(listing: Listing, digest: str | None = None) -> SharedListing
     known = _listings.get(digest)
     if known is not None:
         return known
-    shared = SharedListing(listing.tools, listing.protocol_version, listing.latency)
+    shared = SharedListing(listing.tools, listing.protocol_version, listing.latency, listing.server)
     object.__setattr__(shared, "digest", digest)  # not a dataclass field: the frozen setter refuses it
     _listings[digest] = shared
     return shared
