@@ -19,6 +19,7 @@ _COMMANDS = {
     "commands.up": ("up",),
     "commands.indexer": ("indexer",),
     "commands.router": ("router",),
+    "commands.bridge": ("bridge",),
     "commands.catalog_server": ("catalog-server",),
     "commands.model": ("model",),
     "commands.evaluation": ("eval",),
@@ -39,11 +40,44 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as exc:
-            if exc.name != module_name:
+            if exc.name == module_name:
+                continue
+            if (exc.name or "").split(".")[0] in _OURS:
                 raise
+            _add_missing(subparsers, commands, exc)  # an extra this install lacks (pyproject.toml)
             continue
         module.add_parser(subparsers)
     return parser
+
+
+_OURS = ("commands", "router", "indexer", "bridge", "toolsearch")
+# the extra each command needs beyond the base install
+_EXTRAS = {"up": "indexer", "indexer": "indexer", "model": "model", "eval": "bench", "bench": "bench"}
+
+
+def _add_missing(
+    subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
+    commands: Sequence[str],
+    error: ModuleNotFoundError,
+) -> None:
+    """Commands whose module needs a library this install lacks: each says which extra to install."""
+    for command in commands:
+        extra = _EXTRAS.get(command, "dev")
+        message = (
+            f"toolsearch {command} needs the {extra} extra, which this install lacks "
+            f"(no module named {error.name!r}): pip install 'toolsearch[{extra}]'"
+        )
+        # no option prefix: whatever follows the command (--config F, ...) is taken as it is
+        stub = subparsers.add_parser(
+            command, help=f"(needs the {extra} extra)", add_help=False, prefix_chars="\0"
+        )
+        stub.add_argument("rest", nargs="*")
+        stub.set_defaults(func=lambda _args, message=message: _missing(message))
+
+
+def _missing(message: str) -> int:
+    print(message, file=sys.stderr)
+    return 2
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -112,6 +112,7 @@ class IndexerProcess:
             store=state.sessions,
             shared=shared,
             follower=follower,
+            max_sessions=section.max_sessions,
         )
         finder = Finder(embeddings, registry, pool, section.search)
         rebuilder = Rebuilder(sessions)
@@ -214,11 +215,11 @@ async def create_server(
     return server, port
 
 
-def load_embedder(model_dir: Path, threads: int | None = None) -> Embedder:
-    """The sentence-transformers model of a directory (imported here: the router never loads torch)."""
-    from indexer.embedder.sentence import SentenceTransformerEmbedder
+def load_embedder(model_dir: Path, threads: int | None = None, kind: str = "onnx") -> Embedder:
+    """The `indexer.embedder` of a model directory; its runtime is imported only now, by the factory."""
+    from indexer.embedder import load_embedder as load
 
-    return SentenceTransformerEmbedder(model_dir, threads=threads)
+    return load(kind, model_dir, threads)
 
 
 async def _reload_from(indexer: IndexerProcess, path: Path, env: Mapping[str, str]) -> None:
@@ -234,7 +235,9 @@ async def _reload_from(indexer: IndexerProcess, path: Path, env: Mapping[str, st
 async def serve(config: Config, secrets: Mapping[str, str], config_path: Path | None = None) -> None:
     """Run the indexer until SIGTERM or SIGINT, then drain in-flight calls; SIGHUP rereads `config_path`."""
     security = server_security(config.indexer, secrets)  # before the slow start: a bad secret fails fast
-    embedder = await asyncio.to_thread(load_embedder, config.indexer.model, config.indexer.model_threads)
+    embedder = await asyncio.to_thread(
+        load_embedder, config.indexer.model, config.indexer.model_threads, config.indexer.embedder
+    )
     indexer = IndexerProcess.build(config, embedder, secrets)
     await indexer.start()
     # What start-up loaded lives as long as the process (torch, the model, the warm-up's versions):

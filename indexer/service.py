@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import grpc
@@ -19,14 +19,18 @@ from indexer.errors import (
     InvalidRequest,
     NotReady,
     SessionNotFound,
+    SessionsFull,
     ToolNotFound,
     TooManySessions,
 )
-from indexer.finder import Finder
+from indexer.finder import Finder, server_title
+from indexer.names import closest_tools
 from indexer.registry import BackendState, Registry
 from indexer.session_views import LiveSession
 from indexer.sessions import SessionManager
 from indexer.state import Principal, StateUnavailable
+from indexer.text import name_key
+from indexer.tools import Tool, advertise
 from toolsearch.v1 import indexer_pb2 as pb
 from toolsearch.v1 import indexer_pb2_grpc as pb_grpc
 
@@ -35,10 +39,12 @@ logger = logging.getLogger(__name__)
 _Req = TypeVar("_Req")
 _Resp = TypeVar("_Resp")
 
+SUGGESTIONS_KEY = "toolsearch-suggestions-bin"  # a tool-not-found's close names (pb.ToolSuggestions)
 _STATUS: dict[type, tuple[grpc.StatusCode, str]] = {
     SessionNotFound: (grpc.StatusCode.NOT_FOUND, "session-not-found"),
     ToolNotFound: (grpc.StatusCode.NOT_FOUND, "tool-not-found"),
     InvalidRequest: (grpc.StatusCode.INVALID_ARGUMENT, "invalid-request"),
+    SessionsFull: (grpc.StatusCode.RESOURCE_EXHAUSTED, "sessions-full"),
     TooManySessions: (grpc.StatusCode.RESOURCE_EXHAUSTED, "too-many-sessions"),
     NotReady: (grpc.StatusCode.UNAVAILABLE, "not-ready"),
     StateUnavailable: (grpc.StatusCode.UNAVAILABLE, "state-unavailable"),
@@ -63,7 +69,12 @@ def translated(
             return await method(self, request, context)
         except (IndexerError, StateUnavailable) as exc:
             code, kind = _status_for(exc)
-            context.set_trailing_metadata((("toolsearch-error", kind),))
+            trailers = [("toolsearch-error", kind)]
+            if isinstance(exc, TooManySessions):
+                trailers.append(("toolsearch-retry-after", str(exc.retry_after)))  # seconds
+            if isinstance(exc, ToolNotFound):
+                trailers.append((SUGGESTIONS_KEY, _suggestions(exc).SerializeToString()))  # type: ignore[arg-type]
+            context.set_trailing_metadata(tuple(trailers))
             await context.abort(code, str(exc))
         except grpc.aio.AbortError:
             raise
@@ -74,6 +85,26 @@ def translated(
         raise AssertionError("unreachable: abort raises")
 
     return wrapper
+
+
+def _suggestions(exc: ToolNotFound) -> pb.ToolSuggestions:
+    return pb.ToolSuggestions(
+        suggestions=[
+            pb.ToolSuggestion(name=name, backend_id=backend, server_title=title)
+            for name, backend, title in exc.suggestions
+        ],
+        reason=exc.reason,
+    )
+
+
+def _by_own_name(tools: Sequence[Tool], name: str) -> Tool | None:
+    """The one tool a name means when the version advertises it otherwise: `<backend>_<own name>`
+    after a collision went away, or its own name while prefixed. Ambiguous names mean none."""
+    key = name_key(name)
+    found = [
+        t for t in tools if key in (name_key(t.original_name), name_key(f"{t.backend_id}_{t.original_name}"))
+    ]
+    return found[0] if len(found) == 1 else None
 
 
 def _principal(message: pb.Principal) -> Principal:
@@ -143,7 +174,9 @@ class IndexerService(pb_grpc.IndexerServicer):
         self, request: pb.FindToolsRequest, context: grpc.aio.ServicerContext
     ) -> pb.FindToolsResponse:
         session = await self._sessions.get(request.session_id, _principal(request.principal))
-        return await self._finder.find(session, request.query, list(request.keywords), request.limit)
+        return await self._finder.find(
+            session, request.query, list(request.keywords), request.limit, request.compact
+        )
 
     @translated
     async def ResolveTool(
@@ -151,9 +184,14 @@ class IndexerService(pb_grpc.IndexerServicer):
     ) -> pb.ResolveToolResponse:
         session = await self._sessions.get(request.session_id, _principal(request.principal))
         snapshot = session.current
-        tool = snapshot.version.resolve(request.name)
+        tool = snapshot.version.resolve(request.name) or _by_own_name(snapshot.version.tools, request.name)
         if tool is None:
-            raise ToolNotFound(request.name)
+            version = snapshot.version
+            close = [
+                (t.name, t.backend_id, server_title(version.server(t.backend_id)))
+                for t in closest_tools(request.name, version.tools)
+            ]
+            raise ToolNotFound(request.name, close, self._down_reason(session, request.name))
         state = self._registry.get(tool.backend_id)
         backend = state.config
         return pb.ResolveToolResponse(
@@ -168,7 +206,49 @@ class IndexerService(pb_grpc.IndexerServicer):
             version=pb.IndexVersionRef(number=snapshot.number, fingerprint=snapshot.version.fingerprint),
             protocol_version=state.health.protocol_version,
             timeout_seconds=backend.timeout,
+            max_response_bytes=backend.max_response_bytes,
         )
+
+    @translated
+    async def PinnedTools(
+        self, request: pb.PinnedToolsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.PinnedToolsResponse:
+        session = await self._sessions.get(request.session_id, _principal(request.principal))
+        patterns = [tuple(p.split("/", 1)) for p in request.patterns if "/" in p]
+        listings: dict[str, Any] = {}
+        for backend_id in sorted(session.record.accepted):
+            state = self._registry.states.get(backend_id)
+            # the last listing, kept while the backend is down: health does not change the set
+            listing = session.record.own_listings.get(backend_id) or (state.listing if state else None)
+            if listing is not None:
+                listings[backend_id] = listing.tools
+        tools = [
+            t
+            for t in advertise(listings)
+            if any(b == t.backend_id and n in ("*", t.original_name) for b, n in patterns)
+        ]
+        return pb.PinnedToolsResponse(
+            tools=[
+                pb.FoundTool(name=t.name, backend_id=t.backend_id, definition_json=t.definition_json)
+                for t in tools
+            ]
+        )
+
+    def _down_reason(self, session: LiveSession, name: str) -> str:
+        """Why a name the session's current version lacks cannot be called now, if a down backend has it."""
+        key = name_key(name)
+        for backend_id in sorted(session.record.accepted):
+            state = self._registry.states.get(backend_id)
+            if state is None or state.advertised or state.listing is None:
+                continue
+            for definition in state.listing.tools:
+                own = str(definition.get("name", ""))
+                if key in (name_key(own), name_key(f"{backend_id}_{own}")):
+                    return (
+                        f"{name} belongs to backend {backend_id}, which is {state.status} right now: "
+                        "it cannot be called until the backend recovers"
+                    )
+        return ""
 
     @translated
     async def Status(self, request: pb.StatusRequest, context: grpc.aio.ServicerContext) -> pb.StatusResponse:

@@ -8,14 +8,24 @@ naming the field and the file.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Literal, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from toolsearch.catalog import CatalogError, group_by_server, load_catalog
+from toolsearch.mcp_servers import ServersFileError, read_servers_file
 
 DEFAULT_FIND_TOOL_DESCRIPTION = (
     "Find the tools that can do a task. Describe the task in plain words (tool_description), "
@@ -24,6 +34,8 @@ DEFAULT_FIND_TOOL_DESCRIPTION = (
 )
 
 BackendId = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")]
+# What one backend answer may weigh: a tool result (router) or a tools/list page (indexer).
+DEFAULT_MAX_RESPONSE_BYTES = 16 * 1024 * 1024
 
 
 class ConfigError(ValueError):
@@ -38,6 +50,39 @@ def _check_listen(value: str) -> str:
     host, sep, port = value.rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
         raise ValueError(f"must be HOST:PORT, got {value!r}")
+    return value
+
+
+def _check_http_url(value: str) -> str:
+    if not value.startswith(("http://", "https://")) or len(value.split("://", 1)[1]) == 0:
+        raise ValueError(f"must be an http:// or https:// URL, got {value!r}")
+    return value
+
+
+def _check_host_pattern(value: str) -> str:
+    # HOST, HOST:PORT, HOST:* or [IPv6]:PORT as a Host header carries it; "*" turns the check off
+    if value == "*":
+        return value
+    bare_ipv6 = value.count(":") > 1 and not value.startswith("[")  # an IPv6 address needs brackets
+    if not value or bare_ipv6 or any(c in value for c in "/ \t@?#"):
+        raise ValueError(f"must be HOST, HOST:PORT or HOST:* (as in a Host header), got {value!r}")
+    return value.lower()
+
+
+def _check_origin_pattern(value: str) -> str:
+    # scheme://HOST[:PORT] or scheme://HOST:* as browsers send it, "null", or "*" for any origin
+    if value in ("*", "null"):
+        return value
+    scheme, sep, rest = value.partition("://")
+    if scheme not in ("http", "https") or not sep or not rest or "/" in rest:
+        raise ValueError(f"must be an origin like http://HOST:PORT (no path), got {value!r}")
+    return value.lower()
+
+
+def _check_pinned(value: str) -> str:
+    backend, sep, tool = value.partition("/")
+    if not sep or not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", backend) or not tool or "/" in tool:
+        raise ValueError(f'must be "BACKEND/TOOL" or "BACKEND/*", got {value!r}')
     return value
 
 
@@ -66,20 +111,86 @@ class BackendAuth(_Model):
         return self
 
 
+# `${NAME}` in a stdio backend's env values: the bridge substitutes the variable when it starts
+ENV_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+# the keys only a stdio backend (`command`) may set, with their defaults
+_STDIO_DEFAULTS: dict[str, object] = {
+    "args": [],
+    "env": {},
+    "cwd": None,
+    "isolation": "shared",
+    "max_processes": 8,
+    "idle_timeout": 300.0,
+}
+
+
+def _check_env_values(env: dict[str, str]) -> dict[str, str]:
+    for name, value in env.items():
+        if "${" in ENV_REFERENCE.sub("", value):
+            raise ValueError(f"{name}: write an environment variable as ${{NAME}} (letters, digits, _)")
+    return env
+
+
 class Backend(_Model):
-    """A backend MCP server reached over Streamable HTTP."""
+    """A backend MCP server: an HTTP endpoint (`url`), or a stdio server the bridge runs (`command`).
+
+    A stdio backend's `url` is not written in the file: `load_config` derives it from the `bridge`
+    section (`bridge_url`), so everything but the bridge reaches it like any HTTP backend.
+    """
 
     id: BackendId
-    url: str
+    # a stdio server, configured as MCP clients configure one (before url: url's check reads it)
+    command: str | None = None
+    url: str = Field(default="", validate_default=True)
+    # how `url` speaks MCP: Streamable HTTP, or the legacy HTTP+SSE transport (protocol 2024-11-05)
+    transport: Literal["streamable_http", "sse"] = "streamable_http"
+    args: list[str] = []
+    env: dict[str, str] = {}  # merged over a minimal inherited environment; values may hold ${NAME}
+    cwd: Path | None = None
+    # shared: one process serves every session; per_session: one process per bridge session
+    isolation: Literal["shared", "per_session"] = "shared"
+    max_processes: int = Field(default=8, ge=1, le=1000)  # per_session: processes alive at once
+    idle_timeout: float = Field(default=300.0, gt=0)  # per_session: seconds before an idle one ends
     auth: BackendAuth = BackendAuth()
     timeout: float = Field(default=30.0, gt=0)  # seconds, for each call to this backend
+    # bytes of one answer (a call result, a tools/list page); a larger one is refused while it is read
+    max_response_bytes: int = Field(default=DEFAULT_MAX_RESPONSE_BYTES, ge=1024)
+
+    _env = field_validator("env")(classmethod(lambda cls, v: _check_env_values(v)))
 
     @field_validator("url")
     @classmethod
-    def _http_url(cls, value: str) -> str:
-        if not value.startswith(("http://", "https://")):
+    def _http_url(cls, value: str, info: ValidationInfo) -> str:
+        command = info.data.get("command")
+        if not value and command is None:
+            raise ValueError("needs url (an HTTP MCP endpoint) or command (a stdio server to run)")
+        if value and command is not None:
+            raise ValueError("url and command: give one (url for an HTTP server, command for a stdio server)")
+        if value and not value.startswith(("http://", "https://")):
             raise ValueError(f"must be an http:// or https:// URL, got {value!r}")
         return value
+
+    @field_validator("command")
+    @classmethod
+    def _command(cls, value: str | None) -> str | None:
+        if value is not None and not value.strip():
+            raise ValueError("must name the program to run")
+        return value
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> Backend:
+        # Judged by value, not by which keys were written: parse_config validates its own dumps again.
+        if self.command is None:
+            if given := [key for key, default in _STDIO_DEFAULTS.items() if getattr(self, key) != default]:
+                raise ValueError(f"{', '.join(given)}: for stdio backends (command) only")
+        elif self.transport != "streamable_http":
+            raise ValueError("transport: for url backends only (the bridge serves stdio servers)")
+        return self
+
+    @property
+    def stdio(self) -> bool:
+        """Whether the bridge runs this backend as a child process."""
+        return self.command is not None
 
 
 class CatalogServer(_Model):
@@ -90,8 +201,40 @@ class CatalogServer(_Model):
     register_backends: bool = True  # add each server of the catalog as a backend
     require_jwt: list[str] = []  # servers that require a bearer JWT; their backends use passthrough auth
     backend_timeout: float = Field(default=30.0, gt=0)  # the registered backends' call timeout
+    backend_max_response_bytes: int = Field(default=DEFAULT_MAX_RESPONSE_BYTES, ge=1024)
 
     _listen = field_validator("listen")(classmethod(lambda cls, v: _check_listen(v)))
+
+
+class Bridge(_Model):
+    """The bridge: stdio backends run as its children, each served on loopback as Streamable HTTP."""
+
+    listen: str = "127.0.0.1:9200"  # HOST:PORT the bridge serves /<backend id>/mcp on
+    url: str | None = None  # where indexers and routers reach it; None: http://LISTEN
+    start_timeout: float = Field(default=30.0, gt=0)  # seconds to start and answer initialize
+    max_sessions: int = Field(default=1000, ge=1)  # open MCP sessions per backend; more get 503
+    session_idle_timeout: float = Field(default=600.0, gt=0)  # seconds before an unused session ends
+    max_restart_delay: float = Field(default=30.0, gt=0)  # the longest pause between restarts
+    shutdown_grace: float = Field(default=10.0, ge=0)  # seconds requests get after SIGTERM
+
+    _listen = field_validator("listen")(classmethod(lambda cls, v: _check_listen(v)))
+    _url = field_validator("url")(
+        classmethod(lambda cls, v: None if v is None else _check_http_url(v).rstrip("/"))
+    )
+
+    def base_url(self) -> str:
+        """The URL every stdio backend's endpoint starts with (a wildcard listen host: loopback)."""
+        if self.url is not None:
+            return self.url
+        host, _, port = self.listen.rpartition(":")
+        if host in ("0.0.0.0", "::", "[::]", ""):
+            host = "127.0.0.1"
+        return f"http://{host}:{port}"
+
+
+def bridge_url(bridge: Bridge, backend_id: str) -> str:
+    """Where the bridge serves one stdio backend: its `url` as the rest of the stack sees it."""
+    return f"{bridge.base_url()}/{backend_id}/mcp"
 
 
 class Naming(_Model):
@@ -113,6 +256,7 @@ class Search(_Model):
     min_score: float | None = None
     max_query_chars: int = Field(default=4096, ge=16)
     find_tool_description: str = DEFAULT_FIND_TOOL_DESCRIPTION
+    compact: bool = False  # find_tool's default for `compact`: trimmed definitions, input schemas whole
 
     @model_validator(mode="after")
     def _limits(self) -> Search:
@@ -161,15 +305,17 @@ _TlsModel = TypeVar("_TlsModel", IndexerTls, IndexerClientTls)
 class Indexer(_Model):
     listen: str = "127.0.0.1:50051"
     model: Path = Path("models/all-MiniLM-L6-v2")
-    model_threads: int | None = Field(default=None, ge=1)  # torch threads; None: every CPU it may use
+    # what embeds texts: the model's ONNX export in ONNX Runtime, or sentence-transformers on torch
+    embedder: Literal["onnx", "torch"] = "onnx"
+    model_threads: int | None = Field(default=None, ge=1)  # model threads; None: every CPU it may use
     cache_dir: Path = Path(".toolsearch/cache")
     state: str = "memory"
-    # redis state only: seconds a session lives after its last use, and the lease's time to live
-    session_ttl: float = Field(default=86_400.0, ge=1)
-    lease_ttl: float = Field(default=10.0, ge=0.5, le=300)
+    session_ttl: float = Field(default=86_400.0, ge=1)  # seconds a session lives after its last use
+    lease_ttl: float = Field(default=10.0, ge=0.5, le=300)  # redis state: the lease's time to live
     metrics_listen: str | None = None  # HOST:PORT of the Prometheus endpoint; None serves none
     discovery_timeout: float = Field(default=10.0, gt=0)
     max_sessions_per_principal: int = Field(default=100, ge=0)  # 0: no limit
+    max_sessions: int = Field(default=20_000, ge=1)  # live sessions over every principal, anonymous included
     shutdown_grace: float = Field(default=10.0, ge=0)  # seconds in-flight calls get after SIGTERM
     shared_secret_env: str | None = None  # the variable holding the secret callers must present
     tls: IndexerTls | None = None  # mutual TLS on the gRPC port
@@ -206,6 +352,18 @@ class RouterAuth(_Model):
     hs256_secret_env: str | None = None  # the environment variable holding the HS256 secret
     jwks_file: Path | None = None  # a JSON Web Key Set of public keys (RS*, PS*, ES*)
     leeway: float = Field(default=30.0, ge=0, le=300)  # seconds of clock skew tolerated on exp, nbf, iat
+    # RFC 9728 metadata: where clients get tokens (empty: the issuer, when it is an http(s) URL),
+    # the scopes to ask for, and this server's resource identifier (None: the URL a request came to)
+    authorization_servers: list[str] = []
+    scopes: list[str] = []
+    resource: str | None = None
+
+    _urls = field_validator("authorization_servers")(
+        classmethod(lambda cls, v: [_check_http_url(url) for url in v])
+    )
+    _resource = field_validator("resource")(
+        classmethod(lambda cls, v: None if v is None else _check_http_url(v))
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> RouterAuth:
@@ -215,6 +373,9 @@ class RouterAuth(_Model):
             "algorithms": self.algorithms,
             "hs256_secret_env": self.hs256_secret_env,
             "jwks_file": self.jwks_file,
+            "authorization_servers": self.authorization_servers,
+            "scopes": self.scopes,
+            "resource": self.resource,
         }
         if self.mode == "anonymous":
             # Without this, keys written for jwt but no `mode: jwt` would leave the router open.
@@ -239,6 +400,13 @@ class RouterAuth(_Model):
         implied = ["HS256"] if self.hs256_secret_env else []
         return implied + (["RS256", "ES256"] if self.jwks_file is not None else [])
 
+    def effective_authorization_servers(self) -> list[str]:
+        """Where clients get tokens: as listed, or the issuer when it is an http(s) URL."""
+        if self.authorization_servers:
+            return list(self.authorization_servers)
+        issuer = self.issuer or ""
+        return [issuer] if issuer.startswith(("http://", "https://")) else []
+
 
 class Router(_Model):
     listen: str = "127.0.0.1:8000"
@@ -252,8 +420,24 @@ class Router(_Model):
     indexer_secret_env: str | None = None  # the variable holding the indexer's shared secret
     indexer_tls: IndexerClientTls | None = None  # mutual TLS to the indexer
     auth: RouterAuth = RouterAuth()
+    # DNS rebinding guard (router/origins.py): empty keeps the defaults the listen address implies
+    allowed_hosts: list[str] = []
+    allowed_origins: list[str] = []
+    # the front door's bounds (router/connections.py)
+    max_connections: int = Field(default=1000, ge=1)  # open client connections; more are answered 503
+    header_timeout: float = Field(default=10.0, gt=0)  # seconds until a request's head has arrived
+    body_timeout: float = Field(default=30.0, gt=0)  # seconds for a request's whole body
+    keep_alive_timeout: float = Field(default=5.0, gt=0)  # seconds an idle connection stays open
+    max_connections_per_backend: int = Field(default=100, ge=1)  # each backend's own pool
+    # tools advertised in tools/list beside the meta-tools: "backend/tool" or "backend/*" (docs/router.md)
+    pinned: list[str] = []
 
     _listen = field_validator("listen")(classmethod(lambda cls, v: _check_listen(v)))
+    _pinned = field_validator("pinned")(classmethod(lambda cls, v: [_check_pinned(p) for p in v]))
+    _hosts = field_validator("allowed_hosts")(classmethod(lambda cls, v: [_check_host_pattern(h) for h in v]))
+    _origins = field_validator("allowed_origins")(
+        classmethod(lambda cls, v: [_check_origin_pattern(o) for o in v])
+    )
 
     @field_validator("indexer")
     @classmethod
@@ -268,8 +452,16 @@ class Config(_Model):
 
     router: Router = Router()
     indexer: Indexer = Indexer()
+    bridge: Bridge = Bridge()
     backends: list[Backend] = []
+    # mcpServers JSON files (Claude Desktop, Cursor, VS Code) whose servers become backends too
+    backends_from: list[Path] = []
     catalog_servers: list[CatalogServer] = []
+
+    @field_validator("backends_from", mode="before")
+    @classmethod
+    def _one_or_more(cls, value: object) -> object:
+        return [value] if isinstance(value, str) else value
 
     @model_validator(mode="after")
     def _unique_backends(self) -> Config:
@@ -301,7 +493,10 @@ def _apply_env(raw: dict[str, object], env: Mapping[str, str]) -> None:
         "TOOLSEARCH_INDEXER_CACHE_DIR": ("indexer", "cache_dir"),
         "TOOLSEARCH_INDEXER_MODEL": ("indexer", "model"),
         "TOOLSEARCH_INDEXER_MODEL_THREADS": ("indexer", "model_threads"),
+        "TOOLSEARCH_INDEXER_EMBEDDER": ("indexer", "embedder"),
         "TOOLSEARCH_INDEXER_METRICS_LISTEN": ("indexer", "metrics_listen"),
+        "TOOLSEARCH_BRIDGE_LISTEN": ("bridge", "listen"),
+        "TOOLSEARCH_BRIDGE_URL": ("bridge", "url"),
     }
     for name, (section, key) in overrides.items():
         if name in env:
@@ -333,6 +528,7 @@ def parse_config(raw: object, path: Path, env: Mapping[str, str] | None = None) 
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: the top level must be a mapping of sections (router, indexer, backends)")
     _apply_env(raw, env or {})
+    _add_imported_backends(raw, path)
     try:
         config = Config.model_validate(raw)
     except ValidationError as exc:
@@ -366,19 +562,74 @@ def parse_config(raw: object, path: Path, env: Mapping[str, str] | None = None) 
                     url=f"http://{server.listen}/servers/{slug}/mcp",
                     auth=auth if slug in server.require_jwt else BackendAuth(),
                     timeout=server.backend_timeout,
+                    max_response_bytes=server.backend_max_response_bytes,
                 )
             )
     try:
-        return Config.model_validate(
+        resolved = Config.model_validate(
             {
                 "router": router.model_dump(),
                 "indexer": indexer.model_dump(),
+                "bridge": config.bridge.model_dump(),
                 "backends": [b.model_dump() for b in backends],
+                "backends_from": [_resolve(base, file.expanduser()) for file in config.backends_from],
                 "catalog_servers": [s.model_dump() for s in servers],
             }
         )
     except ValidationError as exc:
         raise ConfigError(_format_error(exc, path)) from None
+    return _with_stdio_urls(resolved, base)
+
+
+def _add_imported_backends(raw: dict[str, object], path: Path) -> None:
+    """Append the servers of `backends_from` files to `raw`'s backends; a bad entry names its file."""
+    files = raw.get("backends_from") or []
+    files = [files] if isinstance(files, str) else files
+    if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
+        return  # validation reports the key's type
+    backends = raw.get("backends") or []
+    if not isinstance(backends, list):
+        return
+    taken = {b.get("id") for b in backends if isinstance(b, dict)}
+    for file in files:
+        source = _resolve(path.parent, Path(file).expanduser())
+        try:
+            servers = read_servers_file(source)
+        except ServersFileError as exc:
+            raise ConfigError(str(exc)) from None
+        for server in servers:
+            try:
+                Backend.model_validate(server.backend)
+            except ValidationError as exc:
+                error = exc.errors()[0]
+                key = ".".join(str(part) for part in error["loc"])
+                message = error["msg"].removeprefix("Value error, ")
+                raise ConfigError(f"{source}: {server.where}{'.' + key if key else ''}: {message}") from None
+            if server.backend["id"] in taken:
+                raise ConfigError(
+                    f"{source}: {server.where}: backend id {server.backend['id']!r} is already in use"
+                )
+            taken.add(server.backend["id"])
+            backends.append(server.backend)
+    raw["backends"] = backends
+
+
+def _with_stdio_urls(config: Config, base: Path) -> Config:
+    """`config` with each stdio backend's cwd resolved and its url pointing at the bridge."""
+    if not any(backend.stdio for backend in config.backends):
+        return config
+    backends = [
+        backend.model_copy(
+            update={
+                "url": bridge_url(config.bridge, backend.id),
+                "cwd": None if backend.cwd is None else _resolve(base, backend.cwd),
+            }
+        )
+        if backend.stdio
+        else backend
+        for backend in config.backends
+    ]
+    return config.model_copy(update={"backends": backends})
 
 
 def load_config(path: Path, env: Mapping[str, str] | None = None) -> Config:

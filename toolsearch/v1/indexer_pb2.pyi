@@ -251,10 +251,13 @@ class FindToolsRequest(_message.Message):
     QUERY_FIELD_NUMBER: _builtins.int
     KEYWORDS_FIELD_NUMBER: _builtins.int
     LIMIT_FIELD_NUMBER: _builtins.int
+    COMPACT_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     query: _builtins.str
     limit: _builtins.int
     """0: the configured default"""
+    compact: _builtins.bool
+    """trimmed descriptions, no output schema or annotations; the input schema whole"""
     @_builtins.property
     def principal(self) -> Global___Principal: ...
     @_builtins.property
@@ -267,10 +270,11 @@ class FindToolsRequest(_message.Message):
         query: _builtins.str = ...,
         keywords: _abc.Iterable[_builtins.str] | None = ...,
         limit: _builtins.int = ...,
+        compact: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["principal", b"principal"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["keywords", b"keywords", "limit", b"limit", "principal", b"principal", "query", b"query", "session_id", b"session_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["compact", b"compact", "keywords", b"keywords", "limit", b"limit", "principal", b"principal", "query", b"query", "session_id", b"session_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -284,12 +288,24 @@ class FoundTool(_message.Message):
     BACKEND_ID_FIELD_NUMBER: _builtins.int
     DEFINITION_JSON_FIELD_NUMBER: _builtins.int
     SCORE_FIELD_NUMBER: _builtins.int
+    SERVER_TITLE_FIELD_NUMBER: _builtins.int
+    SERVER_DESCRIPTION_FIELD_NUMBER: _builtins.int
+    MATCH_FIELD_NUMBER: _builtins.int
+    RELEVANCE_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """the name advertised to the client (namespaced on collision)"""
     backend_id: _builtins.str
     definition_json: _builtins.str
-    """the full MCP tool definition, under the advertised name"""
+    """the MCP tool definition, under the advertised name (compact if asked)"""
     score: _builtins.float
+    server_title: _builtins.str
+    """the server's own title or name, from its initialize result ("" if none)"""
+    server_description: _builtins.str
+    """what the server says it is for, trimmed ("" if nothing)"""
+    match: _builtins.str
+    """strong | possible | weak: how well the tool stands out for the query"""
+    relevance: _builtins.float
+    """the normalised score the match band is cut from (docs/retrieval.md)"""
     def __init__(
         self,
         *,
@@ -297,14 +313,46 @@ class FoundTool(_message.Message):
         backend_id: _builtins.str = ...,
         definition_json: _builtins.str = ...,
         score: _builtins.float = ...,
+        server_title: _builtins.str = ...,
+        server_description: _builtins.str = ...,
+        match: _builtins.str = ...,
+        relevance: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["backend_id", b"backend_id", "definition_json", b"definition_json", "name", b"name", "score", b"score"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["backend_id", b"backend_id", "definition_json", b"definition_json", "match", b"match", "name", b"name", "relevance", b"relevance", "score", b"score", "server_description", b"server_description", "server_title", b"server_title"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___FoundTool: _TypeAlias = FoundTool  # noqa: Y015
+
+@_typing.final
+class UnavailableBackend(_message.Message):
+    """A backend of the session whose tools cannot be found or called right now."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    STATUS_FIELD_NUMBER: _builtins.int
+    SERVER_TITLE_FIELD_NUMBER: _builtins.int
+    id: _builtins.str
+    status: _builtins.str
+    """unhealthy | degraded | unknown | unauthenticated | rejected"""
+    server_title: _builtins.str
+    def __init__(
+        self,
+        *,
+        id: _builtins.str = ...,
+        status: _builtins.str = ...,
+        server_title: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id", "server_title", b"server_title", "status", b"status"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UnavailableBackend: _TypeAlias = UnavailableBackend  # noqa: Y015
 
 @_typing.final
 class TokenMetrics(_message.Message):
@@ -340,14 +388,22 @@ class FindToolsResponse(_message.Message):
     VERSION_FIELD_NUMBER: _builtins.int
     TOKEN_METRICS_FIELD_NUMBER: _builtins.int
     EMPTY_REASON_FIELD_NUMBER: _builtins.int
+    UNAVAILABLE_FIELD_NUMBER: _builtins.int
+    NOTE_FIELD_NUMBER: _builtins.int
     empty_reason: _builtins.str
     """why nothing was returned, when tools is empty"""
+    note: _builtins.str
+    """set when the best match is weak: says so, and names what is unavailable"""
     @_builtins.property
     def tools(self) -> _containers.RepeatedCompositeFieldContainer[Global___FoundTool]: ...
     @_builtins.property
     def version(self) -> Global___IndexVersionRef: ...
     @_builtins.property
     def token_metrics(self) -> Global___TokenMetrics: ...
+    @_builtins.property
+    def unavailable(self) -> _containers.RepeatedCompositeFieldContainer[Global___UnavailableBackend]:
+        """backends down now, or that rejected the credentials"""
+
     def __init__(
         self,
         *,
@@ -355,14 +411,67 @@ class FindToolsResponse(_message.Message):
         version: Global___IndexVersionRef | None = ...,
         token_metrics: Global___TokenMetrics | None = ...,
         empty_reason: _builtins.str = ...,
+        unavailable: _abc.Iterable[Global___UnavailableBackend] | None = ...,
+        note: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["token_metrics", b"token_metrics", "version", b"version"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["empty_reason", b"empty_reason", "token_metrics", b"token_metrics", "tools", b"tools", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["empty_reason", b"empty_reason", "note", b"note", "token_metrics", b"token_metrics", "tools", b"tools", "unavailable", b"unavailable", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___FindToolsResponse: _TypeAlias = FindToolsResponse  # noqa: Y015
+
+@_typing.final
+class ToolSuggestions(_message.Message):
+    """Close names for a tool name the session does not hold (ResolveTool's NOT_FOUND trailer)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SUGGESTIONS_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    reason: _builtins.str
+    """when the name is known but its backend is down: why it cannot be called now"""
+    @_builtins.property
+    def suggestions(self) -> _containers.RepeatedCompositeFieldContainer[Global___ToolSuggestion]: ...
+    def __init__(
+        self,
+        *,
+        suggestions: _abc.Iterable[Global___ToolSuggestion] | None = ...,
+        reason: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["reason", b"reason", "suggestions", b"suggestions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ToolSuggestions: _TypeAlias = ToolSuggestions  # noqa: Y015
+
+@_typing.final
+class ToolSuggestion(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    BACKEND_ID_FIELD_NUMBER: _builtins.int
+    SERVER_TITLE_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    backend_id: _builtins.str
+    server_title: _builtins.str
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        backend_id: _builtins.str = ...,
+        server_title: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["backend_id", b"backend_id", "name", b"name", "server_title", b"server_title"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ToolSuggestion: _TypeAlias = ToolSuggestion  # noqa: Y015
 
 @_typing.final
 class BackendAuth(_message.Message):
@@ -431,6 +540,7 @@ class ResolveToolResponse(_message.Message):
     VERSION_FIELD_NUMBER: _builtins.int
     PROTOCOL_VERSION_FIELD_NUMBER: _builtins.int
     TIMEOUT_SECONDS_FIELD_NUMBER: _builtins.int
+    MAX_RESPONSE_BYTES_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     original_name: _builtins.str
     """the backend's own name for the tool"""
@@ -441,6 +551,8 @@ class ResolveToolResponse(_message.Message):
     """what the backend spoke at discovery ("" if unknown)"""
     timeout_seconds: _builtins.float
     """the backend's call timeout"""
+    max_response_bytes: _builtins.int
+    """the most a call result may weigh (0: the router's default)"""
     @_builtins.property
     def auth(self) -> Global___BackendAuth: ...
     @_builtins.property
@@ -457,14 +569,64 @@ class ResolveToolResponse(_message.Message):
         version: Global___IndexVersionRef | None = ...,
         protocol_version: _builtins.str = ...,
         timeout_seconds: _builtins.float = ...,
+        max_response_bytes: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["auth", b"auth", "version", b"version"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["auth", b"auth", "backend_id", b"backend_id", "backend_url", b"backend_url", "input_schema_json", b"input_schema_json", "name", b"name", "original_name", b"original_name", "protocol_version", b"protocol_version", "timeout_seconds", b"timeout_seconds", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["auth", b"auth", "backend_id", b"backend_id", "backend_url", b"backend_url", "input_schema_json", b"input_schema_json", "max_response_bytes", b"max_response_bytes", "name", b"name", "original_name", b"original_name", "protocol_version", b"protocol_version", "timeout_seconds", b"timeout_seconds", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ResolveToolResponse: _TypeAlias = ResolveToolResponse  # noqa: Y015
+
+@_typing.final
+class PinnedToolsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    PRINCIPAL_FIELD_NUMBER: _builtins.int
+    PATTERNS_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    @_builtins.property
+    def principal(self) -> Global___Principal: ...
+    @_builtins.property
+    def patterns(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+        principal: Global___Principal | None = ...,
+        patterns: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["principal", b"principal"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["patterns", b"patterns", "principal", b"principal", "session_id", b"session_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PinnedToolsRequest: _TypeAlias = PinnedToolsRequest  # noqa: Y015
+
+@_typing.final
+class PinnedToolsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOOLS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def tools(self) -> _containers.RepeatedCompositeFieldContainer[Global___FoundTool]:
+        """name, backend_id and definition_json"""
+
+    def __init__(
+        self,
+        *,
+        tools: _abc.Iterable[Global___FoundTool] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["tools", b"tools"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PinnedToolsResponse: _TypeAlias = PinnedToolsResponse  # noqa: Y015
 
 @_typing.final
 class StatusRequest(_message.Message):

@@ -30,7 +30,8 @@ class IndexerStub:
     name the session's current version does not hold, told apart by the trailing metadata key
     `toolsearch-error` (`session-not-found` or `tool-not-found`); INVALID_ARGUMENT for a request that
     breaks a limit (the details say which); RESOURCE_EXHAUSTED when a principal has too many
-    sessions; UNAVAILABLE while the indexer is starting or stopping.
+    sessions; UNAVAILABLE while the indexer is starting or stopping. A `tool-not-found` also carries
+    `toolsearch-suggestions-bin`: a serialized ToolSuggestions with the session's closest names.
     """
 
     def __init__(self, channel):
@@ -69,6 +70,11 @@ class IndexerStub:
                 request_serializer=toolsearch_dot_v1_dot_indexer__pb2.StatusRequest.SerializeToString,
                 response_deserializer=toolsearch_dot_v1_dot_indexer__pb2.StatusResponse.FromString,
                 _registered_method=True)
+        self.PinnedTools = channel.unary_unary(
+                '/toolsearch.v1.Indexer/PinnedTools',
+                request_serializer=toolsearch_dot_v1_dot_indexer__pb2.PinnedToolsRequest.SerializeToString,
+                response_deserializer=toolsearch_dot_v1_dot_indexer__pb2.PinnedToolsResponse.FromString,
+                _registered_method=True)
 
 
 class IndexerServicer:
@@ -76,7 +82,8 @@ class IndexerServicer:
     name the session's current version does not hold, told apart by the trailing metadata key
     `toolsearch-error` (`session-not-found` or `tool-not-found`); INVALID_ARGUMENT for a request that
     breaks a limit (the details say which); RESOURCE_EXHAUSTED when a principal has too many
-    sessions; UNAVAILABLE while the indexer is starting or stopping.
+    sessions; UNAVAILABLE while the indexer is starting or stopping. A `tool-not-found` also carries
+    `toolsearch-suggestions-bin`: a serialized ToolSuggestions with the session's closest names.
     """
 
     def OpenSession(self, request, context):
@@ -118,6 +125,14 @@ class IndexerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PinnedTools(self, request, context):
+        """The session's tools that match operator patterns ("backend/tool", "backend/*"), for tools/list.
+        Taken from every usable backend's last listing, down or not, so health does not change the set.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_IndexerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -151,6 +166,11 @@ def add_IndexerServicer_to_server(servicer, server):
                     request_deserializer=toolsearch_dot_v1_dot_indexer__pb2.StatusRequest.FromString,
                     response_serializer=toolsearch_dot_v1_dot_indexer__pb2.StatusResponse.SerializeToString,
             ),
+            'PinnedTools': grpc.unary_unary_rpc_method_handler(
+                    servicer.PinnedTools,
+                    request_deserializer=toolsearch_dot_v1_dot_indexer__pb2.PinnedToolsRequest.FromString,
+                    response_serializer=toolsearch_dot_v1_dot_indexer__pb2.PinnedToolsResponse.SerializeToString,
+            ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
             'toolsearch.v1.Indexer', rpc_method_handlers)
@@ -164,7 +184,8 @@ class Indexer:
     name the session's current version does not hold, told apart by the trailing metadata key
     `toolsearch-error` (`session-not-found` or `tool-not-found`); INVALID_ARGUMENT for a request that
     breaks a limit (the details say which); RESOURCE_EXHAUSTED when a principal has too many
-    sessions; UNAVAILABLE while the indexer is starting or stopping.
+    sessions; UNAVAILABLE while the indexer is starting or stopping. A `tool-not-found` also carries
+    `toolsearch-suggestions-bin`: a serialized ToolSuggestions with the session's closest names.
     """
 
     @staticmethod
@@ -319,6 +340,33 @@ class Indexer:
             '/toolsearch.v1.Indexer/Status',
             toolsearch_dot_v1_dot_indexer__pb2.StatusRequest.SerializeToString,
             toolsearch_dot_v1_dot_indexer__pb2.StatusResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PinnedTools(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/toolsearch.v1.Indexer/PinnedTools',
+            toolsearch_dot_v1_dot_indexer__pb2.PinnedToolsRequest.SerializeToString,
+            toolsearch_dot_v1_dot_indexer__pb2.PinnedToolsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -35,7 +35,8 @@ class IndexerStub:
     name the session's current version does not hold, told apart by the trailing metadata key
     `toolsearch-error` (`session-not-found` or `tool-not-found`); INVALID_ARGUMENT for a request that
     breaks a limit (the details say which); RESOURCE_EXHAUSTED when a principal has too many
-    sessions; UNAVAILABLE while the indexer is starting or stopping.
+    sessions; UNAVAILABLE while the indexer is starting or stopping. A `tool-not-found` also carries
+    `toolsearch-suggestions-bin`: a serialized ToolSuggestions with the session's closest names.
     """
 
     @_typing.overload
@@ -51,6 +52,10 @@ class IndexerStub:
     ResolveTool: _grpc.UnaryUnaryMultiCallable[_indexer_pb2.ResolveToolRequest, _indexer_pb2.ResolveToolResponse]
     """Resolves an advertised tool name, inside the session's current version, to its backend."""
     Status: _grpc.UnaryUnaryMultiCallable[_indexer_pb2.StatusRequest, _indexer_pb2.StatusResponse]
+    PinnedTools: _grpc.UnaryUnaryMultiCallable[_indexer_pb2.PinnedToolsRequest, _indexer_pb2.PinnedToolsResponse]
+    """The session's tools that match operator patterns ("backend/tool", "backend/*"), for tools/list.
+    Taken from every usable backend's last listing, down or not, so health does not change the set.
+    """
 
 @_typing.type_check_only
 class IndexerAsyncStub(IndexerStub):
@@ -58,7 +63,8 @@ class IndexerAsyncStub(IndexerStub):
     name the session's current version does not hold, told apart by the trailing metadata key
     `toolsearch-error` (`session-not-found` or `tool-not-found`); INVALID_ARGUMENT for a request that
     breaks a limit (the details say which); RESOURCE_EXHAUSTED when a principal has too many
-    sessions; UNAVAILABLE while the indexer is starting or stopping.
+    sessions; UNAVAILABLE while the indexer is starting or stopping. A `tool-not-found` also carries
+    `toolsearch-suggestions-bin`: a serialized ToolSuggestions with the session's closest names.
     """
 
     def __init__(self, channel: _aio.Channel) -> None: ...
@@ -71,13 +77,18 @@ class IndexerAsyncStub(IndexerStub):
     ResolveTool: _aio.UnaryUnaryMultiCallable[_indexer_pb2.ResolveToolRequest, _indexer_pb2.ResolveToolResponse]  # type: ignore[assignment]
     """Resolves an advertised tool name, inside the session's current version, to its backend."""
     Status: _aio.UnaryUnaryMultiCallable[_indexer_pb2.StatusRequest, _indexer_pb2.StatusResponse]  # type: ignore[assignment]
+    PinnedTools: _aio.UnaryUnaryMultiCallable[_indexer_pb2.PinnedToolsRequest, _indexer_pb2.PinnedToolsResponse]  # type: ignore[assignment]
+    """The session's tools that match operator patterns ("backend/tool", "backend/*"), for tools/list.
+    Taken from every usable backend's last listing, down or not, so health does not change the set.
+    """
 
 class IndexerServicer(metaclass=_abc_1.ABCMeta):
     """Errors are gRPC status codes: NOT_FOUND for an unknown, ended or foreign session and for a tool
     name the session's current version does not hold, told apart by the trailing metadata key
     `toolsearch-error` (`session-not-found` or `tool-not-found`); INVALID_ARGUMENT for a request that
     breaks a limit (the details say which); RESOURCE_EXHAUSTED when a principal has too many
-    sessions; UNAVAILABLE while the indexer is starting or stopping.
+    sessions; UNAVAILABLE while the indexer is starting or stopping. A `tool-not-found` also carries
+    `toolsearch-suggestions-bin`: a serialized ToolSuggestions with the session's closest names.
     """
 
     @_abc_1.abstractmethod
@@ -124,5 +135,15 @@ class IndexerServicer(metaclass=_abc_1.ABCMeta):
         request: _indexer_pb2.StatusRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_indexer_pb2.StatusResponse, _abc.Awaitable[_indexer_pb2.StatusResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def PinnedTools(
+        self,
+        request: _indexer_pb2.PinnedToolsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_indexer_pb2.PinnedToolsResponse, _abc.Awaitable[_indexer_pb2.PinnedToolsResponse]]:
+        """The session's tools that match operator patterns ("backend/tool", "backend/*"), for tools/list.
+        Taken from every usable backend's last listing, down or not, so health does not change the set.
+        """
 
 def add_IndexerServicer_to_server(servicer: IndexerServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
