@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import fcntl
-import hashlib
 import importlib.util
 import logging
 import os
@@ -37,8 +36,10 @@ from indexer.embedder.files import (
     StaleExportError,
     Variant,
     export_dir,
+    file_sha256,
     folder_digest,
     read_manifest,
+    swap_into_place,
     verify_export,
 )
 
@@ -58,15 +59,6 @@ _log = logging.getLogger(__name__)
 
 class ModelError(Exception):
     """Raised when a model folder is missing, incomplete or fails its sha256 check, or cannot be made."""
-
-
-def file_sha256(path: Path) -> str:
-    """The hex sha256 of a file's contents, read in 1 MiB blocks."""
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        while block := handle.read(1 << 20):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def default_archive() -> Path:
@@ -160,7 +152,7 @@ def prepare_default_model(
             staging.chmod(0o755)  # mkdtemp's 0700 would hide the model from a service's own user
             _extract(source, staging)
             _verify(staging, DEFAULT_WEIGHTS_SHA256, f"the archive {source}")
-            _swap_into_place(staging, target)
+            swap_into_place(staging, target, _OLD_PREFIX)
         except BaseException as exc:
             if staging is not None:
                 shutil.rmtree(staging, ignore_errors=True)
@@ -246,25 +238,6 @@ def _extract(archive: Path, destination: Path) -> None:
                     os.fsync(sink.fileno())
     except (zipfile.BadZipFile, OSError) as exc:
         raise ModelError(f"cannot extract {archive}: {exc}") from exc
-
-
-def _swap_into_place(staging: Path, target: Path) -> None:
-    if target.exists() or target.is_symlink():
-        # move the old folder aside first: rename cannot replace a non-empty folder
-        old = Path(tempfile.mkdtemp(prefix=_OLD_PREFIX, dir=target.parent))
-        if target.is_dir():
-            os.replace(target, old / "model")
-        else:
-            target.unlink()
-        os.rename(staging, target)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.rename(staging, target)
-    directory = os.open(target.parent, os.O_RDONLY)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -36,6 +36,7 @@ from indexer.embedder.files import (
     export_dir,
     file_sha256,
     folder_digest,
+    swap_into_place,
     write_manifest,
 )
 from indexer.embedder.pipeline import read_pipeline
@@ -94,7 +95,7 @@ def export_onnx(model_dir: Path, int8: bool = False) -> Manifest:
         manifest = dataclasses.replace(manifest, checks=checks)
         write_manifest(staging, manifest)
         _sync(staging)
-        _swap_into_place(staging, export_dir(model_dir))
+        swap_into_place(staging, export_dir(model_dir), _OLD_PREFIX)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -272,19 +273,3 @@ def _sync(folder: Path) -> None:
     for path in folder.iterdir():
         with path.open("rb") as handle:
             os.fsync(handle.fileno())
-
-
-def _swap_into_place(staging: Path, target: Path) -> None:
-    if target.exists() or target.is_symlink():
-        # moved aside first: a rename cannot replace a folder that is not empty
-        old = Path(tempfile.mkdtemp(prefix=_OLD_PREFIX, dir=target.parent))
-        os.replace(target, old / EXPORT_DIR)
-        os.rename(staging, target)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.rename(staging, target)
-    directory = os.open(target.parent, os.O_RDONLY)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)

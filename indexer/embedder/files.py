@@ -12,6 +12,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -204,3 +206,27 @@ def verify_export(
             "`toolsearch model prepare` to export again"
         )
     return path, manifest
+
+
+def swap_into_place(staging: Path, target: Path, old_prefix: str) -> None:
+    """Put the folder `staging` where `target` is, in one rename, and make the rename durable.
+
+    A rename cannot replace a folder that is not empty, so an old `target` is first moved aside into
+    a temporary folder named with `old_prefix` beside it (a stray file or link there is removed);
+    a crash between the two renames leaves that folder, which the caller's clean-up recognises.
+    """
+    if target.exists() or target.is_symlink():
+        old = Path(tempfile.mkdtemp(prefix=old_prefix, dir=target.parent))
+        if target.is_dir() and not target.is_symlink():
+            os.replace(target, old / target.name)
+        else:
+            target.unlink()
+        os.rename(staging, target)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.rename(staging, target)
+    directory = os.open(target.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
