@@ -214,7 +214,9 @@ async def test_a_body_declared_far_too_large_is_refused_unread(front: Front) -> 
 def _held_connections(front: Front) -> int:
     """The client connections the bounded router holds open (its sockets on its own port)."""
     sockets = psutil.Process(front.bounded.pid).net_connections(kind="tcp")
-    return sum(1 for s in sockets if s.laddr and s.laddr.port == front.port and s.status != psutil.CONN_LISTEN)
+    return sum(
+        1 for s in sockets if s.laddr and s.laddr.port == front.port and s.status != psutil.CONN_LISTEN
+    )
 
 
 async def test_connections_beyond_the_limit_get_503_at_once_and_are_logged_once(front: Front) -> None:

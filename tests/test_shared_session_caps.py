@@ -9,7 +9,7 @@ conditions with bounded timeouts.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from pathlib import Path
 
@@ -20,11 +20,11 @@ from indexer.credentials import ANONYMOUS
 from indexer.errors import SessionsFull, TooManySessions
 from indexer.server import IndexerProcess
 from indexer.state import Principal, Room, RoomFull, SessionRecord, State, Swap, VersionRef
-from indexer.state.redis import TIMEOUT, Keys
+from indexer.state.redis import Keys
 from indexer.state.redis_sessions import principal_key
 from tests.support.clients import until
 from tests.support.indexers import running_indexer
-from tests.support.redis import RedisServer, open_state, running_redis
+from tests.support.redis import RedisServer, open_state
 from toolsearch.config import parse_config
 
 WAIT = 15.0  # seconds any condition may take at most
@@ -34,25 +34,8 @@ TOKEN_HOLDER = Principal("", "unverified-bearer")
 KEYS = Keys()
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    with running_redis(tmp_path_factory.mktemp("redis")) as running:
-        yield running
-
-
 @pytest.fixture
-async def client(server: RedisServer) -> AsyncIterator[aredis.Redis]:
-    """A plain client on an emptied database, to look at what the stores wrote."""
-    plain = aredis.Redis.from_url(server.url, socket_timeout=TIMEOUT)
-    await plain.flushall()
-    try:
-        yield plain
-    finally:
-        await plain.aclose()
-
-
-@pytest.fixture
-async def states(server: RedisServer, client: aredis.Redis) -> AsyncIterator[list[State]]:
+async def states(redis_server: RedisServer, redis_client: aredis.Redis) -> AsyncIterator[list[State]]:
     """State backends on the one Redis, opened as replicas would open them; closed after the test."""
     opened: list[State] = []
     async with AsyncExitStack() as cleanup:
@@ -63,7 +46,7 @@ async def states(server: RedisServer, client: aredis.Redis) -> AsyncIterator[lis
 
         cleanup.push_async_callback(close_all)
         for _ in range(2):
-            opened.append(await open_state(server.url, "fake:test", 64, session_ttl=60.0))
+            opened.append(await open_state(redis_server.url, "fake:test", 64, session_ttl=60.0))
         yield opened
 
 
@@ -84,7 +67,7 @@ def record(session_id: str, principal: Principal = ALICE, token: str | None = No
 
 
 async def test_a_principal_cap_holds_across_replicas_and_through_a_restart(
-    server: RedisServer, states: list[State], client: aredis.Redis
+    redis_server: RedisServer, states: list[State], redis_client: aredis.Redis
 ) -> None:
     first, second = states
     room = Room(sessions=0, per_principal=3)
@@ -93,51 +76,51 @@ async def test_a_principal_cap_holds_across_replicas_and_through_a_restart(
     with pytest.raises(RoomFull) as full:
         await second.sessions.create(record("s-3"), room)
     assert (full.value.scope, full.value.limit) == ("principal", 3) and 0 < full.value.frees_in <= 60
-    assert not await client.exists(KEYS.session("s-3"))  # refused: nothing stored
+    assert not await redis_client.exists(KEYS.session("s-3"))  # refused: nothing stored
     await second.sessions.create(record("b-0", BOB), room)  # another principal has its own count
     # a replica restarts: the count was never its own
     await first.close()
-    restarted = states[0] = await open_state(server.url, "fake:test", 64, session_ttl=60.0)
+    restarted = states[0] = await open_state(redis_server.url, "fake:test", 64, session_ttl=60.0)
     with pytest.raises(RoomFull):
         await restarted.sessions.check(ALICE, room)
     ended = await restarted.sessions.load("s-0")
     assert ended is not None
     await restarted.sessions.delete(ended)  # an end on one replica frees the place on every one
     await second.sessions.create(record("s-3"), room)
-    assert await client.zcard(KEYS.owned(principal_key(ALICE))) == 3
+    assert await redis_client.zcard(KEYS.owned(principal_key(ALICE))) == 3
 
 
 async def test_creations_at_once_on_two_replicas_never_pass_the_cap_on_every_session(
-    states: list[State], client: aredis.Redis
+    states: list[State], redis_client: aredis.Redis
 ) -> None:
     room = Room(sessions=7, per_principal=0)  # anonymous callers: the per-principal cap is not theirs
     attempts = [states[n % 2].sessions.create(record(f"s-{n}", ANONYMOUS), room) for n in range(20)]
     answers = await asyncio.gather(*attempts, return_exceptions=True)
     refusals = [a for a in answers if isinstance(a, RoomFull)]
     assert len(refusals) == 13 and all(r.scope == "sessions" and r.limit == 7 for r in refusals)
-    assert await client.zcard(KEYS.expiry) == 7 and await client.scard(KEYS.sessions) == 7
-    assert not await client.keys(f"{KEYS.prefix}principal:*")  # uncounted principals keep no set
+    assert await redis_client.zcard(KEYS.expiry) == 7 and await redis_client.scard(KEYS.sessions) == 7
+    assert not await redis_client.keys(f"{KEYS.prefix}principal:*")  # uncounted principals keep no set
 
 
 async def test_a_use_renews_a_sessions_place_and_an_expired_one_gives_it_back(
-    server: RedisServer, states: list[State], client: aredis.Redis
+    redis_server: RedisServer, states: list[State], redis_client: aredis.Redis
 ) -> None:
-    short = await open_state(server.url, "fake:test", 64, session_ttl=1.0)
+    short = await open_state(redis_server.url, "fake:test", 64, session_ttl=1.0)
     states.append(short)
     room = Room(sessions=0, per_principal=2)
     await short.sessions.create(record("s-0"), room)
     await short.sessions.create(record("s-1"), room)
     owned = KEYS.owned(principal_key(ALICE))
     # as if s-0 had been idle for most of its time to live; a use gives it all of it again
-    await client.zadd(owned, {"s-0": 1}, xx=True)
-    await client.zadd(KEYS.expiry, {"s-0": 1}, xx=True)
-    await client.pexpire(KEYS.session("s-0"), 60_000)
+    await redis_client.zadd(owned, {"s-0": 1}, xx=True)
+    await redis_client.zadd(KEYS.expiry, {"s-0": 1}, xx=True)
+    await redis_client.pexpire(KEYS.session("s-0"), 60_000)
     assert await short.sessions.load("s-0") is not None
-    clock, _ = await client.time()
+    clock, _ = await redis_client.time()
     for key in (owned, KEYS.expiry):
-        score = await client.zscore(key, "s-0")
+        score = await redis_client.zscore(key, "s-0")
         assert score is not None and score > clock * 1000
-    assert 0 < await client.pttl(KEYS.session("s-0")) <= 1000  # the store's own time to live again
+    assert 0 < await redis_client.pttl(KEYS.session("s-0")) <= 1000  # the store's own time to live again
 
     async def room_again() -> bool:
         try:
@@ -147,7 +130,9 @@ async def test_a_use_renews_a_sessions_place_and_an_expired_one_gives_it_back(
         return True
 
     await until(room_again, "an expired session gives its place back", WAIT)
-    members = {m.decode() if isinstance(m, bytes) else str(m) for m in await client.zrange(owned, 0, -1)}
+    members = {
+        m.decode() if isinstance(m, bytes) else str(m) for m in await redis_client.zrange(owned, 0, -1)
+    }
     assert "s-2" in members and len(members) <= 2
 
 
@@ -164,9 +149,9 @@ def replica_config(tmp: Path, url: str) -> dict[str, object]:
 
 
 async def test_two_indexers_on_one_redis_share_both_caps_and_keep_no_unneeded_token(
-    tmp_path: Path, server: RedisServer, client: aredis.Redis
+    tmp_path: Path, redis_server: RedisServer, redis_client: aredis.Redis
 ) -> None:
-    config = parse_config(replica_config(tmp_path, server.url), tmp_path / "toolsearch.yaml")
+    config = parse_config(replica_config(tmp_path, redis_server.url), tmp_path / "toolsearch.yaml")
     async with running_indexer(config, {}) as one, running_indexer(config, {}) as two:
         replicas: tuple[IndexerProcess, IndexerProcess] = (one, two)
         await one.sessions.open(ALICE, "alice-token")
@@ -175,7 +160,7 @@ async def test_two_indexers_on_one_redis_share_both_caps_and_keep_no_unneeded_to
             await one.sessions.open(ALICE, "alice-token")
         held = await two.sessions.open(TOKEN_HOLDER, "an-unverified-token")
         # no passthrough backend would ever list with it: the shared state never holds it
-        assert not await client.hexists(KEYS.session(held.id), "token")
+        assert not await redis_client.hexists(KEYS.session(held.id), "token")
         await one.sessions.open(ANONYMOUS, None)
         with pytest.raises(SessionsFull, match="the indexer holds 4 sessions") as full:
             await replicas[1].sessions.open(BOB, "bob-token")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -47,28 +47,13 @@ LISTING = Listing(({"name": "get_forecast", "description": "The weather tomorrow
 KEYS = Keys()
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    with running_redis(tmp_path_factory.mktemp("redis")) as running:
-        yield running
-
-
 @pytest.fixture
-async def client(server: RedisServer) -> AsyncIterator[aredis.Redis]:
-    """A plain client on an emptied database, to look at what the stores wrote."""
-    plain = aredis.Redis.from_url(server.url, socket_timeout=TIMEOUT)
-    await plain.flushall()
-    try:
-        yield plain
-    finally:
-        await plain.aclose()
-
-
-@pytest.fixture
-async def replicas(server: RedisServer, client: aredis.Redis) -> AsyncIterator[tuple[State, State]]:
+async def replicas(
+    redis_server: RedisServer, redis_client: aredis.Redis
+) -> AsyncIterator[tuple[State, State]]:
     """Two state backends on the same Redis, as two indexer replicas would open them."""
-    first = await open_state(server.url, "fake:test", 64, session_ttl=60.0, lease_ttl=0.5)
-    second = await open_state(server.url, "fake:test", 64, session_ttl=60.0, lease_ttl=0.5)
+    first = await open_state(redis_server.url, "fake:test", 64, session_ttl=60.0, lease_ttl=0.5)
+    second = await open_state(redis_server.url, "fake:test", 64, session_ttl=60.0, lease_ttl=0.5)
     try:
         yield first, second
     finally:
@@ -139,30 +124,32 @@ async def test_a_principal_has_one_implied_session_whichever_replica_creates_it(
 
 
 async def test_a_use_renews_a_sessions_time_to_live_and_the_sweep_drops_an_expired_one(
-    replicas: tuple[State, State], client: aredis.Redis
+    replicas: tuple[State, State], redis_client: aredis.Redis
 ) -> None:
     first, second = replicas
     await first.sessions.create(record("s-1", implied=True))
     await first.sessions.create(record("s-2"))
-    await client.pexpire(KEYS.session("s-1"), 5_000)
+    await redis_client.pexpire(KEYS.session("s-1"), 5_000)
     assert await second.sessions.load("s-1") is not None  # a use
-    assert await client.pttl(KEYS.session("s-1")) > 50_000
-    assert await client.pttl(KEYS.swaps("s-1")) > 50_000
+    assert await redis_client.pttl(KEYS.session("s-1")) > 50_000
+    assert await redis_client.pttl(KEYS.swaps("s-1")) > 50_000
 
-    await client.pexpire(KEYS.session("s-1"), 1)
-    await until_within(lambda: _gone(client, "s-1"), "the unused session expires")
+    await redis_client.pexpire(KEYS.session("s-1"), 1)
+    await until_within(lambda: _gone(redis_client, "s-1"), "the unused session expires")
     assert await second.sessions.load("s-1") is None
-    assert await client.sismember(KEYS.sessions, "s-1") and await client.hlen(KEYS.implied) == 1
+    assert await redis_client.sismember(KEYS.sessions, "s-1") and await redis_client.hlen(KEYS.implied) == 1
     assert first.shared is not None
-    await client.pexpire(KEYS.listing(listing_digest(LISTING)), 5_000)
+    await redis_client.pexpire(KEYS.listing(listing_digest(LISTING)), 5_000)
     assert await first.shared.sweep([]) == 1
-    assert not await client.sismember(KEYS.sessions, "s-1") and await client.hlen(KEYS.implied) == 0
-    assert await client.sismember(KEYS.sessions, "s-2")
-    assert await client.pttl(KEYS.listing(listing_digest(LISTING))) > 50_000  # s-2 still refers to it
+    assert (
+        not await redis_client.sismember(KEYS.sessions, "s-1") and await redis_client.hlen(KEYS.implied) == 0
+    )
+    assert await redis_client.sismember(KEYS.sessions, "s-2")
+    assert await redis_client.pttl(KEYS.listing(listing_digest(LISTING))) > 50_000  # s-2 still refers to it
 
 
-async def _gone(client: aredis.Redis, session_id: str) -> bool:
-    return not await client.exists(KEYS.session(session_id))
+async def _gone(redis_client: aredis.Redis, session_id: str) -> bool:
+    return not await redis_client.exists(KEYS.session(session_id))
 
 
 async def test_version_numbers_grow_by_one_per_swap_when_two_replicas_swap_at_once(
@@ -198,15 +185,18 @@ async def test_version_numbers_grow_by_one_per_swap_when_two_replicas_swap_at_on
 
 
 async def test_one_replica_holds_the_lease_and_another_takes_it_over_after_it_expires(
-    server: RedisServer, client: aredis.Redis
+    redis_server: RedisServer, redis_client: aredis.Redis
 ) -> None:
-    a, b = RedisLease(client, KEYS, ttl=0.5, holder="a"), RedisLease(client, KEYS, ttl=0.5, holder="b")
+    a, b = (
+        RedisLease(redis_client, KEYS, ttl=0.5, holder="a"),
+        RedisLease(redis_client, KEYS, ttl=0.5, holder="b"),
+    )
     assert await a.acquire() and a.held
     assert not await b.acquire() and not b.held
     assert await a.acquire() and not await b.acquire()  # renewed
     # a stops renewing, as a killed replica would: it stops counting itself the holder before expiry
     await until_within(lambda: _false(a.held), "a's own bound passes")
-    assert await client.get(KEYS.lease) in (b"a", None)
+    assert await redis_client.get(KEYS.lease) in (b"a", None)
     assert await until_within(b.acquire, "b takes the lease over")
     assert b.held and not await a.acquire()
     await b.release()
