@@ -17,17 +17,8 @@ from typing import cast
 
 import numpy as np
 
-from indexer.search import (
-    Hit,
-    Method,
-    SearchIndex,
-    SearchSettings,
-    ServerDocument,
-    ToolDocument,
-    index_documents,
-    server_documents,
-    tool_documents,
-)
+from indexer.documents import ServerDocument, ToolDocument, server_documents, tool_documents
+from indexer.search import Hit, Method, SearchIndex, SearchSettings, index_documents
 from indexer.state.listings import ServerInfo
 from indexer.tools import Tool
 
