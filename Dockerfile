@@ -6,7 +6,10 @@
 #   docker build --build-arg INDEXER_EXTRAS=indexer,torch -t toolsearch .   # also indexer.embedder: torch
 #   docker run --rm toolsearch --help
 # The command picks the role (indexer, router, catalog-server, health, ...). docker-compose.yml runs
-# the whole stack from the three images; docs/scaling.md describes that stack.
+# the whole stack from the three images; docs/scaling.md describes that stack. One image serves
+# several roles on different ports, so the healthcheck is set where the role is known, in compose:
+#   python -m commands.health_check grpc 127.0.0.1:50051            # the indexer
+#   python -m commands.health_check http http://127.0.0.1:8000/readyz   # a router
 ARG ROLE=indexer
 
 # --- the base install, in a virtualenv: the shared base, the router, the catalog server, the commands

@@ -12,6 +12,7 @@ from bridge.process import LaunchError
 from commands.options import add_config, add_logging
 from toolsearch.config import load_config
 from toolsearch.logs import configure_logging
+from toolsearch.tracing import configure_tracing
 
 
 def run(args: argparse.Namespace) -> int:
@@ -20,6 +21,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"bridge: {args.config} has no stdio backends (backends with a command)", file=sys.stderr)
         return 2
     configure_logging(args.log_level, args.log_format)
+    configure_tracing("toolsearch-bridge", os.environ)  # off unless OTEL_* says where spans go
     try:
         return serve(config, os.environ, args.log_level, args.log_format)
     except LaunchError as exc:

@@ -61,6 +61,7 @@ from toolsearch.catalog import (
     parse_tool,
     server_slug,
 )
+from toolsearch.tracing import configure_tracing
 
 DEFAULT_SECRET_ENV = "TOOLSEARCH_CATALOG_JWT_SECRET"
 MIN_SECRET_BYTES = 32  # RFC 7518 §3.2: an HS256 key must be at least as long as the hash
@@ -451,6 +452,7 @@ def run_cli(args: argparse.Namespace) -> int:
         return 2
     if args.control and args.host not in ("127.0.0.1", "localhost", "::1"):
         print("toolsearch catalog-server: warning: the control API has no authentication", file=sys.stderr)
+    configure_tracing("toolsearch-catalog-server", os.environ)  # its MCP server's spans, with OTEL_*
     config = uvicorn.Config(
         app, host=args.host, port=args.port, log_level=args.log_level, timeout_graceful_shutdown=5
     )

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.metadata
 import os
 import sys
 from collections.abc import Sequence
 
+from commands import examples
 from toolsearch.config import ConfigError
 
 # module -> the subcommands it registers, imported lazily so `toolsearch router` never loads torch
@@ -31,7 +33,12 @@ _COMMANDS = {
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The argument parser; with `only`, just that subcommand's module is imported."""
-    parser = argparse.ArgumentParser(prog="toolsearch", description="A tool-search layer for MCP.")
+    parser = argparse.ArgumentParser(
+        prog="toolsearch",
+        description="A tool-search layer for MCP.",
+        epilog="Each command's --help shows an example. Run without a command: this help, exit code 2.",
+    )
+    parser.add_argument("--version", action="version", version=f"toolsearch {version()}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for module_name, commands in _COMMANDS.items():
         if only is not None and only not in commands:
@@ -47,7 +54,16 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
             _add_missing(subparsers, commands, exc)  # an extra this install lacks (pyproject.toml)
             continue
         module.add_parser(subparsers)
+    examples.apply(parser)
     return parser
+
+
+def version() -> str:
+    """The installed package's version (pyproject.toml), or "unknown" when run from a bare copy."""
+    try:
+        return importlib.metadata.version("toolsearch")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
 
 
 _OURS = ("commands", "router", "indexer", "bridge", "toolsearch")
@@ -88,7 +104,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     args_list = list(sys.argv[1:] if argv is None else argv)
     first = next((a for a in args_list if not a.startswith("-")), None)
+    if first is None and "--version" in args_list:
+        first = ""  # the answer needs no command's module: import none of them
     parser = build_parser(first)
+    if not args_list:
+        # a usage error as argparse counts them (exit 2), but one that shows every command
+        parser.print_help(sys.stderr)
+        return 2
     args = parser.parse_args(args_list)
     func = getattr(args, "func", None)
     if func is None:

@@ -4,8 +4,12 @@
     toolsearch health grpc 127.0.0.1:50051 --config toolsearch.yaml   # with the router's TLS settings
     toolsearch health http http://127.0.0.1:8000/readyz   # the URL answers 200
 
+    python -m commands.health_check http http://127.0.0.1:8000/healthz   # the same, without the CLI
+
 Exit code 0 means healthy, 1 unhealthy (with one line on stderr saying why), 2 a usage error. It
-imports neither torch nor the services, so a check every few seconds stays cheap.
+imports neither torch nor the services; run as a module it skips the command line's set-up too (the
+configuration's modules, every command's parser), which is what the containers' healthchecks do,
+every few seconds.
 """
 
 from __future__ import annotations
@@ -91,8 +95,16 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser = subparsers.add_parser(
         "health",
         help="check a running service once: exit 0 when healthy (for container healthchecks)",
-        description="Check a running service once. Exit code 0: healthy; 1: not (the reason on stderr).",
+        description=DESCRIPTION,
     )
+    add_kinds(parser)
+
+
+DESCRIPTION = "Check a running service once. Exit code 0: healthy; 1: not (the reason on stderr)."
+
+
+def add_kinds(parser: argparse.ArgumentParser) -> None:
+    """The `grpc` and `http` checks and their options, under `parser`."""
     kinds = parser.add_subparsers(dest="kind", metavar="KIND", required=True)
     grpc_parser = kinds.add_parser("grpc", help="the standard gRPC health service answers SERVING")
     grpc_parser.add_argument("target", metavar="HOST:PORT", help="the gRPC address (or a dns:/// target)")
@@ -109,3 +121,24 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
             "--timeout", type=float, default=DEFAULT_TIMEOUT, help=f"seconds (default: {DEFAULT_TIMEOUT:g})"
         )
         sub.set_defaults(func=run_cli)
+
+
+def standalone_parser() -> argparse.ArgumentParser:
+    """The parser of `python -m commands.health_check`: the checks of `toolsearch health`, alone."""
+    parser = argparse.ArgumentParser(
+        prog="python -m commands.health_check",
+        description=DESCRIPTION,
+        epilog="example:\n  python -m commands.health_check grpc 127.0.0.1:50051",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_kinds(parser)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m commands.health_check grpc|http TARGET`: the check alone, without the command line."""
+    return run_cli(standalone_parser().parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

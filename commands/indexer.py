@@ -15,12 +15,14 @@ from indexer.server import serve
 from indexer.state import StateUnavailable
 from toolsearch.config import load_config
 from toolsearch.logs import configure_logging
+from toolsearch.tracing import configure_tracing
 from toolsearch.transport import TransportConfigError
 
 
 def run(args: argparse.Namespace) -> int:
     config = load_config(Path(args.config), os.environ)
     configure_logging(args.log_level, args.log_format)
+    configure_tracing("toolsearch-indexer", os.environ)  # off unless OTEL_* says where spans go
     try:
         with contextlib.suppress(KeyboardInterrupt):
             asyncio.run(serve(config, os.environ, Path(args.config)))

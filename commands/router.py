@@ -10,14 +10,17 @@ from commands.options import add_config, add_logging
 from router.app import serve
 from toolsearch.config import load_config
 from toolsearch.logs import configure_logging
+from toolsearch.tracing import configure_tracing
 
-# uvicorn's levels: requests are logged from debug on
+# uvicorn's levels: info has one access line per MCP request (router/access_log.py); debug adds
+# uvicorn's line for every HTTP request
 LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
 
 
 def run(args: argparse.Namespace) -> int:
     config = load_config(Path(args.config), os.environ)
     configure_logging("debug" if args.log_level == "trace" else args.log_level, args.log_format)
+    configure_tracing("toolsearch-router", os.environ)  # off unless OTEL_* says where spans go
     return serve(config, os.environ, args.log_level, args.log_format)
 
 
@@ -25,6 +28,6 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     """Register `toolsearch router`."""
     parser = subparsers.add_parser("router", help="serve find_tool and call_tool over MCP at /mcp")
     add_config(parser)
-    help = "log level; requests are logged from debug on (default: warning)"
-    add_logging(parser, default="warning", levels=LEVELS, help=help)
+    help = "log level: info logs one line per MCP request, debug every HTTP request too (default: info)"
+    add_logging(parser, default="info", levels=LEVELS, help=help)
     parser.set_defaults(func=run)

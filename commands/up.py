@@ -14,7 +14,9 @@ so the terminal's signals reach `up` alone, and `up` decides:
   ignored when `up` started) every SIGHUP is a reload.
 - A part that exits: reported with its exit code, the others stopped; exit 1.
 
-`toolsearch is up` is printed once every part answers its readiness check.
+`toolsearch is up` is printed once every part answers its readiness check. `--log-level` and
+`--log-format` reach the bridge, the indexer and the router; the catalog servers (demo backends)
+log warnings only, unless the level is debug.
 """
 
 from __future__ import annotations
@@ -23,8 +25,9 @@ import argparse
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
-from commands.options import add_config
+from commands.options import LEVELS, add_config, add_logging
 from commands.supervisor import StartError, Stopped, Supervisor, port_problem, say
 from toolsearch.config import Config, load_config
 from toolsearch.transport import ChannelSecurity, TransportConfigError, channel_security, sync_channel
@@ -103,7 +106,24 @@ def ports_problem(config: Config) -> str | None:
     return None
 
 
-def run(config: Config, config_path: Path) -> int:
+class LogSettings(NamedTuple):
+    """How the parts log: `--log-level` and `--log-format` of `up`, passed on to each part."""
+
+    level: str = "info"
+    format: str = "text"
+
+    def args(self) -> list[str]:
+        return ["--log-level", self.level, "--log-format", self.format]
+
+    def catalog_args(self) -> list[str]:
+        # uvicorn logs every request of a catalog server from info on: demo chatter, not news
+        return ["--log-level", "debug" if self.level == "debug" else "warning"]
+
+
+DEFAULT_LOGS = LogSettings()
+
+
+def run(config: Config, config_path: Path, logs: LogSettings = DEFAULT_LOGS) -> int:
     """Start the stack of a configuration and supervise it in the foreground."""
     if problem := ports_problem(config):
         say(problem)
@@ -114,21 +134,22 @@ def run(config: Config, config_path: Path) -> int:
             if _has_stdio(config):
                 # ready once each shared stdio server has started (or failed to): before the indexer lists
                 bridge_ready = _http_ready(f"{config.bridge.base_url()}/readyz")
-                supervisor.start("bridge", ["bridge", "--config", str(config_path)], bridge_ready)
+                bridge_args = ["bridge", "--config", str(config_path), *logs.args()]
+                supervisor.start("bridge", bridge_args, bridge_ready)
             for n, server in enumerate(config.catalog_servers):
                 host, _, port = server.listen.rpartition(":")
                 args = ["catalog-server", "--catalog", str(server.catalog), "--host", host, "--port", port]
                 if server.require_jwt:
                     args += ["--require-jwt", *server.require_jwt]
+                args += logs.catalog_args()
                 ready = _http_ready(f"http://{server.listen}/healthz")
                 supervisor.start(f"catalog server {n} ({server.listen})", args, ready)
             # the health service needs no shared secret, but mutual TLS covers the whole port
             indexer_ready = _grpc_ready(config.indexer.listen, channel_security(config.router, os.environ))
-            supervisor.start(
-                "indexer", ["indexer", "--config", str(config_path)], indexer_ready, reloads=True
-            )
+            indexer_args = ["indexer", "--config", str(config_path), *logs.args()]
+            supervisor.start("indexer", indexer_args, indexer_ready, reloads=True)
             router_ready = _http_ready(f"http://{config.router.listen}/readyz")
-            supervisor.start("router", ["router", "--config", str(config_path)], router_ready)
+            supervisor.start("router", ["router", "--config", str(config_path), *logs.args()], router_ready)
             print(
                 f"\ntoolsearch is up: MCP endpoint http://{config.router.listen}/mcp  (Ctrl-C stops it)\n",
                 flush=True,
@@ -145,10 +166,11 @@ def run(config: Config, config_path: Path) -> int:
 
 def run_cli(args: argparse.Namespace) -> int:
     path = Path(args.config)
-    return run(load_config(path, os.environ), path)
+    return run(load_config(path, os.environ), path, LogSettings(args.log_level, args.log_format))
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser("up", help="start everything a configuration describes, in the foreground")
     add_config(parser)
+    add_logging(parser, levels=LEVELS, help="every part's log level (default: info)")
     parser.set_defaults(func=run_cli)

@@ -11,7 +11,8 @@ overwritten; a store that cannot be used leaves the cache running from memory.
 Model calls are serialised by a gate that lets a waiting query go before the next chunk of a large
 document batch, so `find_tool` latency stays low while an index builds. A chunk is bounded by its
 padded size in characters as well as by its count, and texts are chunked longest first, so that
-chunk mates pad little and no chunk holds the model for more than a fraction of a second.
+chunk mates pad little and no chunk holds the model for more than a fraction of a second. A large
+batch (a cold start over a big catalog) logs its progress every few seconds at INFO.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import hashlib
 import itertools
 import logging
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -38,6 +40,48 @@ _QUERY_BATCH = 64  # queries per model call: more only delays the first of them
 # a document chunk's padded size (texts x its longest, in characters): about 500 word pieces,
 # a fraction of a second of the model, which is as long as a waiting query can wait
 _DOCUMENT_CHARS = 2048
+
+
+PROGRESS_EVERY = 5.0  # seconds between progress lines while a large batch of documents is embedded
+
+
+class _Progress:
+    """Progress lines of one document batch: texts done, of how many, and the rate so far.
+
+    A line every `every` seconds while the model works, and a last one when a batch that logged
+    any is done; a batch finished within the first interval (most rebuilds) logs nothing.
+    """
+
+    def __init__(self, total: int, every: float) -> None:
+        self.total = total
+        self.every = every
+        self.done = 0
+        self.lines = 0
+        self.started = time.monotonic()
+        self._next = self.started + every
+
+    def advance(self, texts: int) -> None:
+        self.done += texts
+        now = time.monotonic()
+        if now >= self._next and self.done < self.total:
+            self._next = now + self.every
+            self._say(now)
+
+    def finish(self) -> None:
+        if self.lines:
+            self._say(time.monotonic())
+
+    def _say(self, now: float) -> None:
+        self.lines += 1
+        took = max(now - self.started, 1e-9)
+        _log.info(
+            "embedding: %d of %d texts (%.0f%%), %.0f texts/s, %.0fs so far",
+            self.done,
+            self.total,
+            100 * self.done / self.total,
+            self.done / took,
+            took,
+        )
 
 
 class _ModelGate:
@@ -90,6 +134,7 @@ class Embeddings:
         query_items: int = 4096,
         document_batch: int = 64,
         document_chars: int = _DOCUMENT_CHARS,
+        progress_every: float = PROGRESS_EVERY,
     ) -> None:
         if document_batch < 1:
             raise ValueError("document_batch must be at least 1")
@@ -102,6 +147,7 @@ class Embeddings:
         self._query_items = query_items
         self._document_batch = document_batch
         self._document_chars = document_chars
+        self._progress_every = progress_every
         self._lock = threading.Lock()
         self._memory: OrderedDict[bytes, Vectors] = OrderedDict()
         self._store = store
@@ -163,6 +209,7 @@ class Embeddings:
             self.cache_hits += len(unique) - len(missing)
             self.cache_misses += len(missing)
         lengths = [len(unique[key]) for key in missing]
+        progress = _Progress(len(missing), self._progress_every)
         for rows in padded_chunks(lengths, self._document_batch, self._document_chars):
             chunk = [missing[row] for row in rows]
             vectors = self._embed([unique[key] for key in chunk], query=False)
@@ -171,6 +218,8 @@ class Embeddings:
             self._remember(fresh)
             if self._store is not None:
                 self._store.put([(key, vector.tobytes()) for key, vector in fresh.items()])
+            progress.advance(len(chunk))
+        progress.finish()
         result: Vectors = np.empty((len(texts), self._dimension), dtype=np.float32)
         for row, key in enumerate(keys):
             result[row] = found[key]

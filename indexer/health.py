@@ -271,6 +271,15 @@ class HealthMonitor:
             breaker.record(outcome != "failed", after)
             self._registry.set_circuit(backend_id, breaker.state)
         reason = _reason(backend_id, before, after, tools_changed)
+        # every probe at debug (one per backend per interval); only a change of status at info
+        logger.debug(
+            "probe of %s: %s in %.0f ms, %s%s",
+            backend_id,
+            outcome,
+            latency * 1000,
+            after,
+            f" ({error.reason})" if error else "",
+        )
         if before != after:
             logger.info("backend %s: %s -> %s %s", backend_id, before, after, error.reason if error else "")
         if reason is not None:

@@ -26,7 +26,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from toolsearch.logs import REQUEST_ID_HEADER, bound, clean_request_id, current_request_id
 
 TOOLS = frozenset({"find_tool", "call_tool"})
-ROUTES = frozenset({"/mcp", "/healthz", "/readyz", "/metrics"})
+ROUTES = frozenset({"/mcp", "/healthz", "/readyz", "/metrics", "/status", "/status.json"})
 METHODS = frozenset({"GET", "POST", "DELETE", "PUT", "PATCH", "HEAD", "OPTIONS"})
 # Tool calls span a fast search and a backend call that may take its whole timeout.
 _TOOL_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -35,7 +35,7 @@ _INDEXER_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0
 Handler = Callable[[Any, Any], Awaitable[Any]]
 
 
-def _outcome(result: Any) -> str:
+def call_outcome(result: Any) -> str:
     """`tool_error` for a tool result with isError (the model can correct it), else `ok`."""
     if isinstance(result, Mapping):
         return "tool_error" if result.get("isError") else "ok"
@@ -100,7 +100,7 @@ class RouterMetrics:
             outcome = "error"
             try:
                 result = await handler(ctx, params)
-                outcome = _outcome(result)
+                outcome = call_outcome(result)
                 return result
             finally:
                 self.tool_calls.labels(tool, outcome).inc()

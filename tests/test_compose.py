@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from commands.cli import build_parser
+from commands.health_check import standalone_parser
 from router.indexer_client import channel_options
 from toolsearch.config import Config, load_config
 
@@ -102,10 +103,17 @@ def port(address: str) -> int:
     return int(address.rpartition(":")[2])
 
 
-def health_command(name: str) -> list[str]:
+HEALTH_MODULE = ["python", "-m", "commands.health_check"]
+
+
+def health_check(name: str) -> argparse.Namespace:
+    """A service's healthcheck as `python -m commands.health_check` parses it; fails on a usage error."""
     test = SERVICES[name]["healthcheck"]["test"]
-    assert test[0] == "CMD" and test[1] == "toolsearch", test
-    return list(test[2:])
+    assert test[0] == "CMD" and test[1:4] == HEALTH_MODULE, test
+    try:
+        return standalone_parser().parse_args(test[4:])
+    except SystemExit as exc:
+        raise AssertionError(f"{' '.join(test[1:])}: usage error") from exc
 
 
 def test_the_stack_has_redis_the_indexer_a_router_and_a_catalog_server() -> None:
@@ -129,7 +137,7 @@ def test_the_stack_has_redis_the_indexer_a_router_and_a_catalog_server() -> None
 @pytest.mark.parametrize("name", TOOLSEARCH_SERVICES)
 def test_each_command_and_healthcheck_parses_with_the_cli(name: str) -> None:
     assert callable(parse(SERVICES[name]["command"]).func)
-    assert parse(health_command(name)).command == "health"
+    assert callable(health_check(name).func)
 
 
 def test_the_indexer_gets_the_redis_state_through_the_environment() -> None:
@@ -182,14 +190,23 @@ def test_the_catalog_service_serves_what_the_config_registers() -> None:
 
 
 def test_healthchecks_ask_the_address_each_service_listens_on() -> None:
-    indexer = parse(health_command("indexer"))
+    indexer = health_check("indexer")
     assert indexer.kind == "grpc"
     assert indexer.target == f"127.0.0.1:{port(config_of('indexer').indexer.listen)}"
-    router = parse(health_command("router"))
+    router = health_check("router")
     assert router.kind == "http"
     assert router.target == f"http://127.0.0.1:{port(config_of('router').router.listen)}/readyz"
-    catalog = parse(health_command("catalog"))
+    catalog = health_check("catalog")
     assert catalog.target == f"http://127.0.0.1:{parse(SERVICES['catalog']['command']).port}/healthz"
+
+
+def test_healthchecks_run_the_health_module_from_the_images_virtualenv() -> None:
+    # `python` must be the virtualenv's, where the installed `commands` package lives
+    stage = final_stage()
+    assert any(line.startswith("ENV PATH=/opt/venv/bin:$PATH") for line in stage), stage
+    assert not any(line.startswith(("WORKDIR /app/commands", "COPY commands")) for line in stage)
+    names = [name for name, service in SERVICES.items() if name != "redis"]
+    assert names and all(SERVICES[name]["healthcheck"]["test"][1:4] == HEALTH_MODULE for name in names)
 
 
 def test_the_model_is_mounted_read_only_and_the_cache_is_a_named_volume() -> None:
@@ -242,7 +259,7 @@ def test_the_bridge_serves_the_stdio_backends_the_indexer_and_router_reach_by_it
         (time,) = (b for b in config_of(name).backends if b.stdio)
         assert time.url == f"http://bridge:{port(config.bridge.listen)}/time/mcp"
     assert SERVICES["indexer"]["depends_on"]["bridge"]["condition"] == "service_healthy"
-    health = parse(health_command("bridge"))
+    health = health_check("bridge")
     assert health.target == f"http://127.0.0.1:{port(config.bridge.listen)}/readyz"
 
 

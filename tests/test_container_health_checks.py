@@ -1,4 +1,4 @@
-"""`toolsearch health grpc|http`: exit 0 exactly when the service says it is healthy."""
+"""`toolsearch health grpc|http` and `python -m commands.health_check`: exit 0 exactly when healthy."""
 
 from __future__ import annotations
 
@@ -110,3 +110,46 @@ def test_the_health_command_loads_no_service() -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"
+
+
+def run_module(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "commands.health_check", *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_the_health_module_exits_0_for_a_serving_grpc_service(
+    grpc_health: tuple[str, health.HealthServicer],
+) -> None:
+    address, servicer = grpc_health
+    servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+    assert run_module("grpc", address).returncode == 0
+
+
+def test_the_health_module_exits_1_with_the_reason_when_unhealthy(http_base: str) -> None:
+    result = run_module("http", f"{http_base}/503")
+    assert result.returncode == 1
+    assert "HTTP 503" in result.stderr
+    gone = run_module("grpc", f"127.0.0.1:{free_port()}", "--timeout", "0.5")
+    assert gone.returncode == 1 and "no answer (UNAVAILABLE)" in gone.stderr
+
+
+def test_the_health_module_exits_2_on_a_usage_error() -> None:
+    result = run_module("ftp", "somewhere")
+    assert result.returncode == 2 and "usage: python -m commands.health_check" in result.stderr
+
+
+def test_the_health_module_skips_the_command_lines_set_up(http_base: str) -> None:
+    # what makes it cheap: neither the CLI, the configuration's modules nor a web framework is loaded
+    code = (
+        "import sys; from commands.health_check import main; "
+        f"code = main(['http', '{http_base}/200']); "
+        "print(code, sorted(m for m in ('commands.cli', 'toolsearch.config', 'yaml', 'starlette', "
+        "'torch', 'grpc') if m in sys.modules))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "0 []"

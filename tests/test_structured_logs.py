@@ -93,3 +93,44 @@ def test_configure_logging_switches_the_root_handler_format(monkeypatch: pytest.
     first, second = stream.getvalue().splitlines()
     assert json.loads(first)["message"] == "shown"
     assert second.endswith("INFO indexer.test: as text")
+
+
+@pytest.mark.usefixtures("root_restored")
+def test_http_and_mcp_library_info_lines_are_dropped_below_debug(monkeypatch: pytest.MonkeyPatch) -> None:
+    stream = io.StringIO()
+    monkeypatch.setattr("sys.stderr", stream)
+    configure_logging("info", "text")
+    logging.getLogger("httpx2").info('HTTP Request: POST http://b/mcp "HTTP/1.1 200 OK"')
+    logging.getLogger("mcp.server.lowlevel.server").info("Processing request of type CallToolRequest")
+    logging.getLogger("httpx2").warning("a warning still shows")
+    configure_logging("debug", "text")
+    logging.getLogger("httpx2").info("at debug, the library speaks")
+    shown = stream.getvalue()
+    assert "HTTP Request" not in shown and "Processing request" not in shown
+    assert "a warning still shows" in shown and "at debug, the library speaks" in shown
+    configure_logging("info", "text")  # leaves the libraries as the other tests expect them
+
+
+def test_a_records_fields_become_keys_of_its_json_line_without_replacing_the_standard_ones() -> None:
+    entry = record("mcp %s tools/call", "POST")
+    entry.fields = {"tool": "find_tool", "ms": 1.5, "level": "forged"}
+    line = json.loads(JsonFormatter().format(entry))
+    assert line["tool"] == "find_tool" and line["ms"] == 1.5
+    assert line["level"] == "warning"
+
+
+@pytest.mark.usefixtures("root_restored")
+def test_a_library_that_sets_its_own_logger_to_debug_stays_quiet_at_info(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    stream = io.StringIO()
+    monkeypatch.setattr("sys.stderr", stream)
+    configure_logging("info", "text")
+    eager = logging.getLogger("eager.library")
+    eager.setLevel(logging.DEBUG)  # as bm25s does when it is imported
+    try:
+        eager.debug("Building index from tokens")
+        eager.info("said at info")
+    finally:
+        eager.setLevel(logging.NOTSET)
+    assert "Building index" not in stream.getvalue() and "said at info" in stream.getvalue()

@@ -8,6 +8,11 @@ so only its first `SESSION_PREFIX` characters are ever kept here; tokens are nev
     with bound(request="3f2a9c1e"):
         bind_session(session_id)
         logger.info("...")  # {"time": ..., "request_id": "3f2a9c1e", "session_id": "AbCdEfGh", ...}
+
+A record may carry more fields for machines as `extra={"fields": {...}}` (the router's access line
+does): a JSON line holds them as keys of its own; a text line has them in its message already.
+Below debug, the HTTP and MCP libraries keep their INFO lines to themselves (`QUIET_LIBRARIES`): one
+`HTTP Request: POST ...` line per health probe and backend call drowns what the services say.
 """
 
 from __future__ import annotations
@@ -29,6 +34,8 @@ SESSION_PREFIX = 8
 REQUEST_ID_HEADER = "x-request-id"
 # A client-chosen request id is kept only when it cannot forge or break a log line.
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
+# loggers that say INFO for every request they make or serve; warnings still come through
+QUIET_LIBRARIES = ("httpx", "httpx2", "httpcore", "httpcore2", "mcp", "mcp_types", "sse_starlette")
 
 _request_id: ContextVar[str] = ContextVar("toolsearch_request_id", default="")
 _session: ContextVar[str] = ContextVar("toolsearch_session", default="")
@@ -84,6 +91,9 @@ class JsonFormatter(logging.Formatter):
             entry["request_id"] = request_id
         if session := _session.get():
             entry["session_id"] = session
+        fields = getattr(record, "fields", None)
+        if isinstance(fields, dict):
+            entry.update((key, value) for key, value in fields.items() if key not in entry)
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
         if record.stack_info:
@@ -100,9 +110,15 @@ def _utc(created: float) -> str:
 def configure_logging(level: str, log_format: str) -> None:
     """Send every log record to stderr as text or JSON lines, at `level` and above (replaces handlers)."""
     handler = logging.StreamHandler(sys.stderr)
+    # the handler's level too: a library that sets its own logger to DEBUG (bm25s does, on import)
+    # must not reach the output below `level`
+    handler.setLevel(level.upper())
     handler.setFormatter(JsonFormatter() if log_format == "json" else logging.Formatter(TEXT_FORMAT))
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level.upper())
+    quiet = logging.getLevelName(level.upper()) > logging.DEBUG
+    for name in QUIET_LIBRARIES:
+        logging.getLogger(name).setLevel(logging.WARNING if quiet else logging.NOTSET)
