@@ -18,6 +18,7 @@ run: setup
 
 test: setup
 	scripts/ensure-redis
+	scripts/ensure-chromium
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy

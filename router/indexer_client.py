@@ -305,6 +305,10 @@ class IndexerClient:
         request = pb.ResolveToolRequest(session_id=session_id, principal=_principal(principal), name=name)
         return await self._call(lambda stub: stub.ResolveTool, request, tool_name=name)
 
+    async def status(self) -> pb.StatusResponse:
+        """The indexer's backends, sessions, index versions and embedding counters (read-only)."""
+        return await self._call(lambda stub: stub.Status, pb.StatusRequest())
+
     async def check_health(self) -> dict[str, str]:
         """Each address's answer to the standard gRPC health check: SERVING, NOT_SERVING, or why not."""
 

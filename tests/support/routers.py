@@ -12,7 +12,7 @@ clients in a thread (`asyncio.to_thread`).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,10 +41,12 @@ class LightStack:
         return f"{self.router_url}/mcp"
 
 
-def start_router(config_path: Path, port: int, env: Mapping[str, str] | None = None) -> Proc:
+def start_router(
+    config_path: Path, port: int, env: Mapping[str, str] | None = None, args: Sequence[str] = ()
+) -> Proc:
     """`toolsearch router` on 127.0.0.1:`port`, ready once /healthz answers (the indexer may be down)."""
     return start_process(
-        [*CLI, "router", "--config", str(config_path)],
+        [*CLI, "router", "--config", str(config_path), *args],
         f"http://127.0.0.1:{port}/healthz",
         timeout=60,
         env={"TOOLSEARCH_ROUTER_LISTEN": f"127.0.0.1:{port}", **(env or {})},
@@ -58,12 +60,14 @@ async def light_stack(
     catalog: Mapping[str, Any] | None = None,
     env: Mapping[str, str] | None = None,
     require_jwt: tuple[str, ...] = (),
+    router_args: Sequence[str] = (),
 ) -> AsyncIterator[LightStack]:
     """A catalog server (with test controls) of three small servers, an indexer, and a router.
 
     `router` adds to the router section, `catalog` to the catalog server's entry (e.g.
     `backend_max_response_bytes`); `env` goes to the processes and gives the indexer its secrets;
-    `require_jwt` names the catalog servers that demand a JWT (secret in `env`).
+    `require_jwt` names the catalog servers that demand a JWT (secret in `env`); `router_args` go to
+    `toolsearch router` (e.g. `--log-format json`).
     """
     small_catalog(folder / "catalog.jsonl")
     catalog_port, indexer_port, router_port = free_port(), free_port(), free_port()
@@ -100,7 +104,7 @@ async def light_stack(
         grpc_server, _ = await create_server(indexer)
         await grpc_server.start()
         cleanup.push_async_callback(grpc_server.stop, 0)
-        proc = await asyncio.to_thread(start_router, path, router_port, env)
+        proc = await asyncio.to_thread(start_router, path, router_port, env, router_args)
         cleanup.callback(proc.stop)
         yield LightStack(
             path, f"http://127.0.0.1:{catalog_port}", f"http://127.0.0.1:{router_port}", proc, indexer
