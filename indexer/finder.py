@@ -23,6 +23,7 @@ from indexer.session_views import LiveSession
 from indexer.state.listings import ServerInfo
 from indexer.text import query_texts
 from indexer.tools import estimate_prompt_tokens
+from indexer.traces import tracer
 from toolsearch.answers import compact_definition, trim
 from toolsearch.config import Search
 from toolsearch.v1 import indexer_pb2 as pb
@@ -126,8 +127,17 @@ class Finder:
         else:
             # the whole query, then each sentence of a long one; concurrent queries share model calls
             texts = query_texts(query, keywords)
-            rows = await asyncio.gather(*(self._embeddings.embed_query(text) for text in texts))
-            hits = version.find_hits(query, np.vstack(rows), keywords, limit)
+            with tracer.start_as_current_span("embed query") as span:
+                span.set_attribute("toolsearch.texts", len(texts))  # how many, never what
+                rows = await asyncio.gather(*(self._embeddings.embed_query(text) for text in texts))
+            with tracer.start_as_current_span("search") as span:
+                hits = version.find_hits(query, np.vstack(rows), keywords, limit)
+                span.set_attributes(
+                    {
+                        "toolsearch.index_version": f"v{snapshot.number}/{version.fingerprint[:12]}",
+                        "toolsearch.hits": len(hits),
+                    }
+                )
             for tool, hit in hits:
                 info = version.server(tool.backend_id)
                 definition_json = tool.definition_json

@@ -40,6 +40,7 @@ from indexer.search import SearchSettings
 from indexer.service import IndexerService
 from indexer.sessions import SessionManager
 from indexer.state import LocalSessions, State, make_state
+from indexer.traces import RpcSpans
 from toolsearch.config import Config, ConfigError, load_config
 from toolsearch.transport import ServerSecurity, server_security
 from toolsearch.v1 import indexer_pb2, indexer_pb2_grpc
@@ -246,7 +247,8 @@ async def serve(config: Config, secrets: Mapping[str, str], config_path: Path | 
     gc.freeze()
     parts = (indexer.sessions, indexer.pool, indexer.registry, indexer.embeddings)
     metrics = IndexerMetrics(metrics_reader(*parts, asyncio.get_running_loop()))
-    server, port = await create_server(indexer, interceptors=[metrics.interceptor()], security=security)
+    interceptors = [RpcSpans(), metrics.interceptor()]  # the span outermost: the log context runs in it
+    server, port = await create_server(indexer, interceptors=interceptors, security=security)
     await server.start()
     exporter = None
     host = config.indexer.listen.rpartition(":")[0]

@@ -1,4 +1,5 @@
-"""The router application: MCP Streamable HTTP at `/mcp`, health at `/healthz` and `/readyz`, `/metrics`.
+"""The router application: MCP Streamable HTTP at `/mcp`, health at `/healthz` and `/readyz`, `/metrics`,
+and the status page at `/status` and `/status.json` (router/status_page.py).
 
 `create_app` builds a plain Starlette app (the SDK's own framework); its lifespan opens what every
 request shares (the gRPC channel to the indexer, the backends' connection pools, the SDK's
@@ -31,11 +32,13 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
+from router.access_log import AccessInterceptor, AccessLog
 from router.auth import AnonymousAuthenticator, Authenticator, authenticator_for
 from router.backends import BackendCaller
 from router.bodies import DRAIN_FACTOR
 from router.errors import AuthConfigError
 from router.indexer_client import IndexerClient
+from router.latency_window import FindToolLatency
 from router.meta_tools import MetaTools
 from router.metrics import RequestObserver, RouterMetrics
 from router.origins import HostPolicy, OriginGuard
@@ -43,6 +46,7 @@ from router.pools import BackendPools
 from router.resource_metadata import ResourceMetadata
 from router.server import ShutdownGuard, router_server
 from router.session_layer import SessionLayer
+from router.status_page import StatusPage
 from toolsearch.config import Config, RouterAuth
 from toolsearch.transport import ChannelSecurity, TransportConfigError, channel_security
 
@@ -71,7 +75,7 @@ def build_server(tools: MetaTools, metrics: RouterMetrics | None = None) -> Serv
     )
     # Registered directly so the handler may return the wire dict it built (find_tool's answer).
     handler = metrics.observe_tool_calls(tools.call_tool) if metrics is not None else tools.call_tool
-    server.add_request_handler("tools/call", CallToolRequestParams, handler)
+    server.add_request_handler("tools/call", CallToolRequestParams, AccessLog.observe_tool_calls(handler))
     return server
 
 
@@ -134,13 +138,16 @@ def create_app(
     security = indexer_security or channel_security(settings, secrets)
     metrics = RouterMetrics()
     resource_metadata = ResourceMetadata(settings.auth) if settings.auth.mode == "jwt" else None
+    authenticator = authenticator or AnonymousAuthenticator()
+    latency = FindToolLatency()
+    status_page = StatusPage(authenticator, latency)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[RouterState]:
         indexer = IndexerClient(
             settings.indexer,
             settings.indexer_timeout,
-            interceptors=[metrics.indexer_interceptor()],
+            interceptors=[metrics.indexer_interceptor(), AccessInterceptor()],
             security=security,
             open_session_timeout=settings.open_session_timeout,
         )
@@ -162,7 +169,7 @@ def create_app(
         sessions = SessionLayer(
             manager.handle_request,
             indexer,
-            authenticator or AnonymousAuthenticator(),
+            authenticator,
             settings.max_body_bytes,
             resource_metadata,
         )
@@ -183,10 +190,12 @@ def create_app(
             Route("/healthz", _healthz),
             Route("/readyz", _readyz),
             Route("/metrics", prometheus_metrics),
+            *status_page.routes(),
             *(resource_metadata.routes() if resource_metadata is not None else []),
         ],
         middleware=[
             Middleware(RequestObserver, metrics=metrics),
+            Middleware(AccessLog, listeners=[latency.observe]),
             Middleware(ShutdownGuard, grace=settings.shutdown_grace),
             Middleware(
                 OriginGuard,

@@ -8,16 +8,55 @@ their pools free. Backend ids come from the configuration the indexer serves, so
 many as the backends.
 
 A test may hand in one transport for every backend instead; the application then leaves closing it
-to the test.
+to the test. Every request goes through `TracedTransport`: with traces on (toolsearch/tracing.py)
+it is a CLIENT span, and the backend gets its context as a `traceparent` header.
 """
 
 from __future__ import annotations
 
 import httpx2
+from opentelemetry import propagate, trace
+from opentelemetry.trace import SpanKind, StatusCode
 
 # Idle connections go after 30 s, and each pool keeps at most this many of them open.
 _KEEPALIVE_EXPIRY = 30.0
 _MAX_KEEPALIVE = 20
+
+
+_tracer = trace.get_tracer("toolsearch.router")
+
+
+class TracedTransport(httpx2.AsyncBaseTransport):
+    """A backend's transport whose requests are spans and carry their trace context."""
+
+    def __init__(self, inner: httpx2.AsyncBaseTransport, backend_id: str, owned: bool = True) -> None:
+        self.inner = inner
+        self.backend_id = backend_id
+        self.owned = owned  # whether closing this closes `inner`
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        with _tracer.start_as_current_span(f"backend {self.backend_id}", kind=SpanKind.CLIENT) as span:
+            if span.is_recording():
+                span.set_attributes(
+                    {
+                        "toolsearch.backend": self.backend_id,
+                        "http.request.method": request.method,
+                        "server.address": request.url.host,
+                    }
+                )
+            carrier: dict[str, str] = {}
+            propagate.inject(carrier)
+            for key, value in carrier.items():
+                request.headers[key] = value
+            response = await self.inner.handle_async_request(request)
+            span.set_attribute("http.response.status_code", response.status_code)
+            if response.status_code >= 500:
+                span.set_status(StatusCode.ERROR, f"HTTP {response.status_code}")
+            return response
+
+    async def aclose(self) -> None:
+        if self.owned:
+            await self.inner.aclose()
 
 
 class BackendPools:
@@ -30,15 +69,16 @@ class BackendPools:
             keepalive_expiry=_KEEPALIVE_EXPIRY,
         )
         self._shared = shared
-        self._pools: dict[str, httpx2.AsyncHTTPTransport] = {}
+        self._pools: dict[str, TracedTransport] = {}
 
     def for_backend(self, backend_id: str) -> httpx2.AsyncBaseTransport:
         """The pool calls to `backend_id` go through."""
         if self._shared is not None:
-            return self._shared
+            return TracedTransport(self._shared, backend_id, owned=False)
         pool = self._pools.get(backend_id)
         if pool is None:
-            pool = self._pools[backend_id] = httpx2.AsyncHTTPTransport(limits=self._limits)
+            inner = httpx2.AsyncHTTPTransport(limits=self._limits)
+            pool = self._pools[backend_id] = TracedTransport(inner, backend_id)
         return pool
 
     async def aclose(self) -> None:
