@@ -38,7 +38,8 @@ from bridge.pool import ProcessPool
 from bridge.process import Launch, launch_of
 from bridge.supervisor import Supervisor
 from bridge.upstream import UpstreamSettings
-from toolsearch.config import Backend, Bridge, Config
+from toolsearch.backend_settings import Backend, Bridge
+from toolsearch.config import Config
 
 MAX_CONNECTIONS = 1000  # open HTTP connections; uvicorn answers 503 beyond
 KEEP_ALIVE = 5  # seconds an idle connection stays open

@@ -40,7 +40,7 @@ from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
 from bridge.stderr import LogBudget, StderrLog
-from toolsearch.config import ENV_REFERENCE, Backend
+from toolsearch.backend_settings import ENV_REFERENCE, Backend
 
 logger = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from indexer.registry import Registry
 from indexer.state import CatalogRef, CatalogStore
 from indexer.state.listings import Listing, digest_of
 from indexer.tools import Tool, advertise
-from toolsearch.config import Naming
+from toolsearch.indexer_settings import Naming
 
 logger = logging.getLogger(__name__)
 

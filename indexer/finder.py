@@ -25,7 +25,7 @@ from indexer.text import query_texts
 from indexer.tools import estimate_prompt_tokens
 from indexer.traces import tracer
 from toolsearch.answers import compact_definition, trim
-from toolsearch.config import Search
+from toolsearch.indexer_settings import Search
 from toolsearch.v1 import indexer_pb2 as pb
 
 MAX_KEYWORDS = 32

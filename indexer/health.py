@@ -27,7 +27,8 @@ from indexer.registry import Registry
 from indexer.replica import Replica
 from indexer.state.backends import ADVERTISED, Status
 from indexer.state.listings import Listing
-from toolsearch.config import Backend, Health
+from toolsearch.backend_settings import Backend
+from toolsearch.indexer_settings import Health
 
 logger = logging.getLogger(__name__)
 

@@ -24,7 +24,7 @@ from indexer.discovery import ProbeClient, list_tools, pinned_mode
 from indexer.errors import BackendError, BackendRejected, BackendUnavailable, NoCallerToken
 from indexer.state.backends import ADVERTISED, BackendHealth, Status
 from indexer.state.listings import Listing, listing_digest
-from toolsearch.config import Backend
+from toolsearch.backend_settings import Backend
 
 
 @dataclass(frozen=True, slots=True)

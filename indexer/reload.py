@@ -18,7 +18,7 @@ from indexer.fanout import Rebuilder
 from indexer.health import HealthMonitor
 from indexer.registry import Registry
 from indexer.sessions import SessionManager
-from toolsearch.config import Backend
+from toolsearch.backend_settings import Backend
 
 logger = logging.getLogger(__name__)
 

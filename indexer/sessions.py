@@ -44,7 +44,7 @@ from indexer.state import (
     VersionRef,
 )
 from indexer.state.listings import intern_backends
-from toolsearch.config import Naming
+from toolsearch.indexer_settings import Naming
 from toolsearch.logs import bound
 
 logger = logging.getLogger(__name__)

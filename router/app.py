@@ -47,7 +47,8 @@ from router.resource_metadata import ResourceMetadata
 from router.server import ShutdownGuard, router_server
 from router.session_layer import SessionLayer
 from router.status_page import StatusPage
-from toolsearch.config import Config, RouterAuth
+from toolsearch.config import Config
+from toolsearch.router_settings import RouterAuth
 from toolsearch.transport import ChannelSecurity, TransportConfigError, channel_security
 
 logger = logging.getLogger(__name__)

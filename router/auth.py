@@ -32,7 +32,7 @@ import jwt
 from starlette.datastructures import Headers
 
 from router.errors import AuthConfigError, Unauthenticated
-from toolsearch.config import RouterAuth
+from toolsearch.router_settings import RouterAuth
 
 logger = logging.getLogger(__name__)
 

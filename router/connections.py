@@ -38,7 +38,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.server import ServerState
 
 from router.bursts import BurstLog
-from toolsearch.config import Router
+from toolsearch.router_settings import Router
 
 logger = logging.getLogger(__name__)
 

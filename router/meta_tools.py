@@ -23,7 +23,8 @@ from router.errors import BackendError, InvalidRequest, RouterError, SessionNotF
 from router.indexer_client import IndexerClient
 from router.session_layer import STATE_KEY, Caller
 from toolsearch.answers import Answer, AnswerServer, AnswerTool, render_answer
-from toolsearch.config import DEFAULT_MAX_RESPONSE_BYTES, Search
+from toolsearch.indexer_settings import Search
+from toolsearch.settings import DEFAULT_MAX_RESPONSE_BYTES
 
 logger = logging.getLogger(__name__)
 

@@ -26,7 +26,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from router.connections import FrontDoor, protocol_for, raise_fd_limit
 from router.session_layer import JSONRPC_ID_KEY
-from toolsearch.config import Router
+from toolsearch.router_settings import Router
 
 
 def _only_cancellation(exc: BaseException) -> bool:

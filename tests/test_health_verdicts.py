@@ -28,8 +28,9 @@ from indexer.registry import Registry
 from indexer.state.backends import Status
 from indexer.state.listings import Listing
 from tests.support.waits import wait_for
-from toolsearch.config import Backend, BackendAuth, Health
-from toolsearch.config import CircuitBreaker as BreakerConfig
+from toolsearch.backend_settings import Backend, BackendAuth
+from toolsearch.indexer_settings import CircuitBreaker as BreakerConfig
+from toolsearch.indexer_settings import Health
 
 SETTINGS = Health(unhealthy_after=3, degraded_latency=1.0)
 WAIT = 5.0  # seconds any condition below may take at most

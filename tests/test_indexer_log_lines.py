@@ -12,7 +12,8 @@ from indexer.errors import BackendUnavailable
 from indexer.health import HealthMonitor
 from indexer.registry import Registry
 from indexer.state.listings import Listing
-from toolsearch.config import Backend, Health
+from toolsearch.backend_settings import Backend
+from toolsearch.indexer_settings import Health
 
 
 def listing() -> Listing:

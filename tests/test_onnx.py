@@ -38,7 +38,8 @@ from indexer.embedder.pipeline import read_pipeline
 from indexer.embedder.sentence import SentenceTransformerEmbedder
 from tests.support.stack import HEADERS, open_session, running_stack
 from toolsearch.catalog import load_catalog
-from toolsearch.config import ConfigError, Indexer, load_config
+from toolsearch.config import ConfigError, load_config
+from toolsearch.indexer_settings import Indexer
 
 ROOT = Path(__file__).resolve().parents[1]
 TOLERANCE = 1e-5

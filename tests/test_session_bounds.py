@@ -32,7 +32,8 @@ from indexer.sessions import SessionManager
 from indexer.state import LocalSessions, Principal
 from indexer.state.listings import Listing
 from tests.support.clients import until
-from toolsearch.config import Backend, BackendAuth, Naming
+from toolsearch.backend_settings import Backend, BackendAuth
+from toolsearch.indexer_settings import Naming
 
 TTL = 60.0
 ALICE = Principal("https://issuer.test", "alice")

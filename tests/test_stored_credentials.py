@@ -39,7 +39,9 @@ from tests.support.processes import Proc, free_port, start_process
 from tests.support.stack import CLI
 from tests.support.tokens import hs256
 from tests.support.waits import wait_for
-from toolsearch.config import Backend, BackendAuth, Config, Naming, parse_config
+from toolsearch.backend_settings import Backend, BackendAuth
+from toolsearch.config import Config, parse_config
+from toolsearch.indexer_settings import Naming
 
 WAIT = 15.0  # seconds any condition below may take at most
 SECRET = "a-test-secret-that-is-long-enough-for-hs256"

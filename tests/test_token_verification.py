@@ -28,7 +28,8 @@ from router.auth import TOKEN_HOLDER, AnonymousAuthenticator, JwtAuthenticator, 
 from router.errors import AuthConfigError, Unauthenticated
 from router.resource_metadata import ResourceMetadata
 from router.session_layer import SessionLayer
-from toolsearch.config import ConfigError, RouterAuth, parse_config
+from toolsearch.config import ConfigError, parse_config
+from toolsearch.router_settings import RouterAuth
 
 ISSUER = "https://issuer.test"
 AUDIENCE = "toolsearch"

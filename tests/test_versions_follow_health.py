@@ -39,7 +39,9 @@ from tests.support.processes import Proc, free_port, start_process
 from tests.support.stack import CLI
 from tests.support.tokens import hs256
 from tests.support.waits import wait_for
-from toolsearch.config import Backend, Config, Naming, parse_config
+from toolsearch.backend_settings import Backend
+from toolsearch.config import Config, parse_config
+from toolsearch.indexer_settings import Naming
 
 SECRET = "a-test-secret-that-is-long-enough-for-hs256"
 SECRET_ENV = "TOOLSEARCH_CATALOG_JWT_SECRET"

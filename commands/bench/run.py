@@ -33,7 +33,7 @@ from commands.bench.reindex import reindex
 from commands.bench.sessions import cold_open, open_many
 from commands.bench.stack import CatalogSpec, Stack, secret
 from indexer.embedder import Embedder
-from toolsearch.config import Health
+from toolsearch.indexer_settings import Health
 
 FLOOR_WARMUP = 5  # model calls before the floor's clock starts: the first ones of a process are slow
 # a cold open embeds a whole catalog inside initialize: far past the router's default deadlines

@@ -1,0 +1,160 @@
+"""The backends section and what serves backends: catalog servers and the bridge of stdio servers.
+
+docs/configuration.md documents every key; docs/gateway.md the stdio keys and the bridge.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, ValidationInfo, field_validator, model_validator
+
+from toolsearch.settings import (
+    DEFAULT_MAX_RESPONSE_BYTES,
+    BackendId,
+    Section,
+    check_http_url,
+    check_listen,
+)
+
+
+class BackendAuth(Section):
+    """How the indexer and router authenticate to one backend."""
+
+    type: Literal["none", "header", "passthrough"] = "none"
+    header: str = "Authorization"
+    value_env: str | None = None  # for type=header: the environment variable holding the value
+
+    @model_validator(mode="after")
+    def _header_needs_env(self) -> BackendAuth:
+        if self.type == "header" and not self.value_env:
+            raise ValueError("auth type 'header' needs 'value_env', the variable that holds the value")
+        return self
+
+
+# `${NAME}` in a stdio backend's env values: the bridge substitutes the variable when it starts
+ENV_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+# the keys only a stdio backend (`command`) may set, with their defaults
+_STDIO_DEFAULTS: dict[str, object] = {
+    "args": [],
+    "env": {},
+    "cwd": None,
+    "isolation": "shared",
+    "max_processes": 8,
+    "idle_timeout": 300.0,
+}
+
+
+def _check_env_values(env: dict[str, str]) -> dict[str, str]:
+    for name, value in env.items():
+        if "${" in ENV_REFERENCE.sub("", value):
+            raise ValueError(f"{name}: write an environment variable as ${{NAME}} (letters, digits, _)")
+    return env
+
+
+class Backend(Section):
+    """A backend MCP server: an HTTP endpoint (`url`), or a stdio server the bridge runs (`command`).
+
+    A stdio backend's `url` is not written in the file: `load_config` derives it from the `bridge`
+    section (`bridge_url`), so everything but the bridge reaches it like any HTTP backend.
+    """
+
+    id: BackendId
+    # a stdio server, configured as MCP clients configure one (before url: url's check reads it)
+    command: str | None = None
+    url: str = Field(default="", validate_default=True)
+    # how `url` speaks MCP: Streamable HTTP, or the legacy HTTP+SSE transport (protocol 2024-11-05)
+    transport: Literal["streamable_http", "sse"] = "streamable_http"
+    args: list[str] = []
+    env: dict[str, str] = {}  # merged over a minimal inherited environment; values may hold ${NAME}
+    cwd: Path | None = None
+    # shared: one process serves every session; per_session: one process per bridge session
+    isolation: Literal["shared", "per_session"] = "shared"
+    max_processes: int = Field(default=8, ge=1, le=1000)  # per_session: processes alive at once
+    idle_timeout: float = Field(default=300.0, gt=0)  # per_session: seconds before an idle one ends
+    auth: BackendAuth = BackendAuth()
+    timeout: float = Field(default=30.0, gt=0)  # seconds, for each call to this backend
+    # bytes of one answer (a call result, a tools/list page); a larger one is refused while it is read
+    max_response_bytes: int = Field(default=DEFAULT_MAX_RESPONSE_BYTES, ge=1024)
+
+    _env = field_validator("env")(classmethod(lambda cls, v: _check_env_values(v)))
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, value: str, info: ValidationInfo) -> str:
+        command = info.data.get("command")
+        if not value and command is None:
+            raise ValueError("needs url (an HTTP MCP endpoint) or command (a stdio server to run)")
+        if value and command is not None:
+            raise ValueError("url and command: give one (url for an HTTP server, command for a stdio server)")
+        if value and not value.startswith(("http://", "https://")):
+            raise ValueError(f"must be an http:// or https:// URL, got {value!r}")
+        return value
+
+    @field_validator("command")
+    @classmethod
+    def _command(cls, value: str | None) -> str | None:
+        if value is not None and not value.strip():
+            raise ValueError("must name the program to run")
+        return value
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> Backend:
+        # Judged by value, not by which keys were written: parse_config validates its own dumps again.
+        if self.command is None:
+            if given := [key for key, default in _STDIO_DEFAULTS.items() if getattr(self, key) != default]:
+                raise ValueError(f"{', '.join(given)}: for stdio backends (command) only")
+        elif self.transport != "streamable_http":
+            raise ValueError("transport: for url backends only (the bridge serves stdio servers)")
+        return self
+
+    @property
+    def stdio(self) -> bool:
+        """Whether the bridge runs this backend as a child process."""
+        return self.command is not None
+
+
+class CatalogServer(Section):
+    """A catalog server `toolsearch up` starts, serving every server of a catalog file."""
+
+    catalog: Path
+    listen: str = "127.0.0.1:9100"
+    register_backends: bool = True  # add each server of the catalog as a backend
+    require_jwt: list[str] = []  # servers that require a bearer JWT; their backends use passthrough auth
+    backend_timeout: float = Field(default=30.0, gt=0)  # the registered backends' call timeout
+    backend_max_response_bytes: int = Field(default=DEFAULT_MAX_RESPONSE_BYTES, ge=1024)
+
+    _listen = field_validator("listen")(classmethod(lambda cls, v: check_listen(v)))
+
+
+class Bridge(Section):
+    """The bridge: stdio backends run as its children, each served on loopback as Streamable HTTP."""
+
+    listen: str = "127.0.0.1:9200"  # HOST:PORT the bridge serves /<backend id>/mcp on
+    url: str | None = None  # where indexers and routers reach it; None: http://LISTEN
+    start_timeout: float = Field(default=30.0, gt=0)  # seconds to start and answer initialize
+    max_sessions: int = Field(default=1000, ge=1)  # open MCP sessions per backend; more get 503
+    session_idle_timeout: float = Field(default=600.0, gt=0)  # seconds before an unused session ends
+    max_restart_delay: float = Field(default=30.0, gt=0)  # the longest pause between restarts
+    shutdown_grace: float = Field(default=10.0, ge=0)  # seconds requests get after SIGTERM
+
+    _listen = field_validator("listen")(classmethod(lambda cls, v: check_listen(v)))
+    _url = field_validator("url")(
+        classmethod(lambda cls, v: None if v is None else check_http_url(v).rstrip("/"))
+    )
+
+    def base_url(self) -> str:
+        """The URL every stdio backend's endpoint starts with (a wildcard listen host: loopback)."""
+        if self.url is not None:
+            return self.url
+        host, _, port = self.listen.rpartition(":")
+        if host in ("0.0.0.0", "::", "[::]", ""):
+            host = "127.0.0.1"
+        return f"http://{host}:{port}"
+
+
+def bridge_url(bridge: Bridge, backend_id: str) -> str:
+    """Where the bridge serves one stdio backend: its `url` as the rest of the stack sees it."""
+    return f"{bridge.base_url()}/{backend_id}/mcp"
