@@ -14,7 +14,7 @@ import pytest
 
 from indexer.discovery import list_tools
 from indexer.errors import BackendUnavailable
-from tests.support.bridges import Bridge, fake, mcp_client, running_bridge, wait_for
+from tests.support.bridges import Bridge, fake, mcp_client, poll_until, running_bridge
 from tests.support.stack import HEADERS, INITIALIZE
 from tests.support.stdio_servers import FLOOD_LINES
 
@@ -46,7 +46,7 @@ def bridge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bridge]:
 @pytest.mark.parametrize("name", sorted(BROKEN))
 async def test_a_broken_server_is_a_clear_error_naming_its_backend(bridge: Bridge, name: str) -> None:
     expected = BROKEN[name][1]
-    state = wait_for(
+    state = poll_until(
         lambda: (s := bridge.health()[name])["last_error"] and s["state"] != "ready" and s,
         30,
         f"{name} judged",
@@ -61,8 +61,8 @@ async def test_a_broken_server_is_a_clear_error_naming_its_backend(bridge: Bridg
 
 
 def test_a_new_session_on_a_dead_backend_is_refused_with_503(bridge: Bridge) -> None:
-    wait_for(lambda: bridge.health()["missing"]["state"] == "waiting", 10, "missing is down")
-    response = wait_for(
+    poll_until(lambda: bridge.health()["missing"]["state"] == "waiting", 10, "missing is down")
+    response = poll_until(
         lambda: (
             (
                 r := httpx2.post(bridge.mcp_url("missing"), json=INITIALIZE, headers=HEADERS, timeout=10)
@@ -90,7 +90,7 @@ async def test_a_flood_on_stderr_is_rate_limited_and_the_server_still_served(bri
     async with mcp_client(bridge.mcp_url("flood")) as client:
         result = await client.call_tool("echo", {"text": "hi"})
     assert not result.is_error
-    logged = wait_for(
+    logged = poll_until(
         lambda: "stderr lines not logged" in bridge.proc.output() and bridge.proc.output(), 30, "the flood"
     )
     lines = [line for line in logged.splitlines() if "backend flood: flood line" in line]

@@ -25,9 +25,9 @@ from tests.support.bridges import (
     fake,
     mcp_client,
     needs_everything,
+    poll_until,
     running_bridge,
     time_server,
-    wait_for,
 )
 from tests.support.stack import HEADERS, INITIALIZE
 
@@ -118,7 +118,7 @@ def test_an_idle_per_session_process_is_reaped_and_its_session_ends_with_it(brid
     assert response.status_code == 200, response.text
     session = {**HEADERS, "mcp-session-id": response.headers["mcp-session-id"]}
     assert len(bridge.health()["scratch"]["pids"]) == 1
-    wait_for(lambda: not bridge.health()["scratch"]["pids"], 15, "the idle process reaped")
+    poll_until(lambda: not bridge.health()["scratch"]["pids"], 15, "the idle process reaped")
     ping = {"jsonrpc": "2.0", "id": 2, "method": "ping"}
     gone = httpx2.post(url, json=ping, headers=session, timeout=10)
     assert gone.status_code == 404
@@ -165,7 +165,7 @@ async def test_the_servers_log_messages_reach_the_listening_session(bridge: Brid
 def _no_private_processes(bridge: Bridge) -> None:
     # Ending a session stops its process in the background; an earlier test's may still be exiting
     # and counts against max_processes until it has.
-    wait_for(lambda: not bridge.health()["private"]["pids"], 20, "earlier sessions' processes stopped")
+    poll_until(lambda: not bridge.health()["private"]["pids"], 20, "earlier sessions' processes stopped")
 
 
 async def _toggle(url: str) -> str:
@@ -195,7 +195,7 @@ async def test_per_session_isolation_gives_two_sessions_two_processes(bridge: Br
         for client in (one, two):
             await client.call_tool("toggle-simulated-logging", {})
     # ending a session (the client's DELETE) ends its process
-    wait_for(lambda: not bridge.health()["private"]["pids"], 20, "both processes stopped")
+    poll_until(lambda: not bridge.health()["private"]["pids"], 20, "both processes stopped")
 
 
 @needs_everything

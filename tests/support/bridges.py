@@ -110,7 +110,7 @@ async def mcp_client(url: str, **options: Any) -> AsyncIterator[Client]:
         yield c
 
 
-def wait_for(condition: Any, timeout: float, what: str) -> Any:
+def poll_until(condition: Any, timeout: float, what: str) -> Any:
     """Poll `condition` until it returns something true; fail naming `what` after `timeout` seconds."""
     deadline = time.monotonic() + timeout
     while True:
