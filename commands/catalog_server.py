@@ -18,7 +18,9 @@ the tool's inputSchema and echoes them back. It stands in for real backends in d
   `POST /control/servers/<slug>/subjects` with a JSON list of the subjects that server lets in from
   now on (`null`: every subject), for a server that requires a JWT;
   `GET /control/servers/<slug>/calls` counts the `tools/call` requests that server has handled
-  (`calls`) and the MCP requests it has received, on arrival, before any delay (`requests`).
+  (`calls`) and the MCP requests it has received, on arrival, before any delay (`requests`);
+- `--sessions` serves them as most servers people run are served: in the initialize handshake
+  only (`server/discover` is refused), each client session with an `Mcp-Session-Id` of its own.
 """
 
 from __future__ import annotations
@@ -90,6 +92,7 @@ class CatalogServerSettings:
     jwt_audience: str | None = None  # when set, tokens must name it in `aud`
     allowed_subjects: frozenset[str] | None = None  # when set, the only `sub` values let in
     control: bool = False  # serve the /control API
+    sessions: bool = False  # the initialize handshake only, with a session per client
 
     def __post_init__(self) -> None:
         if self.page_size < 1:
@@ -189,7 +192,9 @@ class _CatalogService:
         mcp: Server[Any] = Server(
             "toolsearch-catalog", on_list_tools=self.list_tools, on_call_tool=self.call_tool
         )
-        self.manager = StreamableHTTPSessionManager(mcp, stateless=True, json_response=True)
+        if settings.sessions:
+            mcp.add_request_handler("server/discover", types.RequestParams, _refuse_discover)
+        self.manager = StreamableHTTPSessionManager(mcp, stateless=not settings.sessions, json_response=True)
 
     def _backend_of(self, ctx: ServerRequestContext[Any]) -> _Backend:
         request = ctx.request
@@ -387,6 +392,10 @@ def create_app(catalog: list[CatalogTool], settings: CatalogServerSettings) -> S
     return Starlette(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: _json_error})
 
 
+async def _refuse_discover(ctx: ServerRequestContext[Any], params: types.RequestParams) -> Any:
+    raise MCPError(types.METHOD_NOT_FOUND, "this server speaks the initialize handshake only (--sessions)")
+
+
 class _Uvicorn(uvicorn.Server):
     """uvicorn that says where it listens once its socket is bound (port 0 picks a free one)."""
 
@@ -422,6 +431,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     add("--jwt-audience", help="audience tokens must name in aud (default: not checked)")
     add("--allowed-subjects", nargs="+", action="extend", metavar="SUB", help="the only subjects let in")
     add("--control", action="store_true", help="serve the /control API (testing and demos; no auth)")
+    add("--sessions", action="store_true", help="the initialize handshake only, a session per client")
     add("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
     parser.set_defaults(func=run_cli)
 
@@ -445,6 +455,7 @@ def run_cli(args: argparse.Namespace) -> int:
             jwt_audience=args.jwt_audience,
             allowed_subjects=frozenset(subjects) if subjects is not None else None,
             control=args.control,
+            sessions=args.sessions,
         )
         app = create_app(catalog, settings)
     except ValueError as exc:  # CatalogError is one

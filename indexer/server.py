@@ -25,6 +25,7 @@ from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection
 
 from indexer.access import SharedSecretGuard
+from indexer.backend_sessions import BackendSessionEnder
 from indexer.embedder import Embedder
 from indexer.embeddings import Embeddings
 from indexer.fanout import Rebuilder
@@ -39,7 +40,7 @@ from indexer.replica import Replica
 from indexer.search import SearchSettings
 from indexer.service import IndexerService
 from indexer.sessions import SessionManager
-from indexer.state import LocalSessions, State, make_state
+from indexer.state import EndedSession, LocalSessions, State, make_state
 from indexer.traces import RpcSpans
 from toolsearch.config import Config, ConfigError, load_config
 from toolsearch.transport import ServerSecurity, server_security
@@ -76,6 +77,7 @@ class IndexerProcess:
     monitor: HealthMonitor | None = None  # None when health monitoring is switched off
     state: State = field(default_factory=lambda: State(LocalSessions(), None))
     replica: Replica | None = None  # with a shared state: the lease, publishing, events, the sweep
+    ender: BackendSessionEnder | None = None  # ends the backend sessions of ended sessions
     _reloading: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
 
     @classmethod
@@ -105,6 +107,7 @@ class IndexerProcess:
         shared = state.shared
         # with a shared state, the lease holder's verdicts reach this replica's registry through it
         follower = HealthFollower(shared, registry) if shared is not None else None
+        ender = BackendSessionEnder(registry, transport, state.sessions.take_expired)
         sessions = SessionManager(
             registry,
             pool,
@@ -114,6 +117,7 @@ class IndexerProcess:
             shared=shared,
             follower=follower,
             max_sessions=section.max_sessions,
+            ender=ender,
         )
         finder = Finder(embeddings, registry, pool, section.search)
         rebuilder = Rebuilder(sessions)
@@ -135,6 +139,7 @@ class IndexerProcess:
             monitor,
             state,
             replica,
+            ender,
         )
 
     async def start(self) -> None:
@@ -159,6 +164,8 @@ class IndexerProcess:
             self.monitor.start()
         if self.replica is not None:
             self.replica.start()
+        if self.ender is not None:
+            self.ender.start()
 
     async def reload(self, config: Config) -> None:
         """Apply a reread configuration's backend list; other settings need a restart."""
@@ -177,6 +184,13 @@ class IndexerProcess:
         if self.replica is not None:
             await self.replica.close()
         await self.rebuilder.close()
+        if self.ender is not None:
+            if not self.state.sessions.shared:
+                # the sessions die with this process: so do their backend sessions
+                for record in await self.sessions.records():
+                    if record.backend_sessions:
+                        self.ender.end(EndedSession(record.id, record.token, dict(record.backend_sessions)))
+            await self.ender.close()
         self.embeddings.close()
         await self.state.close()
         await self.transport.aclose()

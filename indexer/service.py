@@ -1,7 +1,7 @@
 """The gRPC servicer of `toolsearch.v1.Indexer`: the one place indexer errors become status codes.
 
-It is also where the indexer's records become protobuf messages (a backend's `BackendHealth` a
-`BackendStatus`, for instance): the models inside stay free of the wire format.
+The indexer's records become protobuf messages through indexer/messages.py (a backend's
+`BackendHealth` a `BackendStatus`, for instance): the models inside stay free of the wire format.
 """
 
 from __future__ import annotations
@@ -24,11 +24,20 @@ from indexer.errors import (
     TooManySessions,
 )
 from indexer.finder import Finder, server_title
+from indexer.messages import (
+    auth,
+    backend_session,
+    backend_status,
+    principal_of,
+    session_status,
+    suggestions,
+    version_ref,
+)
 from indexer.names import closest_tools
-from indexer.registry import BackendState, Registry
+from indexer.registry import Registry
 from indexer.session_views import LiveSession
 from indexer.sessions import SessionManager
-from indexer.state import Principal, StateUnavailable
+from indexer.state import BackendSession, StateUnavailable
 from indexer.text import name_key
 from indexer.tools import Tool, advertise
 from toolsearch.v1 import indexer_pb2 as pb
@@ -39,6 +48,7 @@ logger = logging.getLogger(__name__)
 _Req = TypeVar("_Req")
 _Resp = TypeVar("_Resp")
 
+_MAX_SESSION_ID = 1024  # characters of a backend session id or protocol version the state keeps
 SUGGESTIONS_KEY = "toolsearch-suggestions-bin"  # a tool-not-found's close names (pb.ToolSuggestions)
 _STATUS: dict[type, tuple[grpc.StatusCode, str]] = {
     SessionNotFound: (grpc.StatusCode.NOT_FOUND, "session-not-found"),
@@ -73,7 +83,7 @@ def translated(
             if isinstance(exc, TooManySessions):
                 trailers.append(("toolsearch-retry-after", str(exc.retry_after)))  # seconds
             if isinstance(exc, ToolNotFound):
-                trailers.append((SUGGESTIONS_KEY, _suggestions(exc).SerializeToString()))  # type: ignore[arg-type]
+                trailers.append((SUGGESTIONS_KEY, suggestions(exc).SerializeToString()))  # type: ignore[arg-type]
             context.set_trailing_metadata(tuple(trailers))
             await context.abort(code, str(exc))
         except grpc.aio.AbortError:
@@ -87,16 +97,6 @@ def translated(
     return wrapper
 
 
-def _suggestions(exc: ToolNotFound) -> pb.ToolSuggestions:
-    return pb.ToolSuggestions(
-        suggestions=[
-            pb.ToolSuggestion(name=name, backend_id=backend, server_title=title)
-            for name, backend, title in exc.suggestions
-        ],
-        reason=exc.reason,
-    )
-
-
 def _by_own_name(tools: Sequence[Tool], name: str) -> Tool | None:
     """The one tool a name means when the version advertises it otherwise: `<backend>_<own name>`
     after a collision went away, or its own name while prefixed. Ambiguous names mean none."""
@@ -105,29 +105,6 @@ def _by_own_name(tools: Sequence[Tool], name: str) -> Tool | None:
         t for t in tools if key in (name_key(t.original_name), name_key(f"{t.backend_id}_{t.original_name}"))
     ]
     return found[0] if len(found) == 1 else None
-
-
-def _principal(message: pb.Principal) -> Principal:
-    return Principal(message.issuer, message.subject)
-
-
-def _version_ref(session: LiveSession) -> pb.IndexVersionRef:
-    current = session.current
-    return pb.IndexVersionRef(number=current.number, fingerprint=current.version.fingerprint)
-
-
-def _backend_status(state: BackendState) -> pb.BackendStatus:
-    health = state.health
-    return pb.BackendStatus(
-        id=state.config.id,
-        url=state.config.url,
-        status=health.status,
-        tool_count=len(state.listing.tools) if state.listing else 0,
-        latency_ms=health.latency * 1000,
-        last_error=health.last_error,
-        consecutive_failures=health.consecutive_failures,
-        circuit=health.circuit,
-    )
 
 
 class IndexerService(pb_grpc.IndexerServicer):
@@ -146,11 +123,11 @@ class IndexerService(pb_grpc.IndexerServicer):
         self, request: pb.OpenSessionRequest, context: grpc.aio.ServicerContext
     ) -> pb.OpenSessionResponse:
         session = await self._sessions.open(
-            _principal(request.principal), request.credentials.bearer_token or None, implied=request.implied
+            principal_of(request.principal), request.credentials.bearer_token or None, implied=request.implied
         )
         return pb.OpenSessionResponse(
             session_id=session.id,
-            version=_version_ref(session),
+            version=version_ref(session),
             backends=sorted(session.record.accepted),
             rejected_backends=sorted(session.record.rejected_at_creation),
         )
@@ -159,21 +136,61 @@ class IndexerService(pb_grpc.IndexerServicer):
     async def GetSession(
         self, request: pb.GetSessionRequest, context: grpc.aio.ServicerContext
     ) -> pb.GetSessionResponse:
-        session = await self._sessions.get(request.session_id, _principal(request.principal))
-        return pb.GetSessionResponse(session_id=session.id, version=_version_ref(session))
+        session = await self._sessions.get(request.session_id, principal_of(request.principal))
+        return pb.GetSessionResponse(session_id=session.id, version=version_ref(session))
 
     @translated
     async def CloseSession(
         self, request: pb.CloseSessionRequest, context: grpc.aio.ServicerContext
     ) -> pb.CloseSessionResponse:
-        await self._sessions.close(request.session_id, _principal(request.principal))
+        token = request.credentials.bearer_token or None
+        await self._sessions.close(request.session_id, principal_of(request.principal), token)
         return pb.CloseSessionResponse()
+
+    @translated
+    async def SetBackendSession(
+        self, request: pb.SetBackendSessionRequest, context: grpc.aio.ServicerContext
+    ) -> pb.SetBackendSessionResponse:
+        if request.backend_id not in self._registry.states:
+            raise InvalidRequest(f"unknown backend: {request.backend_id}")
+        given = request.backend_session
+        if len(given.session_id) > _MAX_SESSION_ID or len(given.protocol_version) > _MAX_SESSION_ID:
+            raise InvalidRequest(f"a backend session id is at most {_MAX_SESSION_ID} characters")
+        # a stateless backend's "session" is its negotiated version alone
+        known = given.session_id or given.protocol_version
+        wanted = BackendSession(given.session_id, given.protocol_version) if known else None
+        stored = await self._sessions.set_backend_session(
+            request.session_id, principal_of(request.principal), request.backend_id, request.previous, wanted
+        )
+        return pb.SetBackendSessionResponse(stored=backend_session(stored))
+
+    @translated
+    async def BackendSessions(
+        self, request: pb.BackendSessionsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.BackendSessionsResponse:
+        session = await self._sessions.get(request.session_id, principal_of(request.principal))
+        response = pb.BackendSessionsResponse()
+        for backend_id, kept in sorted(session.record.backend_sessions.items()):
+            state = self._registry.states.get(backend_id)
+            if state is None or not kept.session_id:
+                continue  # gone from the configuration, or a stateless backend's
+            backend = state.config
+            response.backends.append(
+                pb.SessionAtBackend(
+                    backend_id=backend_id,
+                    backend_url=backend.url,
+                    auth=auth(backend),
+                    backend_session=backend_session(kept),
+                    timeout_seconds=backend.timeout,
+                )
+            )
+        return response
 
     @translated
     async def FindTools(
         self, request: pb.FindToolsRequest, context: grpc.aio.ServicerContext
     ) -> pb.FindToolsResponse:
-        session = await self._sessions.get(request.session_id, _principal(request.principal))
+        session = await self._sessions.get(request.session_id, principal_of(request.principal))
         return await self._finder.find(
             session, request.query, list(request.keywords), request.limit, request.compact
         )
@@ -182,7 +199,7 @@ class IndexerService(pb_grpc.IndexerServicer):
     async def ResolveTool(
         self, request: pb.ResolveToolRequest, context: grpc.aio.ServicerContext
     ) -> pb.ResolveToolResponse:
-        session = await self._sessions.get(request.session_id, _principal(request.principal))
+        session = await self._sessions.get(request.session_id, principal_of(request.principal))
         snapshot = session.current
         tool = snapshot.version.resolve(request.name) or _by_own_name(snapshot.version.tools, request.name)
         if tool is None:
@@ -200,20 +217,20 @@ class IndexerService(pb_grpc.IndexerServicer):
             backend_id=tool.backend_id,
             backend_url=backend.url,
             input_schema_json=tool.input_schema_json,
-            auth=pb.BackendAuth(
-                type=backend.auth.type, header=backend.auth.header, value_env=backend.auth.value_env or ""
-            ),
+            auth=auth(backend),
             version=pb.IndexVersionRef(number=snapshot.number, fingerprint=snapshot.version.fingerprint),
             protocol_version=state.health.protocol_version,
             timeout_seconds=backend.timeout,
             max_response_bytes=backend.max_response_bytes,
+            transport=backend.transport,
+            backend_session=backend_session(session.record.backend_sessions.get(tool.backend_id)),
         )
 
     @translated
     async def PinnedTools(
         self, request: pb.PinnedToolsRequest, context: grpc.aio.ServicerContext
     ) -> pb.PinnedToolsResponse:
-        session = await self._sessions.get(request.session_id, _principal(request.principal))
+        session = await self._sessions.get(request.session_id, principal_of(request.principal))
         patterns = [tuple(p.split("/", 1)) for p in request.patterns if "/" in p]
         listings: dict[str, Any] = {}
         for backend_id in sorted(session.record.accepted):
@@ -261,33 +278,11 @@ class IndexerService(pb_grpc.IndexerServicer):
                 cache_hits=embeddings.cache_hits,
             ),
         )
-        response.backends.extend(_backend_status(state) for state in self._registry.states.values())
+        response.backends.extend(backend_status(state) for state in self._registry.states.values())
         shared: dict[str, int] = {}
         for session in await self._sessions.records():
             shared[session.ref.fingerprint] = shared.get(session.ref.fingerprint, 0) + 1
-            status = pb.SessionStatus(
-                session_id=session.id[:8],
-                principal=pb.Principal(issuer=session.principal.issuer, subject=session.principal.subject),
-                version=pb.IndexVersionRef(number=session.ref.number, fingerprint=session.ref.fingerprint),
-                backends=sorted(session.accepted),
-                rejected_backends=sorted(session.rejected_at_creation),
-            )
-            for swap in session.swaps:
-                status.swaps.append(
-                    pb.SwapRecord(
-                        previous=pb.IndexVersionRef(
-                            number=swap.previous.number, fingerprint=swap.previous.fingerprint
-                        )
-                        if swap.previous
-                        else None,
-                        current=pb.IndexVersionRef(
-                            number=swap.current.number, fingerprint=swap.current.fingerprint
-                        ),
-                        reason=swap.reason,
-                        at_unix=swap.at,
-                    )
-                )
-            response.sessions.append(status)
+            response.sessions.append(session_status(session))
         for version in self._finder.versions():
             response.versions.append(
                 pb.VersionStatus(

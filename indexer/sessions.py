@@ -5,6 +5,9 @@ shared by every replica. A version changes only through the store's swap, a comp
 session's fingerprint that also numbers it, so numbers grow by one per swap whichever replica makes
 it. Requests get a `LiveSession` (`indexer.session_views`): a handle on the record whose current
 version is read once per request, so a swap never mixes two versions in one answer.
+
+A session also keeps the backend sessions routers opened for it; ending the session hands them to
+the `BackendSessionEnder` (indexer.backend_sessions), which ends them at their backends.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from indexer.backend_sessions import BackendSessionEnder
 from indexer.catalogs import Catalog, Catalogs
 from indexer.credentials import (
     authenticated,
@@ -33,6 +37,8 @@ from indexer.registry import Registry
 from indexer.session_limits import SessionLimits
 from indexer.session_views import CurrentVersion, LiveSession, Views, announce
 from indexer.state import (
+    BackendSession,
+    EndedSession,
     LocalSessions,
     Principal,
     SessionRecord,
@@ -65,6 +71,7 @@ class SessionManager:
         shared: Shared | None = None,
         follower: HealthFollower | None = None,
         max_sessions: int = 0,
+        ender: BackendSessionEnder | None = None,
     ):
         self._registry = registry
         self._limits = SessionLimits(max_sessions, max_per_principal)
@@ -75,6 +82,7 @@ class SessionManager:
         self._warm: IndexVersion | None = None
         # with a shared state: brings the backends up to the lease holder's verdicts
         self._follower = follower
+        self._ender = ender  # None: backend sessions are left to the backends' idle timeouts
 
     def __len__(self) -> int:
         return len(self._views)
@@ -173,13 +181,38 @@ class SessionManager:
         await self._swap([(stored, catalog, version)], "its stored catalog was lost")
         return version
 
-    async def close(self, session_id: str, principal: Principal) -> None:
-        await self.end((await self.get(session_id, principal)).record)
+    async def close(self, session_id: str, principal: Principal, token: str | None = None) -> None:
+        """End a session at its client's request; `token` authenticates ending its backend sessions."""
+        record = (await self.get(session_id, principal)).record
+        await self.end(record, token or record.token)
 
-    async def end(self, session: SessionRecord) -> None:
-        """Forget a session: every later request for it answers not found."""
+    async def end(self, session: SessionRecord, token: str | None = None) -> None:
+        """Forget a session: every later request for it answers not found; its backend sessions end."""
         await self._store.delete(session)
         self._views.forget(session.id)
+        if self._ender is not None and session.backend_sessions:
+            self._ender.end(EndedSession(session.id, token, dict(session.backend_sessions)))
+
+    async def set_backend_session(
+        self,
+        session_id: str,
+        principal: Principal,
+        backend_id: str,
+        previous: str,
+        backend_session: BackendSession | None,
+    ) -> BackendSession | None:
+        """Record the session's backend session at `backend_id` if the stored one is still `previous`.
+
+        Returns the one stored afterwards. A replaced one is not ended here: a router replaces one
+        the backend answered 404 for (it forgot it), and one that loses a race ends its own.
+        """
+        live = await self.get(session_id, principal)
+        stored = await self._store.set_backend_session(live.record, backend_id, previous, backend_session)
+        if stored is None:
+            live.record.backend_sessions.pop(backend_id, None)
+        else:
+            live.record.backend_sessions[backend_id] = stored
+        return stored
 
     async def _relist(self, sessions: Sequence[SessionRecord]) -> list[SessionRecord]:
         """List again, with each session's stored token, the passthrough backends due for it.
@@ -216,7 +249,7 @@ class SessionManager:
         if not self._store.shared and session.id not in self._views:
             return  # closed meanwhile
         try:
-            await self.end(session)
+            await self.end(session, session.token)
         except Exception:
             # a session store can fail: the session keeps its version until the next rebuild retries
             logger.exception("ending a session whose stored credentials were rejected failed")

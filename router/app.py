@@ -3,7 +3,8 @@ and the status page at `/status` and `/status.json` (router/status_page.py).
 
 `create_app` builds a plain Starlette app (the SDK's own framework); its lifespan opens what every
 request shares (the gRPC channel to the indexer, the backends' connection pools, the SDK's
-stateless session manager behind the session layer), hands it to requests as lifespan state, and
+stateless session managers behind the session layer: JSON answers, and SSE for calls that
+ask for progress), hands it to requests as lifespan state, and
 closes it on shutdown. Every request first passes the Host and Origin guard (router/origins.py).
 In `jwt` mode the app also serves its OAuth protected resource metadata (router/resource_metadata.py).
 `serve` runs the app under uvicorn with the front door's bounds (router/server.py;
@@ -161,11 +162,13 @@ def create_app(
             max_arguments_bytes=settings.max_arguments_bytes,
             pinned=settings.pinned,
         )
+        server = build_server(tools, metrics)
         manager = StreamableHTTPSessionManager(
-            build_server(tools, metrics),
-            stateless=True,
-            json_response=True,
-            max_request_body_size=settings.max_body_bytes,
+            server, stateless=True, json_response=True, max_request_body_size=settings.max_body_bytes
+        )
+        # the same server, answering with an SSE stream: for calls that asked for progress
+        streaming = StreamableHTTPSessionManager(
+            server, stateless=True, json_response=False, max_request_body_size=settings.max_body_bytes
         )
         sessions = SessionLayer(
             manager.handle_request,
@@ -173,9 +176,11 @@ def create_app(
             authenticator,
             settings.max_body_bytes,
             resource_metadata,
+            streaming.handle_request,
+            tools.cancel,
         )
         try:
-            async with manager.run():
+            async with manager.run(), streaming.run():
                 yield {"indexer": indexer, "sessions": sessions}
         finally:
             await pools.aclose()

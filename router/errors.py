@@ -18,6 +18,7 @@ results or JSON-RPC errors, `router/session_layer.py` into HTTP responses.
         ├── BackendTimeout
         ├── BackendRejected
         ├── BackendTooLarge
+        ├── BackendSessionGone      (opened again once, transparently, before it reaches anyone)
         └── MissingCredentials
     AuthConfigError                 the router does not start (not a request error)
 """
@@ -128,6 +129,10 @@ class BackendTooLarge(BackendError):
             f"{backend_id} in the configuration",
         )
         self.limit = limit
+
+
+class BackendSessionGone(BackendError):
+    """Raised when a backend answers 404 inside a backend session: it restarted and forgot it."""
 
 
 class MissingCredentials(BackendError):

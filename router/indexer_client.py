@@ -266,10 +266,49 @@ class IndexerClient:
         request = pb.GetSessionRequest(session_id=session_id, principal=_principal(principal))
         return await self._call(lambda stub: stub.GetSession, request)
 
-    async def close_session(self, session_id: str, principal: Principal) -> None:
-        """End a session; raises `SessionNotFound` when it is unknown or foreign."""
-        request = pb.CloseSessionRequest(session_id=session_id, principal=_principal(principal))
+    async def close_session(
+        self, session_id: str, principal: Principal, bearer_token: str | None = None
+    ) -> None:
+        """End a session (its backend sessions too, at passthrough ones with `bearer_token`).
+
+        Raises `SessionNotFound` when it is unknown or foreign.
+        """
+        request = pb.CloseSessionRequest(
+            session_id=session_id,
+            principal=_principal(principal),
+            credentials=pb.Credentials(bearer_token=bearer_token or ""),
+        )
         await self._call(lambda stub: stub.CloseSession, request)
+
+    async def set_backend_session(
+        self,
+        session_id: str,
+        principal: Principal,
+        backend_id: str,
+        previous: str,
+        backend_session: pb.BackendSession,
+    ) -> pb.BackendSession:
+        """Keep a backend session with the client session, unless another replica's came first.
+
+        Returns the one the session keeps now: `backend_session`, or the one that won.
+        """
+        request = pb.SetBackendSessionRequest(
+            session_id=session_id,
+            principal=_principal(principal),
+            backend_id=backend_id,
+            previous=previous,
+            backend_session=backend_session,
+        )
+        response: pb.SetBackendSessionResponse = await self._call(
+            lambda stub: stub.SetBackendSession, request
+        )
+        return response.stored
+
+    async def backend_sessions(self, session_id: str, principal: Principal) -> pb.BackendSessionsResponse:
+        """The session's backend sessions and how to reach them; raises `SessionNotFound`."""
+        request = pb.BackendSessionsRequest(session_id=session_id, principal=_principal(principal))
+        response: pb.BackendSessionsResponse = await self._call(lambda stub: stub.BackendSessions, request)
+        return response
 
     async def find_tools(
         self,

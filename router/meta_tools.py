@@ -17,14 +17,16 @@ from mcp.server.context import HandlerResult, ServerRequestContext
 from mcp.shared.exceptions import MCPError
 from mcp_types import INTERNAL_ERROR, INVALID_REQUEST
 
-from router.arguments import parse_call_tool, parse_find_tool
-from router.backends import BackendCaller, SchemaValidators, outgoing_headers
+from router.arguments import parse_find_tool
+from router.backend_messages import backend_request_id
+from router.backends import BackendCaller
 from router.errors import BackendError, InvalidRequest, RouterError, SessionNotFound, ToolNotFound
 from router.indexer_client import IndexerClient
+from router.relays import NotificationRelay
 from router.session_layer import STATE_KEY, Caller
+from router.tool_calls import ToolCalls
 from toolsearch.answers import Answer, AnswerServer, AnswerTool, render_answer
 from toolsearch.indexer_settings import Search
-from toolsearch.settings import DEFAULT_MAX_RESPONSE_BYTES
 
 logger = logging.getLogger(__name__)
 
@@ -80,6 +82,7 @@ FIND_TOOL_OUTPUT_SCHEMA: dict[str, Any] = {
     "required": ["tools", "token_metrics"],
 }
 _DEFAULT_BACKEND_TIMEOUT = 30.0  # seconds, when the indexer does not say
+_END_TIMEOUT = 2.0  # seconds to end a backend session that lost a race, at most
 
 
 def find_tool_input_schema(search: Search) -> dict[str, Any]:
@@ -150,6 +153,11 @@ def not_found_message(exc: ToolNotFound) -> str:
     return text + " Use find_tool to search for the tool you need."
 
 
+def _progress_token(params: types.CallToolRequestParams) -> str | int | None:
+    meta = params.meta  # a TypedDict of its snake_case keys
+    return meta.get("progress_token") if meta is not None else None
+
+
 def _caller(ctx: ServerRequestContext[Any, Any]) -> Caller:
     request = ctx.request
     caller = request.scope.get("state", {}).get(STATE_KEY) if request is not None else None
@@ -172,12 +180,10 @@ class MetaTools:
     ) -> None:
         self.indexer = indexer
         self.pinned = list(pinned)  # "backend/tool" or "backend/*": advertised beside the meta-tools
-        self.backends = backends
         self.max_limit = search.max_limit
         self.compact = search.compact
-        self.max_arguments_bytes = max_arguments_bytes
-        self.secrets = secrets
-        self.validators = SchemaValidators()
+        self.calls = ToolCalls(indexer, backends, secrets, max_arguments_bytes)
+        self.cancel = self.calls.cancel  # a client's notifications/cancelled (the session layer's hook)
         self.schemas = {FIND_TOOL: find_tool_input_schema(search), CALL_TOOL: CALL_TOOL_INPUT_SCHEMA}
         self.tools = [
             types.Tool(
@@ -220,16 +226,18 @@ class MetaTools:
     ) -> HandlerResult:
         """`tools/call`: run find_tool or call_tool for the caller the session layer identified."""
         caller = _caller(ctx)
+        # only a streamed answer (the session layer's choice) can carry notifications before the result
+        relay = NotificationRelay(ctx, _progress_token(params)) if caller.streamed else None
         try:
             if params.name == FIND_TOOL:
                 return await self.find_tool(caller, params.arguments)
+            call_id = backend_request_id(ctx.request_id) if ctx.request_id is not None else None
             if params.name == CALL_TOOL:
-                return await self.run(caller, params.arguments)
+                return await self.calls.run(caller, params.arguments, relay, call_id)
             if self.pinned:
                 # a pinned tool called by its own name: the same path as call_tool, health included
-                return await self.run(
-                    caller, {"tool_name": params.name, "parameters": params.arguments or {}}
-                )
+                arguments = {"tool_name": params.name, "parameters": params.arguments or {}}
+                return await self.calls.run(caller, arguments, relay, call_id)
         except RouterError as exc:
             return tool_result_for(exc)
         return _text_result(
@@ -276,25 +284,3 @@ class MetaTools:
             INDEX_META_KEY: {"version": found.version.number, "fingerprint": found.version.fingerprint}
         }
         return result
-
-    async def run(self, caller: Caller, arguments: Mapping[str, Any] | None) -> types.CallToolResult:
-        """call_tool: resolve the name in the caller's session, check the arguments, call the backend."""
-        args = parse_call_tool(arguments, self.max_arguments_bytes)
-        tool = await self.indexer.resolve_tool(caller.session_id, caller.identity.principal, args.name)
-        problem = self.validators.problem(tool.input_schema_json, args.parameters)
-        if problem is not None:
-            raise InvalidRequest(
-                f"invalid parameters for {args.name}: {problem}. Fix the parameters to match the tool's "
-                "inputSchema (find_tool shows it) and call again."
-            )
-        headers = outgoing_headers(tool.backend_id, tool.auth, self.secrets, caller.identity.bearer_token)
-        return await self.backends.call_tool(
-            backend_id=tool.backend_id,
-            url=tool.backend_url,
-            protocol_version=tool.protocol_version,
-            timeout_seconds=tool.timeout_seconds or _DEFAULT_BACKEND_TIMEOUT,
-            name=tool.original_name or args.name,
-            arguments=args.parameters,
-            headers=headers,
-            max_response_bytes=tool.max_response_bytes or DEFAULT_MAX_RESPONSE_BYTES,
-        )

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,6 +57,7 @@ class Caller:
 
     identity: Identity
     session_id: str  # empty when the request needs no session (2026-07-28 `tools/list`, discovery)
+    streamed: bool = False  # answered as an SSE stream: notifications may go before the result
 
 
 class ClientError(Exception):
@@ -75,6 +77,8 @@ class JsonRpcMessage:
     method: str | None  # None for a posted response
     id: Any  # None for a notification or a response without one
     is_request: bool
+    wants_progress: bool = False  # its params carry `_meta.progressToken`
+    params: Any = None  # as posted
 
 
 def parse_message(body: bytes) -> JsonRpcMessage:
@@ -95,7 +99,10 @@ def parse_message(body: bytes) -> JsonRpcMessage:
     if "method" in decoded:
         if not isinstance(decoded["method"], str):
             raise ClientError(400, INVALID_REQUEST, "Invalid request: 'method' must be a string")
-        return JsonRpcMessage(decoded["method"], request_id, "id" in decoded)
+        params = decoded.get("params")
+        meta = params.get("_meta") if isinstance(params, dict) else None
+        wants_progress = isinstance(meta, dict) and meta.get("progressToken") is not None
+        return JsonRpcMessage(decoded["method"], request_id, "id" in decoded, wants_progress, params)
     if "result" in decoded or "error" in decoded:
         return JsonRpcMessage(None, request_id, False)
     raise ClientError(400, INVALID_REQUEST, "Invalid request: a JSON-RPC message needs 'method' or 'result'")
@@ -141,6 +148,10 @@ class SessionLayer:
     """Issues, checks and ends `Mcp-Session-Id` around the SDK's stateless handler `app`.
 
     With `resource_metadata`, every 401 points at the RFC 9728 document (router/resource_metadata.py).
+    A `tools/call` that asks for progress goes to `streaming_app` (the SDK's handler answering with
+    an SSE stream), so what its backend reports during the call reaches the client before the result.
+    A handshake session's `notifications/cancelled` is handed to `on_cancelled` (which passes it on
+    to the backends) before the SDK acknowledges it: the call it cancels may run on another replica.
     """
 
     def __init__(
@@ -150,8 +161,12 @@ class SessionLayer:
         authenticator: Authenticator,
         max_body_bytes: int,
         resource_metadata: ResourceMetadata | None = None,
+        streaming_app: ASGIApp | None = None,
+        on_cancelled: Callable[[Caller, Mapping[str, Any]], Awaitable[None]] | None = None,
     ) -> None:
         self.app = app
+        self.streaming_app = streaming_app
+        self.on_cancelled = on_cancelled
         self.indexer = indexer
         self.authenticator = authenticator
         self.max_body_bytes = max_body_bytes
@@ -216,12 +231,17 @@ class SessionLayer:
             if not session_id:
                 raise ClientError(400, INVALID_REQUEST, MISSING_SESSION)
             await self.indexer.get_session(session_id, identity.principal)
+            cancelled = message.method == "notifications/cancelled" and not message.is_request
+            if cancelled and self.on_cancelled is not None and isinstance(message.params, dict):
+                await self.on_cancelled(Caller(identity, session_id), message.params)
         elif message.method == "tools/call" and headers.get(VERSION_HEADER) in MODERN_PROTOCOL_VERSIONS:
             opened = await self.indexer.open_session(identity.principal, identity.bearer_token, implied=True)
             session_id = opened.session_id
         bind_session(session_id)  # the logs of the rest of this request name the session (a prefix)
-        scope.setdefault("state", {})[STATE_KEY] = Caller(identity, session_id)
-        await self.app(scope, receive, send)
+        streaming = self.streaming_app
+        streamed = streaming is not None and message.method == "tools/call" and message.wants_progress
+        scope.setdefault("state", {})[STATE_KEY] = Caller(identity, session_id, streamed)
+        await (streaming if streamed and streaming is not None else self.app)(scope, receive, send)
 
     async def _initialize(self, scope: Scope, receive: Receive, send: Send, identity: Identity) -> None:
         # The SDK answers first, held back, so a refused initialize opens no session at all.
@@ -249,7 +269,7 @@ class SessionLayer:
         if not session_id:
             raise ClientError(400, INVALID_REQUEST, MISSING_SESSION)
         bind_session(session_id)
-        await self.indexer.close_session(session_id, identity.principal)
+        await self.indexer.close_session(session_id, identity.principal, identity.bearer_token)
         return Response(status_code=200)
 
 

@@ -13,6 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+
 from tests.support.stack import MODEL, ROOT
 
 RUN_TIMEOUT = 900  # seconds; the quick run takes about two minutes on two idle cores
@@ -88,6 +90,11 @@ def test_quick_bench_reports_every_part(tmp_path: Path) -> None:
     # 3: call_tool beside the backend's own time
     for path in ("router", "backend_direct", "backend_fresh_client"):
         latency(results["call_tool"][path])
+    # and over a kept backend session, to a backend that keeps sessions, in the same run
+    kept = results["call_tool_kept_session"]
+    for path in ("router", "backend_direct"):
+        latency(kept[path])
+    assert kept["backend_protocol"] in HANDSHAKE_PROTOCOL_VERSIONS and kept["router_over_backend_p50"] > 0
 
     # 4: session opens, warm and cold, and the steady load beside the cold one
     opens = results["session_open"]

@@ -31,7 +31,7 @@ from starlette.types import Receive, Scope, Send
 from router.app import RouterState, create_app
 from router.arguments import parse_call_tool, parse_find_tool
 from router.auth import Principal, bearer_token
-from router.backends import SchemaValidators, outgoing_headers
+from router.backends import outgoing_headers
 from router.errors import (
     BackendTimeout,
     IndexerFailed,
@@ -46,6 +46,7 @@ from router.errors import (
 )
 from router.indexer_client import IndexerClient, translate
 from router.meta_tools import tool_result_for
+from router.schemas import SchemaValidators
 from router.session_layer import error_response, is_handshake_era, parse_message
 from tests.support.processes import free_port
 from tests.support.stack import INITIALIZE

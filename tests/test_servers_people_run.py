@@ -3,7 +3,7 @@
 Real processes on loopback: a bridge running mcp-server-time and a small echo server, a
 server-everything speaking the 2024-11-05 HTTP+SSE transport, and an indexer and a router over a
 small catalog. find_tool finds the stdio servers' tools, call_tool runs them, a stdio server killed
-mid-way is started again and calls recover, and the SSE server's tools are discovered.
+mid-way is started again and calls recover, and the SSE server's tools are discovered and called.
 """
 
 from __future__ import annotations
@@ -110,6 +110,14 @@ async def test_a_legacy_sse_server_is_discovered(stack: tuple[Stack, Bridge]) ->
     running, _ = stack
     tools = await find(running.mcp_url, "add two numbers and return their sum")
     assert tools[0]["name"] == "get-sum", [t["name"] for t in tools]
+
+
+@pytest.mark.skipif(not HAVE_EVERYTHING, reason="server-everything needs node and `make setup`")
+async def test_a_legacy_sse_servers_tool_is_called_through_the_router(stack: tuple[Stack, Bridge]) -> None:
+    running, _ = stack
+    result = await call(running.mcp_url, "get-sum", {"a": 2, "b": 3})
+    assert not result.is_error, result
+    assert result.content[0].text == "The sum of 2 and 3 is 5."
 
 
 def test_the_indexer_judges_stdio_and_sse_backends_as_any_other(stack: tuple[Stack, Bridge]) -> None:

@@ -12,8 +12,10 @@ import asyncio
 import gc
 import weakref
 
+import httpx2
 import pytest
 
+from indexer.backend_sessions import BackendSessionEnder
 from indexer.credentials import ANONYMOUS, MAX_UNVERIFIED_TOKEN_BYTES
 from indexer.embedder.fake import FakeEmbedder
 from indexer.embeddings import Embeddings
@@ -29,9 +31,10 @@ from indexer.index import Builder, VersionPool
 from indexer.registry import Registry
 from indexer.search import SearchSettings
 from indexer.sessions import SessionManager
-from indexer.state import LocalSessions, Principal
+from indexer.state import BackendSession, LocalSessions, Principal
 from indexer.state.listings import Listing
 from tests.support.clients import until
+from tests.support.waits import wait_for
 from toolsearch.backend_settings import Backend, BackendAuth
 from toolsearch.indexer_settings import Naming
 
@@ -82,7 +85,11 @@ class LocalRegistry(Registry):
 
 
 def manager(
-    store: LocalSessions, registry: Registry | None = None, sessions: int = 0, per_principal: int = 0
+    store: LocalSessions,
+    registry: Registry | None = None,
+    sessions: int = 0,
+    per_principal: int = 0,
+    ender: BackendSessionEnder | None = None,
 ) -> SessionManager:
     embedder = FakeEmbedder()
     embed = Embeddings(embedder).embed_documents
@@ -94,6 +101,7 @@ def manager(
         max_per_principal=per_principal,
         store=store,
         max_sessions=sessions,
+        ender=ender,
     )
 
 
@@ -220,3 +228,40 @@ async def test_a_long_unverified_token_lists_at_creation_and_its_backend_leaves_
     await sessions.rebuild_all("backend mail healthy")
     assert registry.tokens[-1] is None and "mail" not in session.current.version.backends
     assert (await sessions.get(session.id, TOKEN_HOLDER)) is session  # left out, never ended
+
+
+async def test_a_sessions_backend_sessions_are_ended_when_it_is_closed_or_expires() -> None:
+    clock = Clock()
+    store = LocalSessions(TTL, clock)
+    deletes: list[tuple[str, str, str | None]] = []
+
+    def backend(request: httpx2.Request) -> httpx2.Response:
+        deletes.append((request.method, str(request.url), request.headers.get("mcp-session-id")))
+        return httpx2.Response(200)
+
+    registry = LocalRegistry(passthrough=False)
+    ender = BackendSessionEnder(registry, httpx2.MockTransport(backend), store.take_expired, poll=3600)
+    sessions = manager(store, registry, ender=ender)
+    ender.start()
+    try:
+        closed, expiring = await sessions.open(ANONYMOUS, None), await sessions.open(ANONYMOUS, None)
+        kept = BackendSession("backend-1", "2025-11-25")
+        assert await sessions.set_backend_session(closed.id, ANONYMOUS, "weather", "", kept) == kept
+        # a second one opened at the same time, by another router, comes second: the first is kept
+        late = BackendSession("backend-2", "2025-11-25")
+        assert await sessions.set_backend_session(closed.id, ANONYMOUS, "weather", "", late) == kept
+        other = BackendSession("backend-3", "2025-11-25")
+        await sessions.set_backend_session(expiring.id, ANONYMOUS, "weather", "", other)
+        clock.advance(TTL / 2)
+        await sessions.get(closed.id, ANONYMOUS)  # a use: only `expiring` expires below
+
+        await sessions.close(closed.id, ANONYMOUS)
+        await wait_for(lambda: len(deletes) == 1)
+        assert deletes == [("DELETE", "http://127.0.0.1:9/weather", "backend-1")]
+        clock.advance(TTL / 2 + 1)
+        ender.end_expired()
+        await wait_for(lambda: len(deletes) == 2)
+        assert deletes[1] == ("DELETE", "http://127.0.0.1:9/weather", "backend-3")
+        assert ender.ended == 2
+    finally:
+        await ender.close()

@@ -21,6 +21,8 @@ from indexer.embedder.fake import FakeEmbedder
 from indexer.embeddings import Embeddings
 from indexer.state import (
     BackendHealth,
+    BackendSession,
+    EndedSession,
     Principal,
     SessionRecord,
     State,
@@ -275,3 +277,30 @@ async def test_a_redis_outage_is_a_state_error_within_the_timeout_and_embeddings
         await state.close()
     with pytest.raises(StateUnavailable, match="connecting"):
         await open_state(lost.url, "fake:test", 64)
+
+
+async def test_a_backend_session_one_replica_keeps_is_read_by_another_and_ended_after_expiry(
+    replicas: tuple[State, State], redis_client: aredis.Redis
+) -> None:
+    first, second = replicas
+    await first.sessions.create(record("s-1"))
+    loaded = await second.sessions.load("s-1")
+    assert loaded is not None and loaded.backend_sessions == {}
+    kept = BackendSession("backend-session-1", "2025-11-25")
+    assert await second.sessions.set_backend_session(loaded, "weather", "", kept) == kept
+    # a replica that saw none is too late: the stored one wins
+    late = BackendSession("backend-session-2", "2025-11-25")
+    assert await first.sessions.set_backend_session(loaded, "weather", "", late) == kept
+    again = await first.sessions.load("s-1")
+    assert again is not None and again.backend_sessions == {"weather": kept}
+    # the one that replaces a forgotten session names it
+    assert await first.sessions.set_backend_session(again, "weather", kept.session_id, late) == late
+
+    await redis_client.pexpire(KEYS.session("s-1"), 1)
+    await until_within(lambda: _gone(redis_client, "s-1"), "the unused session expires")
+    assert await first.sessions.set_backend_session(again, "weather", "", kept) is None
+    assert first.shared is not None
+    assert await first.shared.sweep([]) == 1
+    assert first.sessions.take_expired() == [EndedSession("s-1", None, {"weather": late})]
+    assert first.sessions.take_expired() == []  # each once
+    assert not await redis_client.exists(KEYS.backend_sessions("s-1"))

@@ -6,7 +6,9 @@ at `limit` bytes: the caller then gets a stand-in 502 whose body is a JSON-RPC e
 SDK hands to the waiting request as an error, and `exceeded` tells the caller why, for its message.
 Reading it here rather than in the SDK is what bounds memory: an answer over the limit is never held
 whole, and the connection it came on is dropped instead of drained. Other requests (the SDK's GET
-stream, DELETE) stream through under the same count and raise `ResponseTooLarge` past the limit.
+stream, DELETE), and a POST whose request carries the `STREAMED` extension (a call whose
+notifications are passed on as they arrive), stream through under the same count and raise
+`ResponseTooLarge` past the limit.
 
 Compression would let a small answer grow past the bound after it was counted, so requests ask for
 `identity`; gzip or deflate sent anyway is decoded here and counted decoded, any other encoding is
@@ -23,6 +25,7 @@ import httpx2
 
 # Decompressed bytes produced per step: a small compressed chunk cannot expand all at once.
 _DECODE_STEP = 64 * 1024
+STREAMED = "toolsearch.streamed"  # a request extension: stream this POST's answer under the count
 
 
 class ResponseTooLarge(httpx2.TransportError):
@@ -97,7 +100,7 @@ class BoundedTransport(httpx2.AsyncBaseTransport):
             await stream.aclose()  # refused unread: the connection is dropped, not drained
             return self._too_large()
         headers = [(k, v) for k, v in response.headers.multi_items() if k.lower() != "content-encoding"]
-        if request.method != "POST":
+        if request.method != "POST" or request.extensions.get(STREAMED):
             counted = _Counted(stream, self, decoder)
             headers = [(k, v) for k, v in headers if k.lower() != "content-length"]
             return httpx2.Response(response.status_code, headers=headers, stream=counted)

@@ -121,6 +121,26 @@ def find_tool(results: dict[str, Any]) -> list[str]:
             f"the backend directly, a new client per call ({call['backend_protocol']})",
             ms(call["backend_fresh_client"]),
         ),
+        *kept_session(results),
+    ]
+
+
+def kept_session(results: dict[str, Any]) -> list[str]:
+    """call_tool to a backend that keeps sessions, beside that backend's own time, in the same run."""
+    kept = results.get("call_tool_kept_session")
+    if not kept:
+        return []
+    return [
+        "",
+        f"A backend that keeps sessions ({kept['backend_protocol']}, the initialize handshake): the "
+        "router calls it inside the client session's backend session, one request per call.",
+        "",
+        row("path", "latency"),
+        rule("l", "r"),
+        row(f"through the router ({kept['tool']})", ms(kept["router"])),
+        row("the backend directly, one client session kept open: its own time", ms(kept["backend_direct"])),
+        "",
+        f"Through the router / the backend's own time, p50: {kept['router_over_backend_p50']}x.",
     ]
 
 

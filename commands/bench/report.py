@@ -78,6 +78,8 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     out.append(_target(f"indexer RSS above idle, {sessions} sessions, 3 catalogs", delta, 300, "MB"))
     texts = get("embedding", "process_restart", "texts_embedded")
     out.append(_target("texts embedded by a restart on a filled cache", texts, 0, "texts"))
+    kept = get("call_tool_kept_session", "router_over_backend_p50")
+    out.append(_target("call_tool p50 through the router / the backend's own, kept session", kept, 1.5, "x"))
     return out
 
 

@@ -200,6 +200,29 @@ class Run:
             stack.mcp_url, backend_url, advertised, original, arguments, self.plan.call_tool_calls
         )
 
+    async def kept_sessions(self) -> None:
+        """Part 3 again, against a backend that keeps sessions: call_tool over the kept backend session."""
+        catalog = self.catalogs.small
+        stack = self._stack("kept-sessions", [CatalogSpec("kept", catalog, sessions=True)])
+        try:
+            await stack.start_catalogs()
+            self.progress(f"kept sessions: indexer start over {catalog.tools} tools")
+            await stack.start_indexer()
+            await stack.start_router()
+            backend, advertised, original, arguments = call_target(catalog)
+            self.progress(
+                f"call_tool over a kept backend session: {advertised}, {self.plan.call_tool_calls} calls"
+            )
+            backend_url = f"{stack.catalogs['kept'].url}/servers/{backend}/mcp"
+            figures = await call_tool_latency(
+                stack.mcp_url, backend_url, advertised, original, arguments, self.plan.call_tool_calls
+            )
+            own = figures["backend_direct"]["p50_ms"]
+            figures["router_over_backend_p50"] = round(figures["router"]["p50_ms"] / own, 2) if own else None
+            self.out["call_tool_kept_session"] = figures
+        finally:
+            stack.close()
+
     async def warm_opens(self, stack: Stack, size: str, catalog: CatalogFile) -> None:
         """Part 4, warm."""
         self.progress(f"session open: warm, {size} catalog")
@@ -335,6 +358,7 @@ class Run:
             ("large stack", self.large()),
             *others,
             ("small stack", self.small()),
+            ("kept sessions", self.kept_sessions()),
             ("cold open, small", self.cold("small", steady_queries=2_000)),
             ("cold open, large", self.cold("large", steady_queries=None)),
         ):

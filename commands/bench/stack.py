@@ -126,6 +126,7 @@ class CatalogSpec:
     catalog: CatalogFile
     secret: str | None = None
     port: int = 0
+    sessions: bool = False  # serve the initialize handshake only, a session per client
 
     @property
     def url(self) -> str:
@@ -210,6 +211,8 @@ class Stack:
                 variable = f"TOOLSEARCH_BENCH_SECRET_{spec.name.upper()}"
                 args += ["--require-jwt", "*", "--jwt-secret-env", variable]
                 env[variable] = spec.secret
+            if spec.sessions:
+                args.append("--sessions")
             proc = self._start(f"catalog-{spec.name}", args, env)
             await wait_for(functools.partial(http_answers, f"{spec.url}/healthz"), 60, proc)
 

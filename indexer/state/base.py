@@ -64,6 +64,21 @@ class Principal(NamedTuple):
     subject: str
 
 
+class BackendSession(NamedTuple):
+    """A client session's session at one backend: its `Mcp-Session-Id` and the protocol it negotiated."""
+
+    session_id: str
+    protocol_version: str
+
+
+class EndedSession(NamedTuple):
+    """A session that ended, with what is needed to end its backend sessions in turn."""
+
+    session_id: str
+    token: str | None  # the credentials for passthrough backends, when known
+    backend_sessions: Mapping[str, BackendSession]  # backend id -> its session
+
+
 class VersionRef(NamedTuple):
     """Which index version a session is on: its number (one more per swap) and its fingerprint."""
 
@@ -101,6 +116,8 @@ class SessionRecord:
     listed_epochs: dict[str, int] = field(default_factory=dict)  # passthrough backend -> epoch last listed
     # backends whose rejection of the stored credentials ends the session, while ending it has failed
     ending: frozenset[str] = frozenset()
+    # backend id -> the backend session a router opened for this session (handshake-era backends)
+    backend_sessions: dict[str, BackendSession] = field(default_factory=dict)
     swaps: deque[Swap] = field(default_factory=lambda: deque(maxlen=SWAPS_KEPT))
     created_at: float = field(default_factory=time.time)
 
@@ -180,6 +197,18 @@ class SessionStore(Protocol):
 
     async def implied(self, principal: Principal) -> str | None:
         """The id of the principal's implied session, if it has one."""
+        ...
+
+    async def set_backend_session(
+        self, record: SessionRecord, backend_id: str, previous: str, session: BackendSession | None
+    ) -> BackendSession | None:
+        """Store `session` (None: forget it) as the record's at `backend_id` if the stored one's id is
+        still `previous` ("" for none); returns the one stored afterwards (None when the session is gone).
+        """
+        ...
+
+    def take_expired(self) -> list[EndedSession]:
+        """The sessions found expired since the last call that had backend sessions (each once)."""
         ...
 
     async def close(self) -> None: ...

@@ -14,11 +14,24 @@ which costs one comparison when none has, and the caps count live sessions only.
 from __future__ import annotations
 
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
-from indexer.state.base import NO_CAPS, Principal, Room, RoomFull, SessionRecord, SwapChange
+from indexer.state.base import (
+    NO_CAPS,
+    BackendSession,
+    EndedSession,
+    Principal,
+    Room,
+    RoomFull,
+    SessionRecord,
+    SwapChange,
+)
+
+# expired sessions whose backend sessions wait to be ended; beyond it the oldest are dropped, and
+# their backends end them on their own idle timeouts
+ENDED_KEPT = 10_000
 
 
 class _Held(NamedTuple):
@@ -40,6 +53,7 @@ class LocalSessions:
         # the sessions of each counted principal (those created under a per-principal cap), in use order
         self._owned: dict[Principal, OrderedDict[str, None]] = {}
         self._implied: dict[Principal, str] = {}
+        self._ended: deque[EndedSession] = deque(maxlen=ENDED_KEPT)
 
     def __len__(self) -> int:
         return len(self._held)
@@ -56,6 +70,9 @@ class LocalSessions:
             if oldest.expires > now:
                 break
             self._drop(oldest.record)
+            if oldest.record.backend_sessions:
+                record = oldest.record
+                self._ended.append(EndedSession(record.id, record.token, dict(record.backend_sessions)))
         return now
 
     def _drop(self, record: SessionRecord) -> None:
@@ -136,6 +153,28 @@ class LocalSessions:
             self._drop(held.record)
         elif self._implied.get(record.principal) == record.id:
             del self._implied[record.principal]
+
+    async def set_backend_session(
+        self, record: SessionRecord, backend_id: str, previous: str, session: BackendSession | None
+    ) -> BackendSession | None:
+        self._expire()
+        held = self._held.get(record.id)
+        if held is None:
+            return None
+        stored = held.record.backend_sessions
+        current = stored.get(backend_id)
+        if (current.session_id if current else "") == previous:
+            if session is None:
+                stored.pop(backend_id, None)
+            else:
+                stored[backend_id] = session
+        return stored.get(backend_id)
+
+    def take_expired(self) -> list[EndedSession]:
+        self._expire()
+        ended = list(self._ended)
+        self._ended.clear()
+        return ended
 
     async def close(self) -> None:
         """Nothing is held open."""

@@ -57,6 +57,10 @@ class Keys:
     def swaps(self, session_id: str) -> str:
         return f"{self.prefix}session:{session_id}:swaps"
 
+    def backend_sessions(self, session_id: str) -> str:
+        """The hash of a session's backend sessions: backend id -> [session id, protocol version]."""
+        return f"{self.prefix}session:{session_id}:backends"
+
     def owned(self, principal: str) -> str:
         """The sorted set of a counted principal's sessions (as `expiry`), by a hash of its key."""
         return f"{self.prefix}principal:{hashlib.sha256(principal.encode()).hexdigest()[:32]}"

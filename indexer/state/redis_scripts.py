@@ -67,7 +67,9 @@ return ARGV[1]
 """
 )
 
-# a use: the session's keys and scores live on; KEYS: session, swaps, sessions:expiry; ARGV: id, ttl ms
+# a use: the session's keys and scores live on; KEYS: session, swaps, sessions:expiry, backend
+# sessions; ARGV: id, ttl ms, the backend sessions' ttl ms (longer: the sweep reads them once the
+# session has expired, to end them)
 LOAD = """
 local fields = redis.call('HGETALL', KEYS[1])
 if #fields == 0 then return {} end
@@ -76,13 +78,33 @@ local ttl = tonumber(ARGV[2])
 local expires = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000) + ttl
 redis.call('PEXPIRE', KEYS[1], ttl)
 redis.call('PEXPIRE', KEYS[2], ttl)
+redis.call('PEXPIRE', KEYS[4], tonumber(ARGV[3]))
 redis.call('ZADD', KEYS[3], expires, ARGV[1])
 local owned = redis.call('HGET', KEYS[1], 'owned')
 if owned then
   redis.call('ZADD', owned, expires, ARGV[1])
   redis.call('PEXPIRE', owned, ttl)
 end
-return {fields, redis.call('LRANGE', KEYS[2], 0, -1)}
+return {fields, redis.call('LRANGE', KEYS[2], 0, -1), redis.call('HGETALL', KEYS[4])}
+"""
+
+# a compare-and-set of one backend session; KEYS: session, backend sessions; ARGV: backend id, the
+# session id expected now ('' for none), the new value ('' to forget it), the backend sessions' ttl
+# ms. Returns the value stored afterwards ('' for none), or false when the session is gone.
+SET_BACKEND = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return false end
+local current = redis.call('HGET', KEYS[2], ARGV[1])
+local current_id = ''
+if current then current_id = cjson.decode(current)[1] end
+if current_id == ARGV[2] then
+  if ARGV[3] == '' then
+    redis.call('HDEL', KEYS[2], ARGV[1])
+  else
+    redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
+    redis.call('PEXPIRE', KEYS[2], tonumber(ARGV[4]))
+  end
+end
+return redis.call('HGET', KEYS[2], ARGV[1]) or ''
 """
 
 UPDATE = """
@@ -106,11 +128,12 @@ if ttl > 0 then redis.call('PEXPIRE', KEYS[2], ttl) end
 return number
 """
 
-# KEYS: session, swaps, sessions, implied, sessions:expiry; ARGV: id, implied claim ('' if none)
+# KEYS: session, swaps, sessions, implied, sessions:expiry, backend sessions; ARGV: id, implied
+# claim ('' if none)
 DELETE = """
 local owned = redis.call('HGET', KEYS[1], 'owned')
 if owned then redis.call('ZREM', owned, ARGV[1]) end
-redis.call('DEL', KEYS[1], KEYS[2])
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[6])
 redis.call('SREM', KEYS[3], ARGV[1])
 redis.call('ZREM', KEYS[5], ARGV[1])
 if ARGV[2] ~= '' and redis.call('HGET', KEYS[4], ARGV[2]) == ARGV[1] then

@@ -2,7 +2,9 @@
 
 `session:<id>` holds the principal, the stored token, the backends, the version's number and
 fingerprint and the catalog it was built from; `session:<id>:swaps` the last swap records. Both
-expire `session_ttl` seconds after the session's last use (every load renews them). A session's
+expire `session_ttl` seconds after the session's last use (every load renews them).
+`session:<id>:backends` holds the session's backend sessions and lives a while longer, so that the
+sweep that finds the session expired can still end them. A session's
 version changes only through the swap script, a compare-and-set on its fingerprint that also
 increments its number, so numbers grow by one per swap whichever replica makes it, and two replicas
 computing the same change make one swap between them. `sessions` (every id) and `implied`
@@ -14,6 +16,7 @@ computing the same change make one swap between them. `sessions` (every id) and 
 from __future__ import annotations
 
 import json
+from collections import deque
 from collections.abc import Iterable, Sequence
 from typing import Any, Literal, cast
 
@@ -23,7 +26,9 @@ from indexer.state import redis_scripts as scripts
 from indexer.state.base import (
     NO_CAPS,
     SWAPS_KEPT,
+    BackendSession,
     CatalogRef,
+    EndedSession,
     Principal,
     Room,
     RoomFull,
@@ -33,7 +38,23 @@ from indexer.state.base import (
     VersionRef,
 )
 from indexer.state.listings import digest_of, intern_backends
+from indexer.state.memory import ENDED_KEPT
 from indexer.state.redis import Keys, RedisCatalogs, chunks, guarded, text
+
+# how much longer than its session a backend-sessions hash lives: more than a sweep interval (at
+# most a quarter of the session ttl) and a lease hand-over
+_BACKENDS_MARGIN_MS = 120_000
+
+BackendRows = dict[bytes, bytes]
+
+
+def _backend_sessions(stored: BackendRows) -> dict[str, BackendSession]:
+    """Backend sessions as stored: backend id -> JSON [session id, protocol version]."""
+    sessions = {}
+    for backend_id, value in stored.items():
+        session_id, version = json.loads(value)
+        sessions[text(backend_id)] = BackendSession(str(session_id), str(version))
+    return sessions
 
 
 def principal_key(principal: Principal) -> str:
@@ -74,6 +95,9 @@ class RedisSessions:
     def __init__(self, client: aredis.Redis, keys: Keys, catalogs: RedisCatalogs, ttl: float) -> None:
         self._client, self._keys, self._catalogs = client, keys, catalogs
         self._ttl_ms = int(ttl * 1000)
+        self._backends_ttl_ms = self._ttl_ms + self._ttl_ms // 4 + _BACKENDS_MARGIN_MS
+        self._ended: deque[EndedSession] = deque(maxlen=ENDED_KEPT)
+        self._set_backend = client.register_script(scripts.SET_BACKEND)
         self._check = client.register_script(scripts.CHECK)
         self._create = client.register_script(scripts.CREATE)
         self._load = client.register_script(scripts.LOAD)
@@ -136,39 +160,45 @@ class RedisSessions:
 
     async def load(self, session_id: str) -> SessionRecord | None:
         keys = [self._keys.session(session_id), self._keys.swaps(session_id), self._keys.expiry]
+        keys.append(self._keys.backend_sessions(session_id))
+        args: list[str | int] = [session_id, self._ttl_ms, self._backends_ttl_ms]
         async with guarded("reading a session"):
-            answer = await self._load(keys=keys, args=[session_id, self._ttl_ms])  # a use: it lives on
+            answer = await self._load(keys=keys, args=args)  # a use: it lives on
         if not answer:
             return None
-        flat, swap_list = answer
+        flat, swap_list, backends = answer
         stored = dict(zip(flat[::2], flat[1::2], strict=True))
-        decoded = await self._decode([(session_id, stored, swap_list)])
+        backend_rows = dict(zip(backends[::2], backends[1::2], strict=True))
+        decoded = await self._decode([(session_id, stored, swap_list, backend_rows)])
         return decoded[0] if decoded else None
 
     async def records(self) -> list[SessionRecord]:
         async with guarded("listing sessions"):
             ids = sorted(text(i) for i in await self._client.smembers(self._keys.sessions))
-        rows: list[tuple[str, dict[bytes, bytes], list[bytes]]] = []
+        rows: list[tuple[str, dict[bytes, bytes], list[bytes], BackendRows]] = []
         for part in chunks(ids):
             async with guarded("reading sessions"), self._client.pipeline(transaction=False) as pipe:
                 for session_id in part:
                     pipe.hgetall(self._keys.session(session_id))
                     pipe.lrange(self._keys.swaps(session_id), 0, -1)
+                    pipe.hgetall(self._keys.backend_sessions(session_id))
                 answers = await pipe.execute()
-            rows += [(i, answers[2 * n], answers[2 * n + 1]) for n, i in enumerate(part)]
+            rows += [(i, *answers[3 * n : 3 * n + 3]) for n, i in enumerate(part)]
         return await self._decode(rows)
 
     async def _decode(
-        self, rows: Sequence[tuple[str, dict[bytes, bytes], list[bytes]]]
+        self, rows: Sequence[tuple[str, dict[bytes, bytes], list[bytes], BackendRows]]
     ) -> list[SessionRecord]:
         """Records from stored hashes; own listings come from the catalog store by digest."""
         parsed = [
-            (i, {text(k): text(v) for k, v in stored.items()}, swaps) for i, stored, swaps in rows if stored
+            (i, {text(k): text(v) for k, v in stored.items()}, swaps, backends)
+            for i, stored, swaps, backends in rows
+            if stored
         ]
-        own = {i: json.loads(fields.get("own") or "{}") for i, fields, _ in parsed}
+        own = {i: json.loads(fields.get("own") or "{}") for i, fields, _, _ in parsed}
         listings = await self._catalogs.get(d for digests in own.values() for d in digests.values())
         records = []
-        for session_id, fields, swap_list in parsed:
+        for session_id, fields, swap_list, backends in parsed:
             epochs = {b: int(e) for b, e in json.loads(fields.get("epochs") or "{}").items()}
             kept = {b: listings[d] for b, d in own[session_id].items() if d in listings}
             for backend_id in set(own[session_id]) - set(kept):
@@ -187,6 +217,7 @@ class RedisSessions:
                 catalog=catalog,
                 listed_epochs=epochs,
                 created_at=float(fields.get("created_at") or 0.0),
+                backend_sessions=_backend_sessions(backends),
             )
             record.swaps.extend(_swap(json.loads(s)) for s in reversed(swap_list[:SWAPS_KEPT]))
             records.append(record)
@@ -215,7 +246,7 @@ class RedisSessions:
 
     async def delete(self, record: SessionRecord) -> None:
         keys = [self._keys.session(record.id), self._keys.swaps(record.id), self._keys.sessions]
-        keys += [self._keys.implied, self._keys.expiry]
+        keys += [self._keys.implied, self._keys.expiry, self._keys.backend_sessions(record.id)]
         principal = principal_key(record.principal) if record.implied else ""
         async with guarded("ending a session"):
             await self._delete(keys=keys, args=[record.id, principal])
@@ -242,6 +273,7 @@ class RedisSessions:
                     continue
                 digests.update(d for _, d in json.loads(catalog))
                 digests.update(json.loads(own or "{}").values())
+        await self._collect_ended(sorted(dead))
         async with guarded("sweeping sessions"):
             if gone := sorted(dead & set(ids)):
                 await self._client.srem(self._keys.sessions, *gone)
@@ -250,6 +282,38 @@ class RedisSessions:
                     await self._forget_implied(keys=[self._keys.implied], args=[principal, session_id])
         await self._catalogs.touch(digests)
         return len(dead & set(ids))
+
+    async def _collect_ended(self, dead: Sequence[str]) -> None:
+        """Take the backend sessions of expired sessions, for `take_expired`, and forget them."""
+        for part in chunks(dead):
+            async with guarded("sweeping sessions"), self._client.pipeline(transaction=False) as pipe:
+                for session_id in part:
+                    pipe.hgetall(self._keys.backend_sessions(session_id))
+                    pipe.delete(self._keys.backend_sessions(session_id))
+                answers = await pipe.execute()
+            for n, session_id in enumerate(part):
+                if backends := _backend_sessions(answers[2 * n]):
+                    # the stored token expired with the session: passthrough backends are ended
+                    # without credentials, and may refuse (their idle timeout ends them then)
+                    self._ended.append(EndedSession(session_id, None, backends))
+
+    async def set_backend_session(
+        self, record: SessionRecord, backend_id: str, previous: str, session: BackendSession | None
+    ) -> BackendSession | None:
+        keys = [self._keys.session(record.id), self._keys.backend_sessions(record.id)]
+        value = json.dumps(list(session)) if session is not None else ""
+        args: list[str | int] = [backend_id, previous, value, self._backends_ttl_ms]
+        async with guarded("storing a backend session"):
+            answer = await self._set_backend(keys=keys, args=args)
+        if not answer:
+            return None
+        session_id, version = json.loads(text(answer))
+        return BackendSession(str(session_id), str(version))
+
+    def take_expired(self) -> list[EndedSession]:
+        ended = list(self._ended)
+        self._ended.clear()
+        return ended
 
     async def close(self) -> None:
         """The connection belongs to the state backend, which closes it."""

@@ -1,5 +1,6 @@
 """What several tests need around the SDK's client: recording session ids, spreading requests over
-routers, and waiting for a condition with a bound."""
+routers, waiting for a condition with a bound, and a raw JSON-RPC client whose session any router
+replica may serve."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx2
+
+from tests.support.stack import HEADERS, INITIALIZE
 
 WAIT = 30.0  # seconds any condition may take at most
 
@@ -52,3 +55,53 @@ async def until(check: Callable[[], Awaitable[Any]], what: str, timeout: float =
             return result
         await asyncio.sleep(0.05)
     raise AssertionError(f"not within {timeout}s: {what}")
+
+
+class RawClient:
+    """A handshake-era client session, posted to whichever router replica a call names."""
+
+    def __init__(self, http: httpx2.AsyncClient) -> None:
+        self.http = http
+        self.session_id = ""
+        self._id = 1
+
+    async def initialize(self, mcp_url: str) -> None:
+        response = await self.http.post(mcp_url, json=INITIALIZE, headers=HEADERS)
+        assert response.status_code == 200, response.text
+        self.session_id = response.headers["mcp-session-id"]
+        notified = await self.http.post(
+            mcp_url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=self.headers()
+        )
+        assert notified.status_code == 202, notified.text
+
+    def headers(self) -> dict[str, str]:
+        return {**HEADERS, "Mcp-Session-Id": self.session_id, "MCP-Protocol-Version": "2025-11-25"}
+
+    def next_id(self) -> int:
+        self._id += 1
+        return self._id
+
+    async def call(
+        self, mcp_url: str, name: str, parameters: dict[str, Any], request_id: int | None = None
+    ) -> dict[str, Any]:
+        """call_tool through the router at `mcp_url` (under `request_id`, if given); the tool result."""
+        params = {"name": "call_tool", "arguments": {"tool_name": name, "parameters": parameters}}
+        message = {
+            "jsonrpc": "2.0",
+            "id": request_id or self.next_id(),
+            "method": "tools/call",
+            "params": params,
+        }
+        response = await self.http.post(mcp_url, json=message, headers=self.headers())
+        assert response.status_code == 200, response.text
+        result: dict[str, Any] = response.json()["result"]
+        return result
+
+    async def notify(self, mcp_url: str, method: str, params: dict[str, Any]) -> None:
+        message = {"jsonrpc": "2.0", "method": method, "params": params}
+        response = await self.http.post(mcp_url, json=message, headers=self.headers())
+        assert response.status_code == 202, response.text
+
+    async def end(self, mcp_url: str) -> None:
+        response = await self.http.delete(mcp_url, headers=self.headers())
+        assert response.status_code == 200, response.text

@@ -61,13 +61,16 @@ async def light_stack(
     env: Mapping[str, str] | None = None,
     require_jwt: tuple[str, ...] = (),
     router_args: Sequence[str] = (),
+    backends: Sequence[Mapping[str, Any]] = (),
+    indexer: Mapping[str, Any] | None = None,
 ) -> AsyncIterator[LightStack]:
     """A catalog server (with test controls) of three small servers, an indexer, and a router.
 
     `router` adds to the router section, `catalog` to the catalog server's entry (e.g.
     `backend_max_response_bytes`); `env` goes to the processes and gives the indexer its secrets;
-    `require_jwt` names the catalog servers that demand a JWT (secret in `env`); `router_args` go to
-    `toolsearch router` (e.g. `--log-format json`).
+    `require_jwt` names the catalog servers that demand a JWT (secret in `env`); `backends` are
+    more backends beside the catalog server's, `indexer` adds to the indexer section; `router_args` go
+    to `toolsearch router` (e.g. `--log-format json`).
     """
     small_catalog(folder / "catalog.jsonl")
     catalog_port, indexer_port, router_port = free_port(), free_port(), free_port()
@@ -88,8 +91,10 @@ async def light_stack(
             "cache_dir": str(folder / "cache"),
             "discovery_timeout": 10.0,
             "health": {"enabled": False},
+            **(indexer or {}),
         },
         "catalog_servers": [server],
+        "backends": [dict(b) for b in backends],
     }
     path = folder / "toolsearch.yaml"
     path.write_text(yaml.safe_dump(config))

@@ -4,6 +4,7 @@
 
 - `echo`: a correct server with a tool `echo`, answering its arguments as text (and its pid), a
   tool `wait` that never answers, and a tool `cancelled` listing the requests cancelled so far;
+- `patient`: `echo`, listing `wait` and `cancelled` too, so that they can be found and called;
 - `banner`: prints a line that is not JSON-RPC to stdout first, then behaves as `echo`;
 - `flood`: `echo`, writing FLOOD_LINES lines to stderr as fast as it can meanwhile;
 - `noise`: writes only lines that are not JSON-RPC to stdout, and never answers;
@@ -23,6 +24,7 @@ import time
 
 FLOOD_LINES = 50_000
 CANCELLED: list[object] = []  # ids of the requests a notifications/cancelled named
+LISTED = ["echo"]  # the tools tools/list names
 
 
 def _send(message: dict[str, object]) -> None:
@@ -44,7 +46,12 @@ def _answer(request: dict[str, object]) -> dict[str, object] | None:
         return {}
     if method == "tools/list":
         schema = {"type": "object", "properties": {"text": {"type": "string"}}}
-        return {"tools": [{"name": "echo", "description": "Echo the text back", "inputSchema": schema}]}
+        described = {
+            "echo": "Echo the text back",
+            "wait": "Wait for ever: never answers",
+            "cancelled": "The ids of the requests cancelled so far",
+        }
+        return {"tools": [{"name": n, "description": described[n], "inputSchema": schema} for n in LISTED]}
     if method == "tools/call" and params.get("name") == "cancelled":
         return {"content": [{"type": "text", "text": json.dumps(CANCELLED)}]}
     if method == "tools/call":
@@ -82,7 +89,10 @@ def flood() -> None:
 
 
 def main(kind: str) -> None:
-    if kind == "echo":
+    if kind == "patient":
+        LISTED.extend(["wait", "cancelled"])
+        echo()
+    elif kind == "echo":
         echo()
     elif kind == "banner":
         print("server starting up (a banner on stdout)", flush=True)

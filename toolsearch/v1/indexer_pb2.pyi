@@ -210,18 +210,24 @@ class CloseSessionRequest(_message.Message):
 
     SESSION_ID_FIELD_NUMBER: _builtins.int
     PRINCIPAL_FIELD_NUMBER: _builtins.int
+    CREDENTIALS_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     @_builtins.property
     def principal(self) -> Global___Principal: ...
+    @_builtins.property
+    def credentials(self) -> Global___Credentials:
+        """The caller's credentials, to end the session's backend sessions at passthrough backends."""
+
     def __init__(
         self,
         *,
         session_id: _builtins.str = ...,
         principal: Global___Principal | None = ...,
+        credentials: Global___Credentials | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["principal", b"principal"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["credentials", b"credentials", "principal", b"principal"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["principal", b"principal", "session_id", b"session_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["credentials", b"credentials", "principal", b"principal", "session_id", b"session_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -541,6 +547,8 @@ class ResolveToolResponse(_message.Message):
     PROTOCOL_VERSION_FIELD_NUMBER: _builtins.int
     TIMEOUT_SECONDS_FIELD_NUMBER: _builtins.int
     MAX_RESPONSE_BYTES_FIELD_NUMBER: _builtins.int
+    TRANSPORT_FIELD_NUMBER: _builtins.int
+    BACKEND_SESSION_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     original_name: _builtins.str
     """the backend's own name for the tool"""
@@ -553,10 +561,16 @@ class ResolveToolResponse(_message.Message):
     """the backend's call timeout"""
     max_response_bytes: _builtins.int
     """the most a call result may weigh (0: the router's default)"""
+    transport: _builtins.str
+    """streamable_http | sse: how the backend is reached"""
     @_builtins.property
     def auth(self) -> Global___BackendAuth: ...
     @_builtins.property
     def version(self) -> Global___IndexVersionRef: ...
+    @_builtins.property
+    def backend_session(self) -> Global___BackendSession:
+        """The session's backend session at this backend, if one was opened (handshake-era backends)."""
+
     def __init__(
         self,
         *,
@@ -570,14 +584,180 @@ class ResolveToolResponse(_message.Message):
         protocol_version: _builtins.str = ...,
         timeout_seconds: _builtins.float = ...,
         max_response_bytes: _builtins.int = ...,
+        transport: _builtins.str = ...,
+        backend_session: Global___BackendSession | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["auth", b"auth", "version", b"version"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["auth", b"auth", "backend_session", b"backend_session", "version", b"version"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["auth", b"auth", "backend_id", b"backend_id", "backend_url", b"backend_url", "input_schema_json", b"input_schema_json", "max_response_bytes", b"max_response_bytes", "name", b"name", "original_name", b"original_name", "protocol_version", b"protocol_version", "timeout_seconds", b"timeout_seconds", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["auth", b"auth", "backend_id", b"backend_id", "backend_session", b"backend_session", "backend_url", b"backend_url", "input_schema_json", b"input_schema_json", "max_response_bytes", b"max_response_bytes", "name", b"name", "original_name", b"original_name", "protocol_version", b"protocol_version", "timeout_seconds", b"timeout_seconds", "transport", b"transport", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ResolveToolResponse: _TypeAlias = ResolveToolResponse  # noqa: Y015
+
+@_typing.final
+class BackendSession(_message.Message):
+    """A client session's session at one backend: its Mcp-Session-Id and the protocol it negotiated."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    PROTOCOL_VERSION_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    """"" when there is none"""
+    protocol_version: _builtins.str
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+        protocol_version: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["protocol_version", b"protocol_version", "session_id", b"session_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___BackendSession: _TypeAlias = BackendSession  # noqa: Y015
+
+@_typing.final
+class SetBackendSessionRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    PRINCIPAL_FIELD_NUMBER: _builtins.int
+    BACKEND_ID_FIELD_NUMBER: _builtins.int
+    PREVIOUS_FIELD_NUMBER: _builtins.int
+    BACKEND_SESSION_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    backend_id: _builtins.str
+    previous: _builtins.str
+    """The backend session the router saw ("" if none): the new one is stored only if it is still
+    the stored one, so two replicas opening one at once keep one between them.
+    """
+    @_builtins.property
+    def principal(self) -> Global___Principal: ...
+    @_builtins.property
+    def backend_session(self) -> Global___BackendSession: ...
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+        principal: Global___Principal | None = ...,
+        backend_id: _builtins.str = ...,
+        previous: _builtins.str = ...,
+        backend_session: Global___BackendSession | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["backend_session", b"backend_session", "principal", b"principal"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["backend_id", b"backend_id", "backend_session", b"backend_session", "previous", b"previous", "principal", b"principal", "session_id", b"session_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SetBackendSessionRequest: _TypeAlias = SetBackendSessionRequest  # noqa: Y015
+
+@_typing.final
+class SetBackendSessionResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STORED_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def stored(self) -> Global___BackendSession:
+        """the backend session stored now: the given one, or the one that won"""
+
+    def __init__(
+        self,
+        *,
+        stored: Global___BackendSession | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["stored", b"stored"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["stored", b"stored"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SetBackendSessionResponse: _TypeAlias = SetBackendSessionResponse  # noqa: Y015
+
+@_typing.final
+class BackendSessionsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    PRINCIPAL_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    @_builtins.property
+    def principal(self) -> Global___Principal: ...
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+        principal: Global___Principal | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["principal", b"principal"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["principal", b"principal", "session_id", b"session_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___BackendSessionsRequest: _TypeAlias = BackendSessionsRequest  # noqa: Y015
+
+@_typing.final
+class SessionAtBackend(_message.Message):
+    """One backend session of a client session, and how to reach its backend."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    BACKEND_ID_FIELD_NUMBER: _builtins.int
+    BACKEND_URL_FIELD_NUMBER: _builtins.int
+    AUTH_FIELD_NUMBER: _builtins.int
+    BACKEND_SESSION_FIELD_NUMBER: _builtins.int
+    TIMEOUT_SECONDS_FIELD_NUMBER: _builtins.int
+    backend_id: _builtins.str
+    backend_url: _builtins.str
+    timeout_seconds: _builtins.float
+    """the backend's call timeout"""
+    @_builtins.property
+    def auth(self) -> Global___BackendAuth: ...
+    @_builtins.property
+    def backend_session(self) -> Global___BackendSession: ...
+    def __init__(
+        self,
+        *,
+        backend_id: _builtins.str = ...,
+        backend_url: _builtins.str = ...,
+        auth: Global___BackendAuth | None = ...,
+        backend_session: Global___BackendSession | None = ...,
+        timeout_seconds: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["auth", b"auth", "backend_session", b"backend_session"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["auth", b"auth", "backend_id", b"backend_id", "backend_session", b"backend_session", "backend_url", b"backend_url", "timeout_seconds", b"timeout_seconds"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SessionAtBackend: _TypeAlias = SessionAtBackend  # noqa: Y015
+
+@_typing.final
+class BackendSessionsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    BACKENDS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def backends(self) -> _containers.RepeatedCompositeFieldContainer[Global___SessionAtBackend]:
+        """those with a session id, of backends still configured"""
+
+    def __init__(
+        self,
+        *,
+        backends: _abc.Iterable[Global___SessionAtBackend] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["backends", b"backends"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___BackendSessionsResponse: _TypeAlias = BackendSessionsResponse  # noqa: Y015
 
 @_typing.final
 class PinnedToolsRequest(_message.Message):

@@ -75,6 +75,16 @@ class IndexerStub:
                 request_serializer=toolsearch_dot_v1_dot_indexer__pb2.PinnedToolsRequest.SerializeToString,
                 response_deserializer=toolsearch_dot_v1_dot_indexer__pb2.PinnedToolsResponse.FromString,
                 _registered_method=True)
+        self.SetBackendSession = channel.unary_unary(
+                '/toolsearch.v1.Indexer/SetBackendSession',
+                request_serializer=toolsearch_dot_v1_dot_indexer__pb2.SetBackendSessionRequest.SerializeToString,
+                response_deserializer=toolsearch_dot_v1_dot_indexer__pb2.SetBackendSessionResponse.FromString,
+                _registered_method=True)
+        self.BackendSessions = channel.unary_unary(
+                '/toolsearch.v1.Indexer/BackendSessions',
+                request_serializer=toolsearch_dot_v1_dot_indexer__pb2.BackendSessionsRequest.SerializeToString,
+                response_deserializer=toolsearch_dot_v1_dot_indexer__pb2.BackendSessionsResponse.FromString,
+                _registered_method=True)
 
 
 class IndexerServicer:
@@ -133,6 +143,22 @@ class IndexerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetBackendSession(self, request, context):
+        """Records the backend session a router opened for a client session (compare-and-set on the one
+        it saw), so every replica reuses it; ResolveTool hands it back with the tool.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def BackendSessions(self, request, context):
+        """The session's backend sessions, with where and how to reach each: a client's cancellation is
+        passed on to them from whichever router replica it reaches.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_IndexerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -170,6 +196,16 @@ def add_IndexerServicer_to_server(servicer, server):
                     servicer.PinnedTools,
                     request_deserializer=toolsearch_dot_v1_dot_indexer__pb2.PinnedToolsRequest.FromString,
                     response_serializer=toolsearch_dot_v1_dot_indexer__pb2.PinnedToolsResponse.SerializeToString,
+            ),
+            'SetBackendSession': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetBackendSession,
+                    request_deserializer=toolsearch_dot_v1_dot_indexer__pb2.SetBackendSessionRequest.FromString,
+                    response_serializer=toolsearch_dot_v1_dot_indexer__pb2.SetBackendSessionResponse.SerializeToString,
+            ),
+            'BackendSessions': grpc.unary_unary_rpc_method_handler(
+                    servicer.BackendSessions,
+                    request_deserializer=toolsearch_dot_v1_dot_indexer__pb2.BackendSessionsRequest.FromString,
+                    response_serializer=toolsearch_dot_v1_dot_indexer__pb2.BackendSessionsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -367,6 +403,60 @@ class Indexer:
             '/toolsearch.v1.Indexer/PinnedTools',
             toolsearch_dot_v1_dot_indexer__pb2.PinnedToolsRequest.SerializeToString,
             toolsearch_dot_v1_dot_indexer__pb2.PinnedToolsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetBackendSession(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/toolsearch.v1.Indexer/SetBackendSession',
+            toolsearch_dot_v1_dot_indexer__pb2.SetBackendSessionRequest.SerializeToString,
+            toolsearch_dot_v1_dot_indexer__pb2.SetBackendSessionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def BackendSessions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/toolsearch.v1.Indexer/BackendSessions',
+            toolsearch_dot_v1_dot_indexer__pb2.BackendSessionsRequest.SerializeToString,
+            toolsearch_dot_v1_dot_indexer__pb2.BackendSessionsResponse.FromString,
             options,
             channel_credentials,
             insecure,

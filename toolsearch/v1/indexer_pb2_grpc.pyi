@@ -56,6 +56,14 @@ class IndexerStub:
     """The session's tools that match operator patterns ("backend/tool", "backend/*"), for tools/list.
     Taken from every usable backend's last listing, down or not, so health does not change the set.
     """
+    SetBackendSession: _grpc.UnaryUnaryMultiCallable[_indexer_pb2.SetBackendSessionRequest, _indexer_pb2.SetBackendSessionResponse]
+    """Records the backend session a router opened for a client session (compare-and-set on the one
+    it saw), so every replica reuses it; ResolveTool hands it back with the tool.
+    """
+    BackendSessions: _grpc.UnaryUnaryMultiCallable[_indexer_pb2.BackendSessionsRequest, _indexer_pb2.BackendSessionsResponse]
+    """The session's backend sessions, with where and how to reach each: a client's cancellation is
+    passed on to them from whichever router replica it reaches.
+    """
 
 @_typing.type_check_only
 class IndexerAsyncStub(IndexerStub):
@@ -80,6 +88,14 @@ class IndexerAsyncStub(IndexerStub):
     PinnedTools: _aio.UnaryUnaryMultiCallable[_indexer_pb2.PinnedToolsRequest, _indexer_pb2.PinnedToolsResponse]  # type: ignore[assignment]
     """The session's tools that match operator patterns ("backend/tool", "backend/*"), for tools/list.
     Taken from every usable backend's last listing, down or not, so health does not change the set.
+    """
+    SetBackendSession: _aio.UnaryUnaryMultiCallable[_indexer_pb2.SetBackendSessionRequest, _indexer_pb2.SetBackendSessionResponse]  # type: ignore[assignment]
+    """Records the backend session a router opened for a client session (compare-and-set on the one
+    it saw), so every replica reuses it; ResolveTool hands it back with the tool.
+    """
+    BackendSessions: _aio.UnaryUnaryMultiCallable[_indexer_pb2.BackendSessionsRequest, _indexer_pb2.BackendSessionsResponse]  # type: ignore[assignment]
+    """The session's backend sessions, with where and how to reach each: a client's cancellation is
+    passed on to them from whichever router replica it reaches.
     """
 
 class IndexerServicer(metaclass=_abc_1.ABCMeta):
@@ -144,6 +160,26 @@ class IndexerServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_indexer_pb2.PinnedToolsResponse, _abc.Awaitable[_indexer_pb2.PinnedToolsResponse]]:
         """The session's tools that match operator patterns ("backend/tool", "backend/*"), for tools/list.
         Taken from every usable backend's last listing, down or not, so health does not change the set.
+        """
+
+    @_abc_1.abstractmethod
+    def SetBackendSession(
+        self,
+        request: _indexer_pb2.SetBackendSessionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_indexer_pb2.SetBackendSessionResponse, _abc.Awaitable[_indexer_pb2.SetBackendSessionResponse]]:
+        """Records the backend session a router opened for a client session (compare-and-set on the one
+        it saw), so every replica reuses it; ResolveTool hands it back with the tool.
+        """
+
+    @_abc_1.abstractmethod
+    def BackendSessions(
+        self,
+        request: _indexer_pb2.BackendSessionsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_indexer_pb2.BackendSessionsResponse, _abc.Awaitable[_indexer_pb2.BackendSessionsResponse]]:
+        """The session's backend sessions, with where and how to reach each: a client's cancellation is
+        passed on to them from whichever router replica it reaches.
         """
 
 def add_IndexerServicer_to_server(servicer: IndexerServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -1,0 +1,129 @@
+"""What a backend streams during a call reaches the client (progress, on the call's own stream), and
+the client's cancellation reaches the backend, whichever router replica it is sent to.
+
+Real processes on loopback: server-everything over Streamable HTTP (its long-running operation
+reports progress at each step when the caller gives a progress token) or a small stdio server behind
+the bridge (a tool that never answers, and one that lists the cancellations it was sent), an indexer
+in the test's loop and router processes, and the SDK's client in both protocol eras.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import socket
+import sys
+from pathlib import Path
+
+import httpx2
+import pytest
+
+from tests.support.bridges import fake, mcp_client, needs_everything, running_bridge
+from tests.support.clients import RawClient
+from tests.support.everything import stack_with_everything
+from tests.support.processes import free_port, start_process
+from tests.support.routers import another_router, light_stack
+from tests.support.stack import HEADERS, INITIALIZE
+from tests.support.waits import wait_for
+
+LONG = "trigger-long-running-operation"
+ASKING_SERVER = Path(__file__).parent / "support" / "asking_server.py"
+
+
+def _accepts(port: int) -> bool:
+    with socket.socket() as probe:
+        probe.settimeout(0.5)
+        return probe.connect_ex(("127.0.0.1", port)) == 0
+
+
+@needs_everything
+@pytest.mark.parametrize("mode", ["legacy", "auto"], ids=["handshake client", "2026-07-28 client"])
+async def test_progress_notifications_of_a_backend_reach_the_client_before_the_result(
+    tmp_path: Path, mode: str
+) -> None:
+    async with stack_with_everything(tmp_path) as (stack, _):
+        reports: list[tuple[float, float | None]] = []
+
+        async def progress(value: float, total: float | None, message: str | None) -> None:
+            reports.append((value, total))
+
+        async with mcp_client(stack.mcp_url, mode=mode) as client:
+            result = await client.call_tool(
+                "call_tool",
+                {"tool_name": LONG, "parameters": {"duration": 0.4, "steps": 4}},
+                progress_callback=progress,
+            )
+        assert not result.is_error, result
+        assert "Long running operation completed" in result.content[0].text
+        assert reports == [(1.0, 4.0), (2.0, 4.0), (3.0, 4.0), (4.0, 4.0)]
+
+
+@needs_everything
+async def test_a_call_without_a_progress_token_is_answered_with_plain_json(tmp_path: Path) -> None:
+    async with stack_with_everything(tmp_path) as (stack, _), httpx2.AsyncClient(timeout=30) as http:
+        opened = await http.post(stack.mcp_url, json=INITIALIZE, headers=HEADERS)
+        headers = {**HEADERS, "Mcp-Session-Id": opened.headers["mcp-session-id"]}
+        params = {"name": "call_tool", "arguments": {"tool_name": LONG, "parameters": {"duration": 0.1}}}
+        message = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": params}
+        response = await http.post(stack.mcp_url, json=message, headers=headers)
+        assert response.headers["content-type"].startswith("application/json")
+        assert "Long running operation completed" in response.json()["result"]["content"][0]["text"]
+
+
+async def test_a_cancellation_sent_to_another_replica_reaches_the_backend_and_ends_the_call(
+    tmp_path: Path,
+) -> None:
+    with running_bridge(tmp_path, [fake("patient", id="patient")]) as bridge:
+        backend = {"id": "patient", "url": bridge.mcp_url("patient"), "timeout": 60}
+        async with light_stack(tmp_path, backends=[backend]) as stack:
+            second, second_url = await asyncio.to_thread(another_router, stack, "second", {})
+            try:
+                async with httpx2.AsyncClient(timeout=90) as http:
+                    client = RawClient(http)
+                    await client.initialize(stack.mcp_url)
+                    # the session's backend session is opened by a first call
+                    assert not (await client.call(stack.mcp_url, "echo", {"text": "hi"})).get("isError")
+                    waiting_id = client.next_id()
+                    waiting = asyncio.create_task(client.call(stack.mcp_url, "wait", {}, waiting_id))
+                    cancel = {"requestId": waiting_id, "reason": "the user gave up"}
+
+                    def ended() -> bool:
+                        return waiting.done()
+
+                    async def cancel_until_ended() -> None:
+                        # the call may not have reached the backend yet: a cancellation of a request
+                        # the backend does not know is ignored, so it is sent again until one lands
+                        while not ended():
+                            await client.notify(f"{second_url}/mcp", "notifications/cancelled", cancel)
+                            with contextlib.suppress(TimeoutError):
+                                await wait_for(ended, within=0.5)
+
+                    async with asyncio.timeout(20):  # far less than the backend's 60 s timeout
+                        await asyncio.gather(cancel_until_ended(), waiting)
+                    seen = await client.call(stack.mcp_url, "cancelled", {})
+            finally:
+                second.stop()
+    assert waiting.result().get("isError"), waiting.result()
+    assert len(json.loads(seen["content"][0]["text"])) >= 1  # the stdio server was told too, by the bridge
+
+
+async def test_a_backends_sampling_request_during_a_call_is_refused_at_once_and_the_call_answers(
+    tmp_path: Path,
+) -> None:
+    port = free_port()
+    asking = await asyncio.to_thread(start_process, [sys.executable, str(ASKING_SERVER), str(port)], None)
+    try:
+        await wait_for(lambda: _accepts(port) or asking.returncode is not None)
+        backend = {"id": "asking", "url": f"http://127.0.0.1:{port}/mcp/", "timeout": 60}
+        async with light_stack(tmp_path, backends=[backend]) as stack, httpx2.AsyncClient(timeout=90) as http:
+            client = RawClient(http)
+            await client.initialize(stack.mcp_url)
+            async with asyncio.timeout(20):  # far less than the backend's 60 s and its own 60 s wait
+                result = await client.call(stack.mcp_url, "ask", {})
+    finally:
+        asking.stop()
+    assert result["content"][0]["text"] == (
+        "refused: toolsearch does not relay sampling/createMessage to its clients: the client of "
+        "this call cannot answer it"
+    ), result
