@@ -184,11 +184,11 @@ async def test_a_failed_end_keeps_the_version_and_is_retried_at_the_next_rebuild
         end = indexer.sessions.end
         failures: list[str] = []
 
-        async def failing_once(target: SessionRecord) -> None:
+        async def failing_once(target: SessionRecord, token: str | None = None) -> None:
             if not failures:
                 failures.append(target.id)
                 raise RuntimeError("the session store is unreachable")
-            await end(target)
+            await end(target, token)
 
         monkeypatch.setattr(indexer.sessions, "end", failing_once)
         with caplog.at_level(logging.WARNING, logger="indexer.sessions"):
