@@ -12,7 +12,7 @@ HTTP+SSE transport (the SDK's SSE client), everything else over Streamable HTTP.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import anyio
@@ -26,7 +26,7 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSI
 
 from indexer.errors import BackendRejected, BackendUnavailable
 from indexer.state.listings import Listing, ServerInfo
-from toolsearch.responses import BoundedTransport
+from toolsearch.responses import BoundedTransport, lent_client
 from toolsearch.settings import DEFAULT_MAX_RESPONSE_BYTES
 
 # A server that pages forever must not hang discovery.
@@ -69,19 +69,6 @@ def pinned_mode(protocol_version: str) -> str:
     if protocol_version in HANDSHAKE_PROTOCOL_VERSIONS:
         return "legacy"  # the initialize handshake, without the server/discover request "auto" tries first
     return "auto"
-
-
-def _given(http: httpx2.AsyncClient) -> Callable[..., httpx2.AsyncClient]:
-    """An httpx client factory for the SDK's SSE client that hands it `http` (headers, bound, hooks)."""
-
-    def factory(
-        headers: dict[str, str] | None = None,
-        timeout: httpx2.Timeout | None = None,
-        auth: httpx2.Auth | None = None,
-    ) -> httpx2.AsyncClient:
-        return http
-
-    return factory
 
 
 def _too_large(backend_id: str, limit: int) -> BackendUnavailable:
@@ -182,7 +169,9 @@ async def list_tools(
     try:
         with anyio.fail_after(timeout):
             connection = (
-                sse_client(url, timeout=timeout, sse_read_timeout=timeout, httpx_client_factory=_given(http))
+                sse_client(
+                    url, timeout=timeout, sse_read_timeout=timeout, httpx_client_factory=lent_client(http)
+                )
                 if mcp_transport == "sse"
                 else streamable_http_client(url, http_client=http, max_sse_event_size=bounded.limit)
             )

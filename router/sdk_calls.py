@@ -10,7 +10,6 @@ raised into the router's backend errors.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 
 import anyio
 import httpx2
@@ -31,7 +30,7 @@ from router.errors import (
     BackendUnavailable,
 )
 from router.relays import NotificationRelay
-from toolsearch.responses import BoundedTransport
+from toolsearch.responses import BoundedTransport, lent_client
 
 logger = logging.getLogger(__name__)
 
@@ -114,7 +113,7 @@ async def call_by_sdk(
                     url,
                     timeout=timeout_seconds,
                     sse_read_timeout=timeout_seconds,
-                    httpx_client_factory=_given(http),
+                    httpx_client_factory=lent_client(http),
                 )
                 if transport == "sse"
                 # the SDK's own cap on one SSE event (1 MiB) would cut an answer the limit allows
@@ -142,16 +141,3 @@ async def call_by_sdk(
     if result is None:
         raise BackendUnavailable(backend_id, "closed the connection without answering")
     return without_server_info(result)
-
-
-def _given(http: httpx2.AsyncClient) -> Callable[..., httpx2.AsyncClient]:
-    """An httpx client factory for the SDK's SSE client that hands it `http` (headers, bound, hooks)."""
-
-    def factory(
-        headers: dict[str, str] | None = None,
-        timeout: httpx2.Timeout | None = None,
-        auth: httpx2.Auth | None = None,
-    ) -> httpx2.AsyncClient:
-        return http
-
-    return factory

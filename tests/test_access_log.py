@@ -20,6 +20,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from tests.support.routers import LightStack, light_stack
+from tests.support.stack import INITIALIZE
 from tests.support.waits import wait_for
 
 SECRET = "access-log-secret-of-32-bytes-at-least"
@@ -96,19 +97,9 @@ async def test_each_mcp_request_gets_one_line_naming_tool_backend_outcome_versio
 async def test_the_session_is_a_hash_of_its_id_and_no_token_reaches_the_log(stack: LightStack) -> None:
     bearer = token("bob")
     headers = {"Authorization": f"Bearer {bearer}", "Accept": "application/json, text/event-stream"}
-    initialize = {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": "2025-11-25",
-            "capabilities": {},
-            "clientInfo": {"name": "t", "version": "1"},
-        },
-    }
     before = len(access_lines(stack))
     async with httpx2.AsyncClient(timeout=WAIT, headers=headers) as http:
-        opened = await http.post(stack.mcp_url, json=initialize)
+        opened = await http.post(stack.mcp_url, json=INITIALIZE)
         session_id = opened.headers["mcp-session-id"]
         listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
         listed = await http.post(stack.mcp_url, json=listing, headers={"Mcp-Session-Id": session_id})

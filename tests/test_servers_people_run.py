@@ -123,10 +123,7 @@ async def test_a_legacy_sse_servers_tool_is_called_through_the_router(stack: tup
 def test_the_indexer_judges_stdio_and_sse_backends_as_any_other(stack: tuple[Stack, Bridge]) -> None:
     running, _ = stack
     status = start_process([*CLI, "status", "--json", "--config", str(running.config_path)], None)
-    deadline = time.monotonic() + 30
-    while status.returncode is None and time.monotonic() < deadline:
-        time.sleep(0.1)
-    output = status.stop()
+    output = status.wait_exit(30)
     backends = {b["id"]: b for b in json.loads(output[output.index("{") :])["backends"]}
     expected = {"time": 2, "parrot": 1} | ({"everything": 13} if HAVE_EVERYTHING else {})
     for backend, tools in expected.items():

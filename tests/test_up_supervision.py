@@ -165,11 +165,7 @@ def test_a_part_that_cannot_start_is_reported_and_up_is_never_printed(tmp_path: 
     config["indexer"]["model"] = str(tmp_path / "no-model-here")
     path.write_text(yaml.safe_dump(config))
     up = start_process([*CLI, "up", "--config", str(path)], None)
-    deadline = time.monotonic() + WAIT
-    while up.returncode is None:
-        assert time.monotonic() < deadline, up.output()
-        time.sleep(0.05)
-    output = up.stop()
+    output = up.wait_exit(WAIT)
     assert up.returncode == 1
     assert "toolsearch up: the indexer exited with code 2 before it was ready" in output
     assert "toolsearch is up" not in output
@@ -182,11 +178,7 @@ def test_a_port_in_use_is_one_line_and_nothing_starts(tmp_path: Path) -> None:
     host, _, port = config["indexer"]["listen"].rpartition(":")
     with socket.create_server((host, int(port))):  # an earlier run's indexer, still listening
         up = start_process([*CLI, "up", "--config", str(path)], None)
-        deadline = time.monotonic() + WAIT
-        while up.returncode is None:
-            assert time.monotonic() < deadline, up.output()
-            time.sleep(0.05)
-        output = up.stop()
+        output = up.wait_exit(WAIT)
     assert up.returncode == 1
     assert output.strip() == (
         f"toolsearch up: port {port} is in use: the indexer cannot listen on {host}:{port}; stop what "

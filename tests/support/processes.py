@@ -63,6 +63,18 @@ class Proc:
             return self._final_output
         return Path(self._log.name).read_text(encoding="utf-8", errors="replace")
 
+    def wait_exit(self, timeout: float) -> str:
+        """Wait up to `timeout` seconds for the process to end by itself, then `stop` it.
+
+        Returns the captured output; a process still running at the deadline fails the test
+        with what it wrote so far.
+        """
+        try:
+            self.popen.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"{self.args} still runs after {timeout} s:\n{self.stop()}") from None
+        return self.stop()
+
     def send_signal(self, signum: int) -> None:
         """Send `signum` to the process (not its children), if it still runs."""
         if self.popen.poll() is None:
