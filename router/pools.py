@@ -18,8 +18,10 @@ import httpx2
 from opentelemetry import propagate, trace
 from opentelemetry.trace import SpanKind, StatusCode
 
-# Idle connections go after 30 s, and each pool keeps at most this many of them open.
-_KEEPALIVE_EXPIRY = 30.0
+# Idle connections go after 4 s, before the servers' own idle timeouts (uvicorn's and Node's are
+# 5 s): a connection a backend closes while a request is being sent on it fails that request as a
+# dropped connection, and a POST cannot be sent again safely. Each pool keeps at most this many.
+_KEEPALIVE_EXPIRY = 4.0
 _MAX_KEEPALIVE = 20
 
 
