@@ -21,11 +21,11 @@ from mcp import Client
 from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
-from mcp_types import Implementation
+from mcp_types import Implementation, ServerCapabilities
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 
 from indexer.errors import BackendRejected, BackendUnavailable
-from indexer.state.listings import Listing, ServerInfo
+from indexer.state.listings import Listing, Offers, ServerInfo
 from toolsearch.responses import BoundedTransport, lent_client
 from toolsearch.settings import DEFAULT_MAX_RESPONSE_BYTES
 
@@ -189,6 +189,7 @@ async def list_tools(
                     raise BackendUnavailable(backend_id, f"more than {MAX_PAGES} pages of tools")
                 version = session.protocol_version
                 server = _server_info(session.server_info, session.instructions)
+                offers = _offers(session.server_capabilities)
     except TimeoutError:
         raise BackendUnavailable(backend_id, f"did not answer tools/list within {timeout:g}s") from None
     except (BackendUnavailable, BackendRejected):
@@ -206,7 +207,22 @@ async def list_tools(
                 if own is not None:
                     await own.aclose()
     return Listing(
-        tools=tuple(tools), protocol_version=version, latency=time.perf_counter() - started, server=server
+        tools=tuple(tools),
+        protocol_version=version,
+        latency=time.perf_counter() - started,
+        server=server,
+        offers=offers,
+    )
+
+
+def _offers(capabilities: ServerCapabilities | None) -> Offers:
+    """What a server offers beside tools, as its capabilities declare it."""
+    if capabilities is None:
+        return Offers()
+    return Offers(
+        resources=capabilities.resources is not None,
+        prompts=capabilities.prompts is not None,
+        completions=capabilities.completions is not None,
     )
 
 

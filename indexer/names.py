@@ -42,3 +42,13 @@ def closest_tools(name: str, tools: Sequence[Tool], limit: int = MAX_SUGGESTIONS
         if best >= MIN_SIMILARITY:
             scored.append((-best, tool.name, tool))
     return [tool for _, _, tool in sorted(scored, key=lambda s: (s[0], s[1]))[:limit]]
+
+
+def by_own_name(tools: Sequence[Tool], name: str) -> Tool | None:
+    """The one tool a name means when the version advertises it otherwise: `<backend>_<own name>`
+    after a collision went away, or its own name while prefixed. Ambiguous names mean none."""
+    key = name_key(name)
+    found = [
+        t for t in tools if key in (name_key(t.original_name), name_key(f"{t.backend_id}_{t.original_name}"))
+    ]
+    return found[0] if len(found) == 1 else None

@@ -210,7 +210,9 @@ async def create_server(
     if security.secret is not None:
         interceptors = [*interceptors, SharedSecretGuard(security.secret)]
     server = grpc.aio.server(options=[("grpc.so_reuseport", 0)], interceptors=list(interceptors) or None)
-    service = IndexerService(indexer.sessions, indexer.registry, indexer.finder, indexer.embeddings)
+    service = IndexerService(
+        indexer.sessions, indexer.registry, indexer.finder, indexer.embeddings, indexer.config.indexer.naming
+    )
     indexer_pb2_grpc.add_IndexerServicer_to_server(service, server)
     health = HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import grpc
@@ -33,13 +33,15 @@ from indexer.messages import (
     suggestions,
     version_ref,
 )
-from indexer.names import closest_tools
+from indexer.names import by_own_name, closest_tools
+from indexer.reachable import reachable_backends
 from indexer.registry import Registry
 from indexer.session_views import LiveSession
 from indexer.sessions import SessionManager
 from indexer.state import BackendSession, StateUnavailable
 from indexer.text import name_key
-from indexer.tools import Tool, advertise
+from indexer.tools import advertise
+from toolsearch.indexer_settings import Naming
 from toolsearch.v1 import indexer_pb2 as pb
 from toolsearch.v1 import indexer_pb2_grpc as pb_grpc
 
@@ -97,26 +99,22 @@ def translated(
     return wrapper
 
 
-def _by_own_name(tools: Sequence[Tool], name: str) -> Tool | None:
-    """The one tool a name means when the version advertises it otherwise: `<backend>_<own name>`
-    after a collision went away, or its own name while prefixed. Ambiguous names mean none."""
-    key = name_key(name)
-    found = [
-        t for t in tools if key in (name_key(t.original_name), name_key(f"{t.backend_id}_{t.original_name}"))
-    ]
-    return found[0] if len(found) == 1 else None
-
-
 class IndexerService(pb_grpc.IndexerServicer):
     """Answers the router: sessions, searches, resolutions and status."""
 
     def __init__(
-        self, sessions: SessionManager, registry: Registry, finder: Finder, embeddings: Embeddings
+        self,
+        sessions: SessionManager,
+        registry: Registry,
+        finder: Finder,
+        embeddings: Embeddings,
+        naming: Naming | None = None,
     ) -> None:
         self._sessions = sessions
         self._registry = registry
         self._finder = finder
         self._embeddings = embeddings
+        self._naming = naming or Naming()  # how tool names are made unique; resources and prompts follow it
 
     @translated
     async def OpenSession(
@@ -187,6 +185,13 @@ class IndexerService(pb_grpc.IndexerServicer):
         return response
 
     @translated
+    async def ReachableBackends(
+        self, request: pb.ReachableBackendsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ReachableBackendsResponse:
+        session = await self._sessions.get(request.session_id, principal_of(request.principal))
+        return reachable_backends(session, self._registry, self._naming)
+
+    @translated
     async def FindTools(
         self, request: pb.FindToolsRequest, context: grpc.aio.ServicerContext
     ) -> pb.FindToolsResponse:
@@ -201,7 +206,7 @@ class IndexerService(pb_grpc.IndexerServicer):
     ) -> pb.ResolveToolResponse:
         session = await self._sessions.get(request.session_id, principal_of(request.principal))
         snapshot = session.current
-        tool = snapshot.version.resolve(request.name) or _by_own_name(snapshot.version.tools, request.name)
+        tool = snapshot.version.resolve(request.name) or by_own_name(snapshot.version.tools, request.name)
         if tool is None:
             version = snapshot.version
             close = [

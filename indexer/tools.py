@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 import math
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from indexer.state.listings import ServerInfo
+from toolsearch.naming import Prefix, advertised_names
 
 # A rough count of what a definition costs a model: about four characters a token for JSON-ish
 # English. It is an estimate for the savings figure, not a bill; a real tokenizer would need the
@@ -63,33 +63,27 @@ def make_tool(
 
 def advertise(
     listings: Mapping[str, Sequence[Mapping[str, Any]]],
-    prefix: Literal["on_collision", "always"] = "on_collision",
+    prefix: Prefix = "on_collision",
     separator: str = "_",
     servers: Mapping[str, ServerInfo] | None = None,
 ) -> list[Tool]:
     """Name every tool of the given backends uniquely, in backend order then listing order.
 
-    With `on_collision`, a name that only one backend uses keeps it; every backend's copy of a
+    The rule is toolsearch/naming.py's, shared with the resources and prompts the router carries:
+    with `on_collision`, a name that only one backend uses keeps it; every backend's copy of a
     shared name becomes `<backend><separator><name>`. Names are decided per catalog, so adding a
     backend can rename another's tool; `call_tool` resolves within the session's current version,
     and the backend's own name is always an exact-match alias for `find_tool`.
     """
-    counts = Counter(
-        str(d["name"])
-        for definitions in listings.values()
-        for d in {str(x["name"]): x for x in definitions}.values()
-    )
-    tools: list[Tool] = []
-    taken: set[str] = set()
-    for backend_id in sorted(listings):
-        for definition in listings[backend_id]:
-            original = str(definition["name"])
-            name = original
-            if prefix == "always" or counts[original] > 1:
-                name = f"{backend_id}{separator}{original}"
-            if name in taken:
-                # a backend that lists one name twice, or a prefixed name that equals another tool's
-                continue
-            taken.add(name)
-            tools.append(make_tool(backend_id, definition, name, (servers or {}).get(backend_id)))
-    return tools
+    names = {
+        backend_id: [str(d["name"]) for d in definitions] for backend_id, definitions in listings.items()
+    }
+    return [
+        make_tool(
+            named.backend_id,
+            listings[named.backend_id][named.position],
+            named.name,
+            (servers or {}).get(named.backend_id),
+        )
+        for named in advertised_names(names, prefix, separator)
+    ]

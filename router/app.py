@@ -24,7 +24,13 @@ import httpx2
 from mcp.server.caching import CacheHint
 from mcp.server.lowlevel.server import Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
-from mcp_types import CallToolRequestParams
+from mcp_types import (
+    CallToolRequestParams,
+    CompleteRequestParams,
+    GetPromptRequestParams,
+    PaginatedRequestParams,
+    ReadResourceRequestParams,
+)
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -35,6 +41,7 @@ from starlette.types import Receive, Scope, Send
 
 from router.access_log import AccessInterceptor, AccessLog
 from router.auth import AnonymousAuthenticator, Authenticator, authenticator_for
+from router.backend_requests import BackendRequests
 from router.backends import BackendCaller
 from router.bodies import DRAIN_FACTOR
 from router.errors import AuthConfigError
@@ -44,7 +51,9 @@ from router.meta_tools import MetaTools
 from router.metrics import RequestObserver, RouterMetrics
 from router.origins import HostPolicy, OriginGuard
 from router.pools import BackendPools
+from router.prompts import Prompts
 from router.resource_metadata import ResourceMetadata
+from router.resources import Resources
 from router.server import ShutdownGuard, router_server
 from router.session_layer import SessionLayer
 from router.status_page import StatusPage
@@ -60,10 +69,20 @@ INSTRUCTIONS = (
 )
 # The two meta-tools never change while the router runs, so clients may keep the list a while.
 _TOOLS_LIST_HINT = CacheHint(ttl_ms=600_000, scope="public")
+# Resources and prompts are the session's backends', which health changes at any moment: stale at
+# once, and never shared across callers.
+_SESSION_HINT = CacheHint(ttl_ms=0, scope="private")
 
 
-def build_server(tools: MetaTools, metrics: RouterMetrics | None = None) -> Server[Any]:
-    """The MCP server behind `/mcp`: `tools/list` and `tools/call` answered by the meta-tools.
+def build_server(
+    tools: MetaTools,
+    metrics: RouterMetrics | None = None,
+    resources: Resources | None = None,
+    prompts: Prompts | None = None,
+) -> Server[Any]:
+    """The MCP server behind `/mcp`: `tools/list` and `tools/call` answered by the meta-tools, and,
+    with `resources` and `prompts`, the resource, prompt and completion methods over the session's
+    backends (which the SDK then advertises in the initialize answer's capabilities).
 
     With `metrics`, every `tools/call` is counted and timed.
     """
@@ -71,13 +90,30 @@ def build_server(tools: MetaTools, metrics: RouterMetrics | None = None) -> Serv
         "toolsearch",
         version="0.1.0",
         instructions=INSTRUCTIONS,
-        cache_hints={"tools/list": _TOOLS_LIST_HINT},
+        cache_hints={
+            "tools/list": _TOOLS_LIST_HINT,
+            "resources/list": _SESSION_HINT,
+            "resources/templates/list": _SESSION_HINT,
+            "resources/read": _SESSION_HINT,
+            "prompts/list": _SESSION_HINT,
+        },
         get_tool_input_schema=tools.input_schema,
         on_list_tools=tools.list_tools,
     )
     # Registered directly so the handler may return the wire dict it built (find_tool's answer).
     handler = metrics.observe_tool_calls(tools.call_tool) if metrics is not None else tools.call_tool
     server.add_request_handler("tools/call", CallToolRequestParams, AccessLog.observe_tool_calls(handler))
+    # Registered directly too: the backends' entries and results pass through as the wire had them.
+    if resources is not None:
+        server.add_request_handler("resources/list", PaginatedRequestParams, resources.list_resources)
+        server.add_request_handler(
+            "resources/templates/list", PaginatedRequestParams, resources.list_templates
+        )
+        server.add_request_handler("resources/read", ReadResourceRequestParams, resources.read)
+    if prompts is not None:
+        server.add_request_handler("prompts/list", PaginatedRequestParams, prompts.list_prompts)
+        server.add_request_handler("prompts/get", GetPromptRequestParams, prompts.get_prompt)
+        server.add_request_handler("completion/complete", CompleteRequestParams, prompts.complete)
     return server
 
 
@@ -154,15 +190,17 @@ def create_app(
             open_session_timeout=settings.open_session_timeout,
         )
         pools = BackendPools(settings.max_connections_per_backend, backend_transport)
+        caller = BackendCaller(pools)
         tools = MetaTools(
             indexer,
-            BackendCaller(pools),
+            caller,
             config.indexer.search,
             secrets,
             max_arguments_bytes=settings.max_arguments_bytes,
             pinned=settings.pinned,
         )
-        server = build_server(tools, metrics)
+        requests = BackendRequests(indexer, caller, secrets)
+        server = build_server(tools, metrics, Resources(requests), Prompts(requests))
         manager = StreamableHTTPSessionManager(
             server, stateless=True, json_response=True, max_request_body_size=settings.max_body_bytes
         )

@@ -22,10 +22,11 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Any, NamedTuple
 
 import httpx2
-from mcp_types import METHOD_NOT_FOUND
+from mcp_types import INTERNAL_ERROR, METHOD_NOT_FOUND
 from mcp_types.version import LATEST_HANDSHAKE_VERSION
 
 from router.errors import (
+    BackendAnswered,
     BackendError,
     BackendRejected,
     BackendSessionGone,
@@ -223,7 +224,9 @@ class BackendMessenger:
 
     def _result(self, answer: Mapping[str, Any]) -> dict[str, Any]:
         if isinstance(error := answer.get("error"), dict):
-            raise BackendError(self.backend_id, f"answered with an error: {error.get('message', '')}")
+            code = error.get("code")
+            code = code if isinstance(code, int) and not isinstance(code, bool) else INTERNAL_ERROR
+            raise BackendAnswered(self.backend_id, code, str(error.get("message", "")))
         result = answer.get("result")
         if not isinstance(result, dict):
             raise BackendError(self.backend_id, "answered with something that is not a result")

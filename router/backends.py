@@ -13,7 +13,8 @@ A handshake-era backend is called inside the client session's backend session (r
 backend_messages.py): opened at the session's first call to it, kept in the indexer, reused by every
 replica, ended by the indexer when the client session ends. A backend that spoke 2026-07-28 at
 discovery is called with one request, and a legacy `sse` backend in a session of its own per call,
-both through the SDK's clients (router/sdk_calls.py).
+both through the SDK's clients (router/sdk_calls.py). Requests other than tools/call (`request`:
+resources, prompts, completions; router/backend_requests.py) take the very same ways.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from router.errors import (
 )
 from router.pools import BackendPools
 from router.relays import NotificationRelay
-from router.sdk_calls import StatusRecorder, call_by_sdk, without_server_info
+from router.sdk_calls import SdkLink, StatusRecorder, call_by_sdk, request_by_sdk, without_server_info
 from toolsearch.responses import BoundedTransport
 from toolsearch.v1 import indexer_pb2 as pb
 
@@ -69,6 +70,13 @@ class CallOutcome(NamedTuple):
     """A call's result, and the backend session it ran in (None: the backend keeps none for us)."""
 
     result: types.CallToolResult
+    session: BackendSession | None
+
+
+class RequestOutcome(NamedTuple):
+    """A request's result as the wire has it, and the backend session it ran in (None: none kept)."""
+
+    result: dict[str, Any]
     session: BackendSession | None
 
 
@@ -137,30 +145,45 @@ class BackendCaller:
                 relay,
             )
             return CallOutcome(result, None)
-        http, bounded, _ = self._client(backend_id, headers, timeout_seconds, max_response_bytes)
-        messenger = BackendMessenger(backend_id, url, http, bounded)
         wire = params.model_dump(mode="json", by_alias=True, exclude_none=True)
         if relay is not None and relay.progress_token is not None:
             wire["_meta"] = {"progressToken": relay.progress_token}
-        try:
-            with anyio.fail_after(timeout_seconds):
-                if session is not None:
-                    try:
-                        answer = await messenger.request("tools/call", wire, session, relay, call_id)
-                        return CallOutcome(_tool_result(backend_id, answer), session)
-                    except BackendSessionGone:
-                        logger.info("backend %s forgot its session: opening a new one", backend_id)
-                session = await messenger.initialize()
-                answer = await messenger.request("tools/call", wire, session, relay, call_id)
-                return CallOutcome(_tool_result(backend_id, answer), session)
-        except TimeoutError:
-            raise BackendTimeout(backend_id, timeout_seconds) from None
-        except httpx2.TimeoutException:
-            raise BackendTimeout(backend_id, timeout_seconds) from None
-        except httpx2.TransportError:
-            if bounded.exceeded:
-                raise BackendTooLarge(backend_id, bounded.limit) from None
-            raise BackendUnavailable(backend_id, "dropped the connection") from None
+        http, bounded, _ = self._client(backend_id, headers, timeout_seconds, max_response_bytes)
+        messenger = BackendMessenger(backend_id, url, http, bounded)
+        answer, session = await _in_session(
+            messenger, timeout_seconds, "tools/call", wire, session, relay, call_id
+        )
+        return CallOutcome(_tool_result(backend_id, answer), session)
+
+    async def request(
+        self,
+        *,
+        backend_id: str,
+        url: str,
+        protocol_version: str,
+        timeout_seconds: float,
+        method: str,
+        params: Mapping[str, Any],
+        headers: Mapping[str, str],
+        max_response_bytes: int,
+        transport: str = "streamable_http",
+        session: BackendSession | None = None,
+    ) -> RequestOutcome:
+        """Send one request other than tools/call (a listing, a read, a prompt, a completion).
+
+        The same ways to the backend as `call_tool`, and the same errors: inside the client
+        session's backend session for a handshake-era backend (a new one opened when there is none
+        or it was forgotten), in a connection of its own for a 2026-07-28 or `sse` backend.
+        """
+        http, bounded, recorder = self._client(backend_id, headers, timeout_seconds, max_response_bytes)
+        if transport == "sse" or protocol_version in MODERN_PROTOCOL_VERSIONS:
+            link = SdkLink(
+                http, bounded, recorder, backend_id, url, protocol_version, transport, timeout_seconds
+            )
+            return RequestOutcome(without_meta_stamp(await request_by_sdk(link, method, params)), None)
+        messenger = BackendMessenger(backend_id, url, http, bounded)
+        answer, kept = await _in_session(messenger, timeout_seconds, method, params, session, None, None)
+        return RequestOutcome(without_meta_stamp(answer), kept)
 
     async def cancel(
         self,
@@ -192,6 +215,50 @@ class BackendCaller:
         http, bounded, _ = self._client(backend_id, headers, timeout, 65_536)
         with anyio.move_on_after(timeout):
             await BackendMessenger(backend_id, url, http, bounded).terminate(session)
+
+
+async def _in_session(
+    messenger: BackendMessenger,
+    timeout_seconds: float,
+    method: str,
+    params: Mapping[str, Any],
+    session: BackendSession | None,
+    relay: NotificationRelay | None,
+    call_id: str | None,
+) -> tuple[dict[str, Any], BackendSession]:
+    """One request inside `session`, or inside a new backend session when there is none or the
+    backend forgot it (once); returns the result and the session it ran in."""
+    backend_id = messenger.backend_id
+    bounded = messenger.bounded
+    try:
+        with anyio.fail_after(timeout_seconds):
+            if session is not None:
+                try:
+                    return await messenger.request(method, params, session, relay, call_id), session
+                except BackendSessionGone:
+                    logger.info("backend %s forgot its session: opening a new one", backend_id)
+            session = await messenger.initialize()
+            return await messenger.request(method, params, session, relay, call_id), session
+    except TimeoutError:
+        raise BackendTimeout(backend_id, timeout_seconds) from None
+    except httpx2.TimeoutException:
+        raise BackendTimeout(backend_id, timeout_seconds) from None
+    except httpx2.TransportError:
+        if bounded.exceeded:
+            raise BackendTooLarge(backend_id, bounded.limit) from None
+        raise BackendUnavailable(backend_id, "dropped the connection") from None
+
+
+def without_meta_stamp(result: dict[str, Any]) -> dict[str, Any]:
+    """A result without the backend's `serverInfo` stamp, which would misname who answered."""
+    meta = result.get("_meta")
+    if isinstance(meta, dict) and types.SERVER_INFO_META_KEY in meta:
+        stripped = {k: v for k, v in meta.items() if k != types.SERVER_INFO_META_KEY}
+        return {
+            **{k: v for k, v in result.items() if k != "_meta"},
+            **({"_meta": stripped} if stripped else {}),
+        }
+    return result
 
 
 def _tool_result(backend_id: str, answer: Mapping[str, Any]) -> types.CallToolResult:

@@ -19,6 +19,7 @@ results or JSON-RPC errors, `router/session_layer.py` into HTTP responses.
         ├── BackendRejected
         ├── BackendTooLarge
         ├── BackendSessionGone      (opened again once, transparently, before it reaches anyone)
+        ├── BackendAnswered         (its JSON-RPC error: resources/read and prompts/get pass its code on)
         └── MissingCredentials
     AuthConfigError                 the router does not start (not a request error)
 """
@@ -133,6 +134,15 @@ class BackendTooLarge(BackendError):
 
 class BackendSessionGone(BackendError):
     """Raised when a backend answers 404 inside a backend session: it restarted and forgot it."""
+
+
+class BackendAnswered(BackendError):
+    """Raised when a backend answers a request with a JSON-RPC error; `code` is the backend's own."""
+
+    def __init__(self, backend_id: str, code: int, message: str) -> None:
+        super().__init__(backend_id, f"answered with an error: {message}")
+        self.code = code
+        self.message = message
 
 
 class MissingCredentials(BackendError):

@@ -310,6 +310,14 @@ class IndexerClient:
         response: pb.BackendSessionsResponse = await self._call(lambda stub: stub.BackendSessions, request)
         return response
 
+    async def reachable_backends(self, session_id: str, principal: Principal) -> pb.ReachableBackendsResponse:
+        """The session's advertised backends that offer resources, prompts or completions."""
+        request = pb.ReachableBackendsRequest(session_id=session_id, principal=_principal(principal))
+        response: pb.ReachableBackendsResponse = await self._call(
+            lambda stub: stub.ReachableBackends, request
+        )
+        return response
+
     async def find_tools(
         self,
         session_id: str,

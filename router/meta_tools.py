@@ -19,11 +19,12 @@ from mcp_types import INTERNAL_ERROR, INVALID_REQUEST
 
 from router.arguments import parse_find_tool
 from router.backend_messages import backend_request_id
+from router.backend_requests import caller_of
 from router.backends import BackendCaller
 from router.errors import BackendError, InvalidRequest, RouterError, SessionNotFound, ToolNotFound
 from router.indexer_client import IndexerClient
 from router.relays import NotificationRelay
-from router.session_layer import STATE_KEY, Caller
+from router.session_layer import Caller
 from router.tool_calls import ToolCalls
 from toolsearch.answers import Answer, AnswerServer, AnswerTool, render_answer
 from toolsearch.indexer_settings import Search
@@ -158,14 +159,6 @@ def _progress_token(params: types.CallToolRequestParams) -> str | int | None:
     return meta.get("progress_token") if meta is not None else None
 
 
-def _caller(ctx: ServerRequestContext[Any, Any]) -> Caller:
-    request = ctx.request
-    caller = request.scope.get("state", {}).get(STATE_KEY) if request is not None else None
-    if not isinstance(caller, Caller):
-        raise MCPError(INTERNAL_ERROR, "request did not come through the session layer")
-    return caller
-
-
 class MetaTools:
     """The handlers behind `tools/list` and `tools/call`; `max_arguments_bytes` 0 sets no size limit."""
 
@@ -207,7 +200,7 @@ class MetaTools:
     ) -> types.ListToolsResult:
         if not self.pinned:
             return types.ListToolsResult(tools=self.tools)
-        caller = _caller(ctx)
+        caller = caller_of(ctx)
         if not caller.session_id:
             # a sessionless (2026-07-28) listing: pinned tools belong to a session's backends
             return types.ListToolsResult(tools=self.tools)
@@ -225,7 +218,7 @@ class MetaTools:
         self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
     ) -> HandlerResult:
         """`tools/call`: run find_tool or call_tool for the caller the session layer identified."""
-        caller = _caller(ctx)
+        caller = caller_of(ctx)
         # only a streamed answer (the session layer's choice) can carry notifications before the result
         relay = NotificationRelay(ctx, _progress_token(params)) if caller.streamed else None
         try:

@@ -4,12 +4,15 @@ A 2026-07-28 backend needs no session (one request per call); a legacy HTTP+SSE 
 its open event stream, which no request of a stateless router outlives, so each call opens one. The
 SDK reports an HTTP error status only as a generic JSON-RPC error, so a response hook
 (`StatusRecorder`) records the status for the error message, and `_translate` turns what the SDK
-raised into the router's backend errors.
+raised into the router's backend errors. Tool calls (`call_by_sdk`) and the other requests the
+router forwards (`request_by_sdk`: resources, prompts, completions) share one exchange (`SdkLink`).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, TypeVar
 
 import anyio
 import httpx2
@@ -19,10 +22,11 @@ from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from router.backend_messages import CLIENT_INFO as MESSAGE_CLIENT_INFO
 from router.errors import (
+    BackendAnswered,
     BackendError,
     BackendRejected,
     BackendTimeout,
@@ -33,6 +37,8 @@ from router.relays import NotificationRelay
 from toolsearch.responses import BoundedTransport, lent_client
 
 logger = logging.getLogger(__name__)
+
+_R = TypeVar("_R")
 
 CLIENT_INFO = types.Implementation(name=MESSAGE_CLIENT_INFO["name"], version=MESSAGE_CLIENT_INFO["version"])
 
@@ -73,9 +79,9 @@ def _translate(
     if isinstance(first, httpx2.TransportError):
         return BackendUnavailable(backend_id, "dropped the connection")
     if isinstance(first, MCPError):
-        return BackendError(backend_id, f"answered with an error: {first.error.message}")
+        return BackendAnswered(backend_id, first.error.code, first.error.message)
     if isinstance(first, ValidationError):
-        return BackendError(backend_id, "answered with something that is not a tool result")
+        return BackendError(backend_id, "answered with something that is not a valid result")
     logger.warning("backend %s: unexpected failure", backend_id, exc_info=exc)
     return BackendUnavailable(backend_id, f"failed ({type(first).__name__})")
 
@@ -102,42 +108,113 @@ async def call_by_sdk(
     relay: NotificationRelay | None,
 ) -> types.CallToolResult:
     """One call in a connection of its own (`http`, which carries the headers, bound and recorder)."""
-    max_response_bytes = bounded.limit
-    modern = protocol_version in MODERN_PROTOCOL_VERSIONS
+    progress = relay.progress if relay is not None and relay.progress_token is not None else None
     request = types.CallToolRequest(params=params)
-    result: types.CallToolResult | None = None
+
+    async def send(client: Client) -> types.CallToolResult:
+        # The session's own call_tool lists the backend's tools to check structured output;
+        # the router passes results through unchecked, so it sends the request itself.
+        return await client.session.send_request(request, types.CallToolResult, progress_callback=progress)
+
+    link = SdkLink(http, bounded, recorder, backend_id, url, protocol_version, transport, timeout_seconds)
+    return without_server_info(await link.exchange(send, relay))
+
+
+# The requests the router forwards to a backend besides tools/call, with the model of their params
+# and of their result: the SDK's client sends typed requests and checks typed results.
+_FORWARDED: dict[str, tuple[type[Any], type[BaseModel], type[BaseModel]]] = {
+    "resources/list": (types.ListResourcesRequest, types.PaginatedRequestParams, types.ListResourcesResult),
+    "resources/templates/list": (
+        types.ListResourceTemplatesRequest,
+        types.PaginatedRequestParams,
+        types.ListResourceTemplatesResult,
+    ),
+    "resources/read": (types.ReadResourceRequest, types.ReadResourceRequestParams, types.ReadResourceResult),
+    "prompts/list": (types.ListPromptsRequest, types.PaginatedRequestParams, types.ListPromptsResult),
+    "prompts/get": (types.GetPromptRequest, types.GetPromptRequestParams, types.GetPromptResult),
+    "completion/complete": (types.CompleteRequest, types.CompleteRequestParams, types.CompleteResult),
+}
+
+
+async def request_by_sdk(link: SdkLink, method: str, params: Mapping[str, Any]) -> dict[str, Any]:
+    """One request of `_FORWARDED` in a connection of its own; its result as the wire has it."""
+    request_type, params_type, result_type = _FORWARDED[method]
     try:
-        with anyio.fail_after(timeout_seconds):
-            connection = (
-                sse_client(
-                    url,
-                    timeout=timeout_seconds,
-                    sse_read_timeout=timeout_seconds,
-                    httpx_client_factory=lent_client(http),
+        request = request_type(params=params_type.model_validate(dict(params)))
+    except ValidationError:
+        raise BackendError(
+            link.backend_id, f"cannot be sent this {method} request: its params are not valid"
+        ) from None
+
+    async def send(client: Client) -> BaseModel:
+        answer: BaseModel = await client.session.send_request(request, result_type)
+        return answer
+
+    result = await link.exchange(send, None)
+    dumped: dict[str, Any] = result.model_dump(mode="json", by_alias=True, exclude_none=True)
+    return dumped
+
+
+class SdkLink:
+    """How to reach one backend through the SDK's client, for one exchange in a connection of its own."""
+
+    def __init__(
+        self,
+        http: httpx2.AsyncClient,
+        bounded: BoundedTransport,
+        recorder: StatusRecorder,
+        backend_id: str,
+        url: str,
+        protocol_version: str,
+        transport: str,
+        timeout_seconds: float,
+    ) -> None:
+        self.http = http  # carries the headers, the size bound and the status recorder
+        self.bounded = bounded
+        self.recorder = recorder
+        self.backend_id = backend_id
+        self.url = url
+        self.protocol_version = protocol_version
+        self.transport = transport
+        self.timeout_seconds = timeout_seconds
+
+    async def exchange(self, send: Callable[[Client], Awaitable[_R]], relay: NotificationRelay | None) -> _R:
+        """Connect, run `send` on the client, disconnect; SDK failures become router errors."""
+        timeout_seconds = self.timeout_seconds
+        modern = self.protocol_version in MODERN_PROTOCOL_VERSIONS
+        result: _R | None = None
+        try:
+            with anyio.fail_after(timeout_seconds):
+                connection = (
+                    sse_client(
+                        self.url,
+                        timeout=timeout_seconds,
+                        sse_read_timeout=timeout_seconds,
+                        httpx_client_factory=lent_client(self.http),
+                    )
+                    if self.transport == "sse"
+                    # the SDK's own cap on one SSE event (1 MiB) would cut an answer the limit allows
+                    else streamable_http_client(
+                        self.url,
+                        http_client=self.http,
+                        terminate_on_close=False,
+                        max_sse_event_size=self.bounded.limit,
+                    )
                 )
-                if transport == "sse"
-                # the SDK's own cap on one SSE event (1 MiB) would cut an answer the limit allows
-                else streamable_http_client(
-                    url, http_client=http, terminate_on_close=False, max_sse_event_size=max_response_bytes
-                )
-            )
-            mode = protocol_version if modern else "legacy"
-            logging = relay.log if relay is not None else None
-            progress = relay.progress if relay is not None and relay.progress_token is not None else None
-            async with Client(
-                connection, mode=mode, cache=None, client_info=CLIENT_INFO, logging_callback=logging
-            ) as client:
-                # The session's own call_tool lists the backend's tools to check structured output;
-                # the router passes results through unchecked, so it sends the request itself.
-                result = await client.session.send_request(
-                    request, types.CallToolResult, progress_callback=progress
-                )
-    except Exception as exc:
-        if result is not None:
-            # The call answered; only closing the connection failed.
-            logger.debug("backend %s: closing the connection failed: %r", backend_id, exc)
-            return without_server_info(result)
-        raise _translate(backend_id, timeout_seconds, exc, recorder.status, bounded) from None
-    if result is None:
-        raise BackendUnavailable(backend_id, "closed the connection without answering")
-    return without_server_info(result)
+                mode = self.protocol_version if modern else "legacy"
+                logging = relay.log if relay is not None else None
+                async with Client(
+                    connection, mode=mode, cache=None, client_info=CLIENT_INFO, logging_callback=logging
+                ) as client:
+                    result = await send(client)
+        except Exception as exc:
+            if result is not None:
+                # The exchange answered; only closing the connection failed.
+                logger.debug("backend %s: closing the connection failed: %r", self.backend_id, exc)
+                return result
+            raise _translate(
+                self.backend_id, timeout_seconds, exc, self.recorder.status, self.bounded
+            ) from None
+        if result is None:
+            raise BackendUnavailable(self.backend_id, "closed the connection without answering")
+        return result

@@ -49,6 +49,18 @@ JSONRPC_ID_KEY = "toolsearch.jsonrpc_id"  # and the posted message's id, for ans
 SESSION_HEADER = "mcp-session-id"
 VERSION_HEADER = "mcp-protocol-version"
 MISSING_SESSION = "missing Mcp-Session-Id header: send the id returned by initialize"
+# 2026-07-28 requests that reach backends, and so need the session the caller's principal implies
+SESSION_METHODS = frozenset(
+    {
+        "tools/call",
+        "resources/list",
+        "resources/templates/list",
+        "resources/read",
+        "prompts/list",
+        "prompts/get",
+        "completion/complete",
+    }
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,7 +246,7 @@ class SessionLayer:
             cancelled = message.method == "notifications/cancelled" and not message.is_request
             if cancelled and self.on_cancelled is not None and isinstance(message.params, dict):
                 await self.on_cancelled(Caller(identity, session_id), message.params)
-        elif message.method == "tools/call" and headers.get(VERSION_HEADER) in MODERN_PROTOCOL_VERSIONS:
+        elif message.method in SESSION_METHODS and headers.get(VERSION_HEADER) in MODERN_PROTOCOL_VERSIONS:
             opened = await self.indexer.open_session(identity.principal, identity.bearer_token, implied=True)
             session_id = opened.session_id
         bind_session(session_id)  # the logs of the rest of this request name the session (a prefix)

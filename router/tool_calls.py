@@ -17,6 +17,7 @@ import mcp_types as types
 
 from router.arguments import parse_call_tool
 from router.backend_messages import BackendSession, backend_request_id
+from router.backend_requests import END_TIMEOUT, keep_backend_session
 from router.backends import BackendCaller, outgoing_headers
 from router.errors import BackendError, InvalidRequest, RouterError
 from router.indexer_client import IndexerClient
@@ -29,7 +30,6 @@ from toolsearch.v1 import indexer_pb2 as pb
 logger = logging.getLogger(__name__)
 
 _DEFAULT_BACKEND_TIMEOUT = 30.0  # seconds, when the indexer does not say
-_END_TIMEOUT = 2.0  # seconds to end a backend session that lost a race, or pass on a cancellation
 
 
 class ToolCalls:
@@ -92,7 +92,7 @@ class ToolCalls:
         The call it cancels may run on another replica, and only the backend knows it: the backend
         request's id comes from the client's own (`backend_request_id`), so each backend session is
         told, and the one running it stops (a backend ignores an id it does not know). Best effort,
-        each within `_END_TIMEOUT`.
+        each within `END_TIMEOUT`.
         """
         request_id = params.get("requestId")
         if not isinstance(request_id, str | int) or isinstance(request_id, bool):
@@ -113,7 +113,7 @@ class ToolCalls:
             except BackendError:
                 return
             kept = BackendSession(entry.backend_session.session_id, entry.backend_session.protocol_version)
-            within = min(entry.timeout_seconds or _END_TIMEOUT, _END_TIMEOUT)
+            within = min(entry.timeout_seconds or END_TIMEOUT, END_TIMEOUT)
             await self.backends.cancel(
                 entry.backend_id, entry.backend_url, kept, headers, call_id, reason, within
             )
@@ -131,24 +131,8 @@ class ToolCalls:
         headers: Mapping[str, str],
         timeout: float,
     ) -> None:
-        """Store a backend session this call opened with the client session, for every replica.
-
-        The call has answered by now: a failure here costs the next call a new backend session, not
-        this one its result. Of two opened at once by two calls, the first stored wins; the other
-        is ended at once.
-        """
-        wanted = pb.BackendSession(session_id=opened.session_id, protocol_version=opened.protocol_version)
-        try:
-            stored = await self.indexer.set_backend_session(
-                caller.session_id,
-                caller.identity.principal,
-                tool.backend_id,
-                previous.session_id if previous is not None else "",
-                wanted,
-            )
-        except RouterError as exc:
-            logger.warning("backend %s: its new session could not be kept: %s", tool.backend_id, exc)
-            stored = pb.BackendSession()
-        if stored.session_id != opened.session_id:
-            end_within = min(timeout, _END_TIMEOUT)
-            await self.backends.end_session(tool.backend_id, tool.backend_url, opened, headers, end_within)
+        """Store a backend session this call opened with the client session, for every replica."""
+        target = (tool.backend_id, tool.backend_url)
+        await keep_backend_session(
+            self.indexer, self.backends, caller, target, previous, opened, headers, timeout
+        )

@@ -65,6 +65,31 @@ class ServerInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class Offers:
+    """What a server offers beside tools, from the capabilities of its `initialize` result.
+
+    The router reads it to know which backends to ask for resources, prompts and completions
+    (indexer/reachable.py), so a backend that offers none of them is never asked.
+    """
+
+    resources: bool = False
+    prompts: bool = False
+    completions: bool = False
+
+    def as_list(self) -> list[str]:
+        return [name for name, offered in self._fields() if offered]
+
+    def _fields(self) -> tuple[tuple[str, bool], ...]:
+        return (("resources", self.resources), ("prompts", self.prompts), ("completions", self.completions))
+
+    @classmethod
+    def from_list(cls, raw: object) -> Offers:
+        """The offers a stored listing kept (`as_list`); none for anything else."""
+        names = {str(name) for name in raw} if isinstance(raw, list) else set()
+        return cls(**{name: True for name in ("resources", "prompts", "completions") if name in names})
+
+
+@dataclass(frozen=True, slots=True)
 class Listing:
     """What one `tools/list` walk found."""
 
@@ -72,15 +97,17 @@ class Listing:
     protocol_version: str
     latency: float  # seconds for the whole walk
     server: ServerInfo = ServerInfo()  # what the server said of itself at initialize
+    offers: Offers = Offers()  # what it offers beside tools, from its capabilities
 
 
 def listing_digest(listing: Listing) -> str:
     """A hash of a listing's tools, to tell a changed tool list from the same one.
 
-    What the server says of itself is left out: a server may announce itself in one protocol
-    version and not in another (the 2026 era's stamp is optional), and a probe that merely spoke
-    another version must not look like a changed tool list. The registry keeps the listing it has
-    while the digest holds, so the server info a backend first gave stays with its tools.
+    What the server says of itself (its info, its offers) is left out: a server may announce itself
+    in one protocol version and not in another (the 2026 era's stamp is optional), and a probe that
+    merely spoke another version must not look like a changed tool list. The registry keeps the
+    listing it has while the digest holds, so what a backend first said of itself stays with its
+    tools.
     """
     text = json.dumps(listing.tools, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:24]
@@ -109,7 +136,9 @@ def intern_listing(listing: Listing, digest: str | None = None) -> SharedListing
     known = _listings.get(digest)
     if known is not None:
         return known
-    shared = SharedListing(listing.tools, listing.protocol_version, listing.latency, listing.server)
+    shared = SharedListing(
+        listing.tools, listing.protocol_version, listing.latency, listing.server, listing.offers
+    )
     object.__setattr__(shared, "digest", digest)  # not a dataclass field: the frozen setter refuses it
     _listings[digest] = shared
     return shared

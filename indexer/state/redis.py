@@ -28,7 +28,7 @@ from redis.retry import Retry as SyncRetry
 
 from indexer.state.backends import STATUSES, BackendHealth
 from indexer.state.base import StateUnavailable
-from indexer.state.listings import Listing, ServerInfo, intern_listing
+from indexer.state.listings import Listing, Offers, ServerInfo, intern_listing
 
 logger = logging.getLogger(__name__)
 
@@ -145,6 +145,7 @@ class RedisCatalogs:
                         "tools": listing.tools,
                         "protocol_version": listing.protocol_version,
                         "server": listing.server.as_dict(),
+                        "offers": listing.offers.as_list(),
                     }
                 )
                 pipe.set(self._keys.listing(digest), encoded, px=self._ttl_ms)
@@ -169,7 +170,8 @@ class RedisCatalogs:
                     continue
                 data = json.loads(value)
                 server = ServerInfo.from_dict(data.get("server"))
-                listing = Listing(tuple(data["tools"]), str(data["protocol_version"]), 0.0, server)
+                offers = Offers.from_list(data.get("offers"))
+                listing = Listing(tuple(data["tools"]), str(data["protocol_version"]), 0.0, server, offers)
                 # the object the sessions listing it here hold too, if any: one copy, digest known
                 found[digest] = self.remember(digest, intern_listing(listing, digest))
         return found

@@ -53,6 +53,10 @@ class Everything:
         self.proc.stop()
         self.proc = self._start()
 
+    def start(self) -> None:
+        """Start it again on its port after `stop`."""
+        self.proc = self._start()
+
     def live_sessions(self) -> set[str]:
         """The sessions it has opened and not ended since it started, from its log."""
         output = self.proc.output()

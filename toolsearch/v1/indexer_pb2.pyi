@@ -1025,3 +1025,117 @@ class StatusResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___StatusResponse: _TypeAlias = StatusResponse  # noqa: Y015
+
+@_typing.final
+class ReachableBackendsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    PRINCIPAL_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    @_builtins.property
+    def principal(self) -> Global___Principal: ...
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+        principal: Global___Principal | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["principal", b"principal"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["principal", b"principal", "session_id", b"session_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReachableBackendsRequest: _TypeAlias = ReachableBackendsRequest  # noqa: Y015
+
+@_typing.final
+class ReachableBackend(_message.Message):
+    """One backend a session may use and that is advertised now, with how to reach it."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    BACKEND_ID_FIELD_NUMBER: _builtins.int
+    BACKEND_URL_FIELD_NUMBER: _builtins.int
+    TRANSPORT_FIELD_NUMBER: _builtins.int
+    PROTOCOL_VERSION_FIELD_NUMBER: _builtins.int
+    AUTH_FIELD_NUMBER: _builtins.int
+    TIMEOUT_SECONDS_FIELD_NUMBER: _builtins.int
+    MAX_RESPONSE_BYTES_FIELD_NUMBER: _builtins.int
+    BACKEND_SESSION_FIELD_NUMBER: _builtins.int
+    RESOURCES_FIELD_NUMBER: _builtins.int
+    PROMPTS_FIELD_NUMBER: _builtins.int
+    COMPLETIONS_FIELD_NUMBER: _builtins.int
+    backend_id: _builtins.str
+    backend_url: _builtins.str
+    transport: _builtins.str
+    """streamable_http | sse"""
+    protocol_version: _builtins.str
+    """what the backend spoke at discovery ("" if unknown)"""
+    timeout_seconds: _builtins.float
+    """the backend's call timeout"""
+    max_response_bytes: _builtins.int
+    """the most one answer may weigh (0: the router's default)"""
+    resources: _builtins.bool
+    """what its initialize result declared: resources, prompts, completions"""
+    prompts: _builtins.bool
+    completions: _builtins.bool
+    @_builtins.property
+    def auth(self) -> Global___BackendAuth: ...
+    @_builtins.property
+    def backend_session(self) -> Global___BackendSession:
+        """the session's backend session there, if one was opened"""
+
+    def __init__(
+        self,
+        *,
+        backend_id: _builtins.str = ...,
+        backend_url: _builtins.str = ...,
+        transport: _builtins.str = ...,
+        protocol_version: _builtins.str = ...,
+        auth: Global___BackendAuth | None = ...,
+        timeout_seconds: _builtins.float = ...,
+        max_response_bytes: _builtins.int = ...,
+        backend_session: Global___BackendSession | None = ...,
+        resources: _builtins.bool = ...,
+        prompts: _builtins.bool = ...,
+        completions: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["auth", b"auth", "backend_session", b"backend_session"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["auth", b"auth", "backend_id", b"backend_id", "backend_session", b"backend_session", "backend_url", b"backend_url", "completions", b"completions", "max_response_bytes", b"max_response_bytes", "prompts", b"prompts", "protocol_version", b"protocol_version", "resources", b"resources", "timeout_seconds", b"timeout_seconds", "transport", b"transport"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReachableBackend: _TypeAlias = ReachableBackend  # noqa: Y015
+
+@_typing.final
+class ReachableBackendsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    BACKENDS_FIELD_NUMBER: _builtins.int
+    PREFIX_FIELD_NUMBER: _builtins.int
+    SEPARATOR_FIELD_NUMBER: _builtins.int
+    prefix: _builtins.str
+    """The indexer's naming of tools (indexer.naming), which resources and prompts follow too.
+    on_collision | always
+    """
+    separator: _builtins.str
+    @_builtins.property
+    def backends(self) -> _containers.RepeatedCompositeFieldContainer[Global___ReachableBackend]:
+        """in backend id order"""
+
+    def __init__(
+        self,
+        *,
+        backends: _abc.Iterable[Global___ReachableBackend] | None = ...,
+        prefix: _builtins.str = ...,
+        separator: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["backends", b"backends", "prefix", b"prefix", "separator", b"separator"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReachableBackendsResponse: _TypeAlias = ReachableBackendsResponse  # noqa: Y015

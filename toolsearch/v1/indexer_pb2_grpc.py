@@ -85,6 +85,11 @@ class IndexerStub:
                 request_serializer=toolsearch_dot_v1_dot_indexer__pb2.BackendSessionsRequest.SerializeToString,
                 response_deserializer=toolsearch_dot_v1_dot_indexer__pb2.BackendSessionsResponse.FromString,
                 _registered_method=True)
+        self.ReachableBackends = channel.unary_unary(
+                '/toolsearch.v1.Indexer/ReachableBackends',
+                request_serializer=toolsearch_dot_v1_dot_indexer__pb2.ReachableBackendsRequest.SerializeToString,
+                response_deserializer=toolsearch_dot_v1_dot_indexer__pb2.ReachableBackendsResponse.FromString,
+                _registered_method=True)
 
 
 class IndexerServicer:
@@ -159,6 +164,14 @@ class IndexerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReachableBackends(self, request, context):
+        """The session's backends that are advertised now (healthy or degraded), with what each offers
+        beside tools and how to reach it: the router aggregates their resources and prompts.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_IndexerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -206,6 +219,11 @@ def add_IndexerServicer_to_server(servicer, server):
                     servicer.BackendSessions,
                     request_deserializer=toolsearch_dot_v1_dot_indexer__pb2.BackendSessionsRequest.FromString,
                     response_serializer=toolsearch_dot_v1_dot_indexer__pb2.BackendSessionsResponse.SerializeToString,
+            ),
+            'ReachableBackends': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReachableBackends,
+                    request_deserializer=toolsearch_dot_v1_dot_indexer__pb2.ReachableBackendsRequest.FromString,
+                    response_serializer=toolsearch_dot_v1_dot_indexer__pb2.ReachableBackendsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -457,6 +475,33 @@ class Indexer:
             '/toolsearch.v1.Indexer/BackendSessions',
             toolsearch_dot_v1_dot_indexer__pb2.BackendSessionsRequest.SerializeToString,
             toolsearch_dot_v1_dot_indexer__pb2.BackendSessionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReachableBackends(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/toolsearch.v1.Indexer/ReachableBackends',
+            toolsearch_dot_v1_dot_indexer__pb2.ReachableBackendsRequest.SerializeToString,
+            toolsearch_dot_v1_dot_indexer__pb2.ReachableBackendsResponse.FromString,
             options,
             channel_credentials,
             insecure,

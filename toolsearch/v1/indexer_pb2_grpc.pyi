@@ -64,6 +64,10 @@ class IndexerStub:
     """The session's backend sessions, with where and how to reach each: a client's cancellation is
     passed on to them from whichever router replica it reaches.
     """
+    ReachableBackends: _grpc.UnaryUnaryMultiCallable[_indexer_pb2.ReachableBackendsRequest, _indexer_pb2.ReachableBackendsResponse]
+    """The session's backends that are advertised now (healthy or degraded), with what each offers
+    beside tools and how to reach it: the router aggregates their resources and prompts.
+    """
 
 @_typing.type_check_only
 class IndexerAsyncStub(IndexerStub):
@@ -96,6 +100,10 @@ class IndexerAsyncStub(IndexerStub):
     BackendSessions: _aio.UnaryUnaryMultiCallable[_indexer_pb2.BackendSessionsRequest, _indexer_pb2.BackendSessionsResponse]  # type: ignore[assignment]
     """The session's backend sessions, with where and how to reach each: a client's cancellation is
     passed on to them from whichever router replica it reaches.
+    """
+    ReachableBackends: _aio.UnaryUnaryMultiCallable[_indexer_pb2.ReachableBackendsRequest, _indexer_pb2.ReachableBackendsResponse]  # type: ignore[assignment]
+    """The session's backends that are advertised now (healthy or degraded), with what each offers
+    beside tools and how to reach it: the router aggregates their resources and prompts.
     """
 
 class IndexerServicer(metaclass=_abc_1.ABCMeta):
@@ -180,6 +188,16 @@ class IndexerServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_indexer_pb2.BackendSessionsResponse, _abc.Awaitable[_indexer_pb2.BackendSessionsResponse]]:
         """The session's backend sessions, with where and how to reach each: a client's cancellation is
         passed on to them from whichever router replica it reaches.
+        """
+
+    @_abc_1.abstractmethod
+    def ReachableBackends(
+        self,
+        request: _indexer_pb2.ReachableBackendsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_indexer_pb2.ReachableBackendsResponse, _abc.Awaitable[_indexer_pb2.ReachableBackendsResponse]]:
+        """The session's backends that are advertised now (healthy or degraded), with what each offers
+        beside tools and how to reach it: the router aggregates their resources and prompts.
         """
 
 def add_IndexerServicer_to_server(servicer: IndexerServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
