@@ -23,7 +23,7 @@ from indexer.errors import (
     ToolNotFound,
     TooManySessions,
 )
-from indexer.finder import Finder, server_title
+from indexer.finder import Finder
 from indexer.messages import (
     auth,
     backend_session,
@@ -33,13 +33,11 @@ from indexer.messages import (
     suggestions,
     version_ref,
 )
-from indexer.names import by_own_name, closest_tools
 from indexer.reachable import reachable_backends
 from indexer.registry import Registry
-from indexer.session_views import LiveSession
+from indexer.resolution import ToolResolver
 from indexer.sessions import SessionManager
 from indexer.state import BackendSession, StateUnavailable
-from indexer.text import name_key
 from indexer.tools import advertise
 from toolsearch.indexer_settings import Naming
 from toolsearch.v1 import indexer_pb2 as pb
@@ -115,6 +113,7 @@ class IndexerService(pb_grpc.IndexerServicer):
         self._finder = finder
         self._embeddings = embeddings
         self._naming = naming or Naming()  # how tool names are made unique; resources and prompts follow it
+        self._resolver = ToolResolver(registry)
 
     @translated
     async def OpenSession(
@@ -128,6 +127,7 @@ class IndexerService(pb_grpc.IndexerServicer):
             version=version_ref(session),
             backends=sorted(session.record.accepted),
             rejected_backends=sorted(session.record.rejected_at_creation),
+            tool=self._resolver.resolved(session, request.resolve) if request.resolve else None,
         )
 
     @translated
@@ -135,7 +135,8 @@ class IndexerService(pb_grpc.IndexerServicer):
         self, request: pb.GetSessionRequest, context: grpc.aio.ServicerContext
     ) -> pb.GetSessionResponse:
         session = await self._sessions.get(request.session_id, principal_of(request.principal))
-        return pb.GetSessionResponse(session_id=session.id, version=version_ref(session))
+        tool = self._resolver.resolved(session, request.resolve) if request.resolve else None
+        return pb.GetSessionResponse(session_id=session.id, version=version_ref(session), tool=tool)
 
     @translated
     async def CloseSession(
@@ -205,31 +206,7 @@ class IndexerService(pb_grpc.IndexerServicer):
         self, request: pb.ResolveToolRequest, context: grpc.aio.ServicerContext
     ) -> pb.ResolveToolResponse:
         session = await self._sessions.get(request.session_id, principal_of(request.principal))
-        snapshot = session.current
-        tool = snapshot.version.resolve(request.name) or by_own_name(snapshot.version.tools, request.name)
-        if tool is None:
-            version = snapshot.version
-            close = [
-                (t.name, t.backend_id, server_title(version.server(t.backend_id)))
-                for t in closest_tools(request.name, version.tools)
-            ]
-            raise ToolNotFound(request.name, close, self._down_reason(session, request.name))
-        state = self._registry.get(tool.backend_id)
-        backend = state.config
-        return pb.ResolveToolResponse(
-            name=tool.name,
-            original_name=tool.original_name,
-            backend_id=tool.backend_id,
-            backend_url=backend.url,
-            input_schema_json=tool.input_schema_json,
-            auth=auth(backend),
-            version=pb.IndexVersionRef(number=snapshot.number, fingerprint=snapshot.version.fingerprint),
-            protocol_version=state.health.protocol_version,
-            timeout_seconds=backend.timeout,
-            max_response_bytes=backend.max_response_bytes,
-            transport=backend.transport,
-            backend_session=backend_session(session.record.backend_sessions.get(tool.backend_id)),
-        )
+        return self._resolver.resolve(session, request.name)
 
     @translated
     async def PinnedTools(
@@ -255,22 +232,6 @@ class IndexerService(pb_grpc.IndexerServicer):
                 for t in tools
             ]
         )
-
-    def _down_reason(self, session: LiveSession, name: str) -> str:
-        """Why a name the session's current version lacks cannot be called now, if a down backend has it."""
-        key = name_key(name)
-        for backend_id in sorted(session.record.accepted):
-            state = self._registry.states.get(backend_id)
-            if state is None or state.advertised or state.listing is None:
-                continue
-            for definition in state.listing.tools:
-                own = str(definition.get("name", ""))
-                if key in (name_key(own), name_key(f"{backend_id}_{own}")):
-                    return (
-                        f"{name} belongs to backend {backend_id}, which is {state.status} right now: "
-                        "it cannot be called until the backend recovers"
-                    )
-        return ""
 
     @translated
     async def Status(self, request: pb.StatusRequest, context: grpc.aio.ServicerContext) -> pb.StatusResponse:

@@ -259,7 +259,9 @@ def note(record: AccessRecord, request: Any, response: Any) -> None:
     version = getattr(response, "version", None)
     if version is not None and version.fingerprint:
         record.version = f"v{version.number}/{version.fingerprint[:12]}"
-    backend = getattr(response, "backend_id", "")
+    # a call_tool's tool comes resolved by ResolveTool, or with the session check (`tool`)
+    resolved = getattr(response, "tool", None) or response
+    backend = getattr(resolved, "backend_id", "")
     if backend:
         record.backend = backend
-        record.target = getattr(response, "name", "") or getattr(request, "name", "")
+        record.target = getattr(resolved, "name", "") or getattr(request, "name", "")

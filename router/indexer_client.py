@@ -248,22 +248,32 @@ class IndexerClient:
         return min(ready) if ready else None
 
     async def open_session(
-        self, principal: Principal, bearer_token: str | None, *, implied: bool = False
+        self, principal: Principal, bearer_token: str | None, *, implied: bool = False, resolve: str = ""
     ) -> pb.OpenSessionResponse:
-        """Open a session for `principal`; with `implied`, its implied session (created on first use)."""
+        """Open a session for `principal`; with `implied`, its implied session (created on first use).
+
+        With `resolve`, the answer carries that tool's resolution too, when the name resolves.
+        """
         request = pb.OpenSessionRequest(
             principal=_principal(principal),
             credentials=pb.Credentials(bearer_token=bearer_token or ""),
             implied=implied,
+            resolve=resolve,
         )
         # a handshake session opened twice would be two: tried again only where the first did not run
         return await self._call(
             lambda stub: stub.OpenSession, request, timeout=self.open_session_timeout, idempotent=implied
         )
 
-    async def get_session(self, session_id: str, principal: Principal) -> pb.GetSessionResponse:
-        """Check that a session exists and belongs to `principal`; raises `SessionNotFound`."""
-        request = pb.GetSessionRequest(session_id=session_id, principal=_principal(principal))
+    async def get_session(
+        self, session_id: str, principal: Principal, resolve: str = ""
+    ) -> pb.GetSessionResponse:
+        """Check that a session exists and belongs to `principal`; raises `SessionNotFound`.
+
+        With `resolve`, the answer carries that tool's resolution too, when the name resolves.
+        """
+        principal_message = _principal(principal)
+        request = pb.GetSessionRequest(session_id=session_id, principal=principal_message, resolve=resolve)
         return await self._call(lambda stub: stub.GetSession, request)
 
     async def close_session(

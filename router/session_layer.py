@@ -41,6 +41,7 @@ from router.errors import (
 from router.indexer_client import IndexerClient
 from router.resource_metadata import ResourceMetadata
 from toolsearch.logs import bind_session
+from toolsearch.v1 import indexer_pb2 as pb
 
 logger = logging.getLogger(__name__)
 
@@ -70,6 +71,8 @@ class Caller:
     identity: Identity
     session_id: str  # empty when the request needs no session (2026-07-28 `tools/list`, discovery)
     streamed: bool = False  # answered as an SSE stream: notifications may go before the result
+    # the tool a call_tool names, resolved with the session check; None: resolve it when needed
+    resolved: pb.ResolveToolResponse | None = None
 
 
 class ClientError(Exception):
@@ -91,6 +94,16 @@ class JsonRpcMessage:
     is_request: bool
     wants_progress: bool = False  # its params carry `_meta.progressToken`
     params: Any = None  # as posted
+
+    @property
+    def named_tool(self) -> str:
+        """The `tool_name` a `tools/call` passes (call_tool's), looked up with the session check."""
+        params = self.params
+        if self.method != "tools/call" or not isinstance(params, dict):
+            return ""
+        arguments = params.get("arguments")
+        name = arguments.get("tool_name") if isinstance(arguments, dict) else None
+        return name if isinstance(name, str) else ""
 
 
 def parse_message(body: bytes) -> JsonRpcMessage:
@@ -235,6 +248,7 @@ class SessionLayer:
         message: JsonRpcMessage,
     ) -> None:
         session_id = ""
+        resolved: pb.ResolveToolResponse | None = None
         if is_handshake_era(headers):
             if message.method == "initialize" and message.is_request:
                 await self._initialize(scope, receive, send, identity)
@@ -242,17 +256,21 @@ class SessionLayer:
             session_id = headers.get(SESSION_HEADER, "")
             if not session_id:
                 raise ClientError(400, INVALID_REQUEST, MISSING_SESSION)
-            await self.indexer.get_session(session_id, identity.principal)
+            checked = await self.indexer.get_session(session_id, identity.principal, message.named_tool)
+            resolved = checked.tool if checked.HasField("tool") else None
             cancelled = message.method == "notifications/cancelled" and not message.is_request
             if cancelled and self.on_cancelled is not None and isinstance(message.params, dict):
                 await self.on_cancelled(Caller(identity, session_id), message.params)
         elif message.method in SESSION_METHODS and headers.get(VERSION_HEADER) in MODERN_PROTOCOL_VERSIONS:
-            opened = await self.indexer.open_session(identity.principal, identity.bearer_token, implied=True)
+            opened = await self.indexer.open_session(
+                identity.principal, identity.bearer_token, implied=True, resolve=message.named_tool
+            )
             session_id = opened.session_id
+            resolved = opened.tool if opened.HasField("tool") else None
         bind_session(session_id)  # the logs of the rest of this request name the session (a prefix)
         streaming = self.streaming_app
         streamed = streaming is not None and message.method == "tools/call" and message.wants_progress
-        scope.setdefault("state", {})[STATE_KEY] = Caller(identity, session_id, streamed)
+        scope.setdefault("state", {})[STATE_KEY] = Caller(identity, session_id, streamed, resolved)
         await (streaming if streamed and streaming is not None else self.app)(scope, receive, send)
 
     async def _initialize(self, scope: Scope, receive: Receive, send: Send, identity: Identity) -> None:

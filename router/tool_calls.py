@@ -2,8 +2,11 @@
 the client session's backend session, and a client's cancellation passed on.
 
 The backend session a call opens is stored with the client session in the indexer
-(`SetBackendSession`), so every router replica's next call reuses it; `ResolveTool` hands it back
-with the tool. Errors are router errors (router/errors.py); the meta-tools turn them into answers.
+(`SetBackendSession`), so every router replica's next call reuses it; the tool's resolution hands it
+back. That resolution mostly comes with the session check the request made already (the session
+layer asks `GetSession` to resolve the `tool_name` it sees); `ResolveTool` is asked only when the
+name did not resolve there, and says why. Errors are router errors (router/errors.py); the
+meta-tools turn them into answers.
 """
 
 from __future__ import annotations
@@ -57,7 +60,10 @@ class ToolCalls:
     ) -> types.CallToolResult:
         """call_tool: resolve the name in the caller's session, check the arguments, call the backend."""
         args = parse_call_tool(arguments, self.max_arguments_bytes)
-        tool = await self.indexer.resolve_tool(caller.session_id, caller.identity.principal, args.name)
+        # resolved with the session check from the same `tool_name`, unless it did not resolve there
+        tool = caller.resolved or await self.indexer.resolve_tool(
+            caller.session_id, caller.identity.principal, args.name
+        )
         problem = self.validators.problem(tool.input_schema_json, args.parameters)
         if problem is not None:
             raise InvalidRequest(

@@ -242,6 +242,23 @@ ADD_TOOL = {"name": "math_add", "description": "Add two integers", "inputSchema"
 VERSION = pb.IndexVersionRef(number=3, fingerprint="f00d")
 
 
+def _resolved(name: str) -> pb.ResolveToolResponse | None:
+    """The fake's one tool, as every resolution of its name answers it."""
+    if name != "math_add":
+        return None
+    return pb.ResolveToolResponse(
+        name="math_add",
+        original_name="add",
+        backend_id="math",
+        backend_url=BACKEND_URL,
+        input_schema_json=json.dumps(ADD_SCHEMA),
+        auth=pb.BackendAuth(type="none"),
+        version=VERSION,
+        protocol_version="2025-11-25",
+        timeout_seconds=5,
+    )
+
+
 @dataclass
 class FakeIndexer(indexer_pb2_grpc.IndexerServicer):
     """Sessions in a dict, one tool, and a record of the calls."""
@@ -259,12 +276,14 @@ class FakeIndexer(indexer_pb2_grpc.IndexerServicer):
         principal = (request.principal.issuer, request.principal.subject)
         session_id = f"implied-{principal}" if request.implied else uuid.uuid4().hex
         self.sessions[session_id] = principal
-        return pb.OpenSessionResponse(session_id=session_id, version=VERSION, backends=["math"])
+        tool = _resolved(request.resolve)
+        return pb.OpenSessionResponse(session_id=session_id, version=VERSION, backends=["math"], tool=tool)
 
     async def GetSession(self, request: pb.GetSessionRequest, context: Any) -> pb.GetSessionResponse:
         self.calls.append("GetSession")
         await self._check(request.session_id, request.principal, context)
-        return pb.GetSessionResponse(session_id=request.session_id, version=VERSION)
+        tool = _resolved(request.resolve)
+        return pb.GetSessionResponse(session_id=request.session_id, version=VERSION, tool=tool)
 
     async def CloseSession(self, request: pb.CloseSessionRequest, context: Any) -> pb.CloseSessionResponse:
         self.calls.append("CloseSession")
@@ -288,20 +307,11 @@ class FakeIndexer(indexer_pb2_grpc.IndexerServicer):
     async def ResolveTool(self, request: pb.ResolveToolRequest, context: Any) -> pb.ResolveToolResponse:
         self.calls.append("ResolveTool")
         await self._check(request.session_id, request.principal, context)
-        if request.name != "math_add":
+        tool = _resolved(request.name)
+        if tool is None:
             context.set_trailing_metadata((("toolsearch-error", "tool-not-found"),))
             await context.abort(grpc.StatusCode.NOT_FOUND, f"tool not found: {request.name}")
-        return pb.ResolveToolResponse(
-            name="math_add",
-            original_name="add",
-            backend_id="math",
-            backend_url=BACKEND_URL,
-            input_schema_json=json.dumps(ADD_SCHEMA),
-            auth=pb.BackendAuth(type="none"),
-            version=VERSION,
-            protocol_version="2025-11-25",
-            timeout_seconds=5,
-        )
+        return tool
 
     async def Status(self, request: pb.StatusRequest, context: Any) -> pb.StatusResponse:
         return pb.StatusResponse(model="fake")
@@ -544,6 +554,25 @@ async def test_find_tool_costs_one_session_check_and_one_search(running: Running
         running.indexer.calls.clear()
         await client.call_tool("find_tool", {"tool_description": "add"})
         assert running.indexer.calls == ["GetSession", "FindTools"]
+
+
+async def test_call_tool_costs_one_session_check_that_resolves_the_tool_too(running: Running) -> None:
+    async with running.client("legacy") as client:
+        await client.list_tools()
+        running.indexer.calls.clear()
+        called = await client.call_tool(
+            "call_tool", {"tool_name": "math_add", "parameters": {"a": 1, "b": 2}}
+        )
+        assert not called.is_error and running.indexer.calls == ["GetSession"]
+        running.indexer.calls.clear()
+        unknown = await client.call_tool("call_tool", {"tool_name": "nope", "parameters": {}})
+        assert unknown.is_error and running.indexer.calls == ["GetSession", "ResolveTool"]
+    async with running.client("auto") as client:
+        running.indexer.calls.clear()
+        called = await client.call_tool(
+            "call_tool", {"tool_name": "math_add", "parameters": {"a": 1, "b": 2}}
+        )
+        assert not called.is_error and running.indexer.calls == ["OpenSession implied"]
 
 
 async def test_readiness_follows_the_indexer_health_check(running: Running) -> None:

@@ -79,7 +79,7 @@ def test_a_call_tool_is_one_trace_from_the_clients_traceparent_through_the_index
     answer = post(stack, session_id, call, f"00-{trace_id}-{client_span}-01")
     assert answer.status_code == 200 and "error" not in answer.json(), answer.text
     router, indexer, backend = "toolsearch-router", "toolsearch-indexer", "toolsearch-catalog-server"
-    names = {"POST /mcp", "tools/call call_tool", "indexer ResolveTool", "indexer GetSession"}
+    names = {"POST /mcp", "tools/call call_tool", "indexer GetSession"}
     spans = trace_of(receiver, trace_id, {router, indexer, backend}, names)
     # the router's request span is the child of the client's, the SDK's span for the method its child
     request = one(spans, router, "POST /mcp")
@@ -92,9 +92,9 @@ def test_a_call_tool_is_one_trace_from_the_clients_traceparent_through_the_index
     assert attributes["toolsearch.backend"] == "Cocktails" and attributes["toolsearch.outcome"] == "ok"
     assert str(attributes["toolsearch.index_version"]).startswith("v")
     # router -> indexer: the indexer's span is the child of the router's call span, over gRPC metadata
-    resolved = one(spans, indexer, "indexer ResolveTool")
+    resolved = one(spans, indexer, "indexer GetSession")  # the session check resolves the tool too
     caller = parent_of(spans, resolved)
-    assert (caller.service, caller.name, caller.kind) == (router, "indexer ResolveTool", "client")
+    assert (caller.service, caller.name, caller.kind) == (router, "indexer GetSession", "client")
     assert parent_of(spans, caller).span_id in {s.span_id for s in spans if s.service == router}
     # router -> backend: the backend's MCP server span is in the same trace, under a router span
     served = [s for s in spans if s.service == backend and s.kind == "server"]

@@ -100,10 +100,13 @@ class OpenSessionRequest(_message.Message):
     PRINCIPAL_FIELD_NUMBER: _builtins.int
     CREDENTIALS_FIELD_NUMBER: _builtins.int
     IMPLIED_FIELD_NUMBER: _builtins.int
+    RESOLVE_FIELD_NUMBER: _builtins.int
     implied: _builtins.bool
     """When true, return the principal's implied session (created on first use) instead of a new
     one: the stateless protocol has no session header, so the principal names the session.
     """
+    resolve: _builtins.str
+    """A tool name to resolve in the same round trip, as GetSessionRequest.resolve."""
     @_builtins.property
     def principal(self) -> Global___Principal: ...
     @_builtins.property
@@ -114,10 +117,11 @@ class OpenSessionRequest(_message.Message):
         principal: Global___Principal | None = ...,
         credentials: Global___Credentials | None = ...,
         implied: _builtins.bool = ...,
+        resolve: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["credentials", b"credentials", "principal", b"principal"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["credentials", b"credentials", "implied", b"implied", "principal", b"principal"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["credentials", b"credentials", "implied", b"implied", "principal", b"principal", "resolve", b"resolve"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -131,6 +135,7 @@ class OpenSessionResponse(_message.Message):
     VERSION_FIELD_NUMBER: _builtins.int
     BACKENDS_FIELD_NUMBER: _builtins.int
     REJECTED_BACKENDS_FIELD_NUMBER: _builtins.int
+    TOOL_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     @_builtins.property
     def version(self) -> Global___IndexVersionRef: ...
@@ -142,6 +147,10 @@ class OpenSessionResponse(_message.Message):
     def rejected_backends(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """backends that rejected the credentials at creation"""
 
+    @_builtins.property
+    def tool(self) -> Global___ResolveToolResponse:
+        """the `resolve` tool, when it resolves"""
+
     def __init__(
         self,
         *,
@@ -149,10 +158,11 @@ class OpenSessionResponse(_message.Message):
         version: Global___IndexVersionRef | None = ...,
         backends: _abc.Iterable[_builtins.str] | None = ...,
         rejected_backends: _abc.Iterable[_builtins.str] | None = ...,
+        tool: Global___ResolveToolResponse | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["version", b"version"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["tool", b"tool", "version", b"version"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["backends", b"backends", "rejected_backends", b"rejected_backends", "session_id", b"session_id", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["backends", b"backends", "rejected_backends", b"rejected_backends", "session_id", b"session_id", "tool", b"tool", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -164,7 +174,13 @@ class GetSessionRequest(_message.Message):
 
     SESSION_ID_FIELD_NUMBER: _builtins.int
     PRINCIPAL_FIELD_NUMBER: _builtins.int
+    RESOLVE_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
+    resolve: _builtins.str
+    """A tool name to resolve in the same round trip: the router checks the session of every request
+    before its handler runs, and a call_tool's tool is looked up with that check instead of after
+    it. A name that does not resolve leaves `tool` unset; ResolveTool then says why.
+    """
     @_builtins.property
     def principal(self) -> Global___Principal: ...
     def __init__(
@@ -172,10 +188,11 @@ class GetSessionRequest(_message.Message):
         *,
         session_id: _builtins.str = ...,
         principal: Global___Principal | None = ...,
+        resolve: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["principal", b"principal"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["principal", b"principal", "session_id", b"session_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["principal", b"principal", "resolve", b"resolve", "session_id", b"session_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -187,18 +204,24 @@ class GetSessionResponse(_message.Message):
 
     SESSION_ID_FIELD_NUMBER: _builtins.int
     VERSION_FIELD_NUMBER: _builtins.int
+    TOOL_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     @_builtins.property
     def version(self) -> Global___IndexVersionRef: ...
+    @_builtins.property
+    def tool(self) -> Global___ResolveToolResponse:
+        """the `resolve` tool, when it resolves"""
+
     def __init__(
         self,
         *,
         session_id: _builtins.str = ...,
         version: Global___IndexVersionRef | None = ...,
+        tool: Global___ResolveToolResponse | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["version", b"version"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["tool", b"tool", "version", b"version"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["session_id", b"session_id", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["session_id", b"session_id", "tool", b"tool", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
