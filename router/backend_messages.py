@@ -35,6 +35,7 @@ from router.errors import (
 )
 from router.relays import NotificationRelay
 from toolsearch.responses import STREAMED, BoundedTransport
+from toolsearch.v1 import indexer_pb2 as pb
 
 logger = logging.getLogger(__name__)
 
@@ -58,6 +59,11 @@ class BackendSession(NamedTuple):
 
     session_id: str
     protocol_version: str
+
+
+def kept_session(kept: pb.BackendSession) -> BackendSession | None:
+    """The backend session the indexer keeps for a client session; None where none is kept yet."""
+    return BackendSession(kept.session_id, kept.protocol_version) if kept.protocol_version else None
 
 
 def _is_stream(response: httpx2.Response) -> bool:

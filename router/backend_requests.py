@@ -21,18 +21,17 @@ from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
 from mcp_types import INTERNAL_ERROR, INVALID_REQUEST
 
-from router.backend_messages import BackendSession
+from router.backend_messages import BackendSession, kept_session
 from router.backends import BackendCaller, outgoing_headers
 from router.errors import BackendAnswered, BackendError, RouterError, SessionNotFound
 from router.indexer_client import IndexerClient
 from router.session_layer import STATE_KEY, Caller
 from toolsearch.naming import Prefix
-from toolsearch.settings import DEFAULT_MAX_RESPONSE_BYTES
+from toolsearch.settings import DEFAULT_BACKEND_TIMEOUT, DEFAULT_MAX_RESPONSE_BYTES
 from toolsearch.v1 import indexer_pb2 as pb
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_BACKEND_TIMEOUT = 30.0  # seconds, when the indexer does not say
 END_TIMEOUT = 2.0  # seconds to end a backend session that lost a race, at most
 MAX_PAGES = 20  # pages of one listing read from one backend
 MAX_ENTRIES = 1000  # entries of one listing kept from one backend: the rest are left out (logged)
@@ -110,6 +109,13 @@ class BackendRequests:
         found = await self.indexer.reachable_backends(caller.session_id, caller.identity.principal)
         return Reach(self, caller, found)
 
+    async def reach_from(self, ctx: ServerRequestContext[Any, Any]) -> Reach:
+        """`reach` for a handler's request; a router error becomes the JSON-RPC error it answers."""
+        try:
+            return await self.reach(caller_of(ctx))
+        except RouterError as exc:
+            raise jsonrpc_error(exc) from None
+
 
 class Reach:
     """One client request's way to its session's reachable backends, and the backend sessions it used.
@@ -136,8 +142,7 @@ class Reach:
     def _session(self, backend: pb.ReachableBackend) -> BackendSession | None:
         if backend.backend_id in self._sessions:
             return self._sessions[backend.backend_id]
-        kept = backend.backend_session
-        return BackendSession(kept.session_id, kept.protocol_version) if kept.protocol_version else None
+        return kept_session(backend.backend_session)
 
     async def send(
         self, backend: pb.ReachableBackend, method: str, params: Mapping[str, Any]

@@ -132,19 +132,10 @@ class BackendCaller:
         params = types.CallToolRequestParams(name=name, arguments=dict(arguments))
         if transport == "sse" or protocol_version in MODERN_PROTOCOL_VERSIONS:
             http, bounded, recorder = self._client(backend_id, headers, timeout_seconds, max_response_bytes)
-            result = await call_by_sdk(
-                http,
-                bounded,
-                recorder,
-                backend_id,
-                url,
-                protocol_version,
-                transport,
-                timeout_seconds,
-                params,
-                relay,
+            link = SdkLink(
+                http, bounded, recorder, backend_id, url, protocol_version, transport, timeout_seconds
             )
-            return CallOutcome(result, None)
+            return CallOutcome(await call_by_sdk(link, params, relay), None)
         wire = params.model_dump(mode="json", by_alias=True, exclude_none=True)
         if relay is not None and relay.progress_token is not None:
             wire["_meta"] = {"progressToken": relay.progress_token}

@@ -15,6 +15,7 @@ from typing import Generic, NamedTuple, TypeVar
 import anyio
 
 from router.errors import BackendError
+from toolsearch.settings import DEFAULT_BACKEND_TIMEOUT
 from toolsearch.v1 import indexer_pb2 as pb
 
 logger = logging.getLogger(__name__)
@@ -22,7 +23,6 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 CONCURRENCY = 8  # backends asked at once by one client request
-_DEFAULT_DEADLINE = 30.0  # seconds, for a backend whose timeout the indexer does not give
 
 
 class Answered(NamedTuple, Generic[T]):
@@ -34,7 +34,7 @@ class Answered(NamedTuple, Generic[T]):
 
 def deadline(backend: pb.ReachableBackend, requests: int = 1) -> float:
     """How long one backend may take over a question of `requests` requests (each under its timeout)."""
-    return (backend.timeout_seconds or _DEFAULT_DEADLINE) * max(requests, 1)
+    return (backend.timeout_seconds or DEFAULT_BACKEND_TIMEOUT) * max(requests, 1)
 
 
 async def ask_each(

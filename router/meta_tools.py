@@ -82,7 +82,6 @@ FIND_TOOL_OUTPUT_SCHEMA: dict[str, Any] = {
     },
     "required": ["tools", "token_metrics"],
 }
-_DEFAULT_BACKEND_TIMEOUT = 30.0  # seconds, when the indexer does not say
 _END_TIMEOUT = 2.0  # seconds to end a backend session that lost a race, at most
 
 

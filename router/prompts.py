@@ -16,7 +16,7 @@ from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS, CompleteRequestParams, GetPromptRequestParams, PaginatedRequestParams
 
-from router.backend_requests import BackendRequests, Reach, answered, caller_of, jsonrpc_error
+from router.backend_requests import BackendRequests, Reach, answered, jsonrpc_error
 from router.errors import RouterError
 from router.fanout import ask_each
 from router.offerings import Ambiguous, Offering, Target, ambiguity, namespaced, resolve
@@ -50,16 +50,12 @@ class Prompts:
     def __init__(self, requests: BackendRequests) -> None:
         self.requests = requests
 
-    async def _reach(self, ctx: ServerRequestContext[Any, Any]) -> Reach:
-        try:
-            return await self.requests.reach(caller_of(ctx))
-        except RouterError as exc:
-            raise jsonrpc_error(exc) from None
-
     async def list_prompts(
         self, ctx: ServerRequestContext[Any, Any], params: PaginatedRequestParams
     ) -> dict[str, Any]:
-        return answered({"prompts": [dict(o.entry) for o in await prompt_catalogue(await self._reach(ctx))]})
+        return answered(
+            {"prompts": [dict(o.entry) for o in await prompt_catalogue(await self.requests.reach_from(ctx))]}
+        )
 
     async def _prompt(self, reach: Reach, name: str) -> Target:
         """The backend and own name of a prompt the client named; raises the JSON-RPC error."""
@@ -98,7 +94,7 @@ class Prompts:
     async def get_prompt(
         self, ctx: ServerRequestContext[Any, Any], params: GetPromptRequestParams
     ) -> dict[str, Any]:
-        reach = await self._reach(ctx)
+        reach = await self.requests.reach_from(ctx)
         target = await self._prompt(reach, params.name)
         wire = params.model_dump(mode="json", by_alias=True, exclude_none=True)
         return await self._forward(reach, target, "prompts/get", {**wire, "name": target.original})
@@ -106,7 +102,7 @@ class Prompts:
     async def complete(
         self, ctx: ServerRequestContext[Any, Any], params: CompleteRequestParams
     ) -> dict[str, Any]:
-        reach = await self._reach(ctx)
+        reach = await self.requests.reach_from(ctx)
         wire = params.model_dump(mode="json", by_alias=True, exclude_none=True)
         ref = dict(wire.get("ref") or {})
         if ref.get("type") == "ref/prompt":

@@ -16,7 +16,7 @@ from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
 from mcp_types import PaginatedRequestParams, ReadResourceRequestParams
 
-from router.backend_requests import BackendRequests, Reach, answered, caller_of, jsonrpc_error
+from router.backend_requests import BackendRequests, Reach, answered, jsonrpc_error
 from router.errors import RouterError
 from router.fanout import ask_each
 from router.offerings import Ambiguous, Offering, Target, ambiguity, namespaced, resolve
@@ -109,28 +109,22 @@ class Resources:
     def __init__(self, requests: BackendRequests) -> None:
         self.requests = requests
 
-    async def _reach(self, ctx: ServerRequestContext[Any, Any]) -> Reach:
-        try:
-            return await self.requests.reach(caller_of(ctx))
-        except RouterError as exc:
-            raise jsonrpc_error(exc) from None
-
     async def list_resources(
         self, ctx: ServerRequestContext[Any, Any], params: PaginatedRequestParams
     ) -> dict[str, Any]:
-        found = await catalogue(await self._reach(ctx), templates=False)
+        found = await catalogue(await self.requests.reach_from(ctx), templates=False)
         return answered({"resources": [dict(o.entry) for o in found.resources]})
 
     async def list_templates(
         self, ctx: ServerRequestContext[Any, Any], params: PaginatedRequestParams
     ) -> dict[str, Any]:
-        found = await catalogue(await self._reach(ctx), resources=False)
+        found = await catalogue(await self.requests.reach_from(ctx), resources=False)
         return answered({"resourceTemplates": [dict(o.entry) for o in found.templates]})
 
     async def read(
         self, ctx: ServerRequestContext[Any, Any], params: ReadResourceRequestParams
     ) -> dict[str, Any]:
-        reach = await self._reach(ctx)
+        reach = await self.requests.reach_from(ctx)
         uri = params.uri
         target = _shortcut(reach, uri)
         if target is None:

@@ -96,18 +96,9 @@ def without_server_info(result: types.CallToolResult) -> types.CallToolResult:
 
 
 async def call_by_sdk(
-    http: httpx2.AsyncClient,
-    bounded: BoundedTransport,
-    recorder: StatusRecorder,
-    backend_id: str,
-    url: str,
-    protocol_version: str,
-    transport: str,
-    timeout_seconds: float,
-    params: types.CallToolRequestParams,
-    relay: NotificationRelay | None,
+    link: SdkLink, params: types.CallToolRequestParams, relay: NotificationRelay | None
 ) -> types.CallToolResult:
-    """One call in a connection of its own (`http`, which carries the headers, bound and recorder)."""
+    """One call in a connection of its own (the link's client carries the headers, bound and recorder)."""
     progress = relay.progress if relay is not None and relay.progress_token is not None else None
     request = types.CallToolRequest(params=params)
 
@@ -116,7 +107,6 @@ async def call_by_sdk(
         # the router passes results through unchecked, so it sends the request itself.
         return await client.session.send_request(request, types.CallToolResult, progress_callback=progress)
 
-    link = SdkLink(http, bounded, recorder, backend_id, url, protocol_version, transport, timeout_seconds)
     return without_server_info(await link.exchange(send, relay))
 
 

@@ -19,7 +19,7 @@ import anyio
 import mcp_types as types
 
 from router.arguments import parse_call_tool
-from router.backend_messages import BackendSession, backend_request_id
+from router.backend_messages import BackendSession, backend_request_id, kept_session
 from router.backend_requests import END_TIMEOUT, keep_backend_session
 from router.backends import BackendCaller, outgoing_headers
 from router.errors import BackendError, InvalidRequest, RouterError
@@ -27,12 +27,10 @@ from router.indexer_client import IndexerClient
 from router.relays import NotificationRelay
 from router.schemas import SchemaValidators
 from router.session_layer import Caller
-from toolsearch.settings import DEFAULT_MAX_RESPONSE_BYTES
+from toolsearch.settings import DEFAULT_BACKEND_TIMEOUT, DEFAULT_MAX_RESPONSE_BYTES
 from toolsearch.v1 import indexer_pb2 as pb
 
 logger = logging.getLogger(__name__)
-
-_DEFAULT_BACKEND_TIMEOUT = 30.0  # seconds, when the indexer does not say
 
 
 class ToolCalls:
@@ -71,9 +69,8 @@ class ToolCalls:
                 "inputSchema (find_tool shows it) and call again."
             )
         headers = outgoing_headers(tool.backend_id, tool.auth, self.secrets, caller.identity.bearer_token)
-        kept = tool.backend_session
-        session = BackendSession(kept.session_id, kept.protocol_version) if kept.protocol_version else None
-        timeout = tool.timeout_seconds or _DEFAULT_BACKEND_TIMEOUT
+        session = kept_session(tool.backend_session)
+        timeout = tool.timeout_seconds or DEFAULT_BACKEND_TIMEOUT
         outcome = await self.backends.call_tool(
             backend_id=tool.backend_id,
             url=tool.backend_url,

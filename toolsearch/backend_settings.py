@@ -12,6 +12,7 @@ from typing import Literal
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from toolsearch.settings import (
+    DEFAULT_BACKEND_TIMEOUT,
     DEFAULT_MAX_RESPONSE_BYTES,
     BackendId,
     Section,
@@ -75,7 +76,7 @@ class Backend(Section):
     max_processes: int = Field(default=8, ge=1, le=1000)  # per_session: processes alive at once
     idle_timeout: float = Field(default=300.0, gt=0)  # per_session: seconds before an idle one ends
     auth: BackendAuth = BackendAuth()
-    timeout: float = Field(default=30.0, gt=0)  # seconds, for each call to this backend
+    timeout: float = Field(default=DEFAULT_BACKEND_TIMEOUT, gt=0)  # seconds, for each call to this backend
     # bytes of one answer (a call result, a tools/list page); a larger one is refused while it is read
     max_response_bytes: int = Field(default=DEFAULT_MAX_RESPONSE_BYTES, ge=1024)
 
@@ -123,7 +124,8 @@ class CatalogServer(Section):
     listen: str = "127.0.0.1:9100"
     register_backends: bool = True  # add each server of the catalog as a backend
     require_jwt: list[str] = []  # servers that require a bearer JWT; their backends use passthrough auth
-    backend_timeout: float = Field(default=30.0, gt=0)  # the registered backends' call timeout
+    # the registered backends' call timeout
+    backend_timeout: float = Field(default=DEFAULT_BACKEND_TIMEOUT, gt=0)
     backend_max_response_bytes: int = Field(default=DEFAULT_MAX_RESPONSE_BYTES, ge=1024)
 
     _listen = field_validator("listen")(classmethod(lambda cls, v: check_listen(v)))

@@ -15,6 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field
 BackendId = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")]
 # What one backend answer may weigh: a tool result (router) or a tools/list page (indexer).
 DEFAULT_MAX_RESPONSE_BYTES = 16 * 1024 * 1024
+# Seconds one request to a backend may take, unless its configuration says otherwise.
+DEFAULT_BACKEND_TIMEOUT = 30.0
 
 
 class Section(BaseModel):
