@@ -15,7 +15,7 @@ import pytest
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from commands.cli import build_parser, main
-from tests.support.processes import free_port
+from commands.ports import free_port
 
 
 @pytest.fixture(scope="module")

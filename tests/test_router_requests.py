@@ -28,6 +28,7 @@ from mcp.shared.exceptions import MCPError
 from starlette.datastructures import Headers
 from starlette.types import Receive, Scope, Send
 
+from commands.ports import free_port
 from router.app import RouterState, create_app
 from router.arguments import parse_call_tool, parse_find_tool
 from router.auth import Principal, bearer_token
@@ -48,7 +49,6 @@ from router.indexer_client import IndexerClient, translate
 from router.meta_tools import tool_result_for
 from router.schemas import SchemaValidators
 from router.session_layer import error_response, is_handshake_era, parse_message
-from tests.support.processes import free_port
 from tests.support.stack import INITIALIZE
 from toolsearch.config import parse_config
 from toolsearch.v1 import indexer_pb2 as pb

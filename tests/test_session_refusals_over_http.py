@@ -20,13 +20,14 @@ import grpc
 import httpx2
 import yaml
 
+from commands.ports import free_port
 from indexer.server import IndexerProcess, create_server
 from router.errors import SessionsFull, TooManySessions
 from router.indexer_client import translate
 from router.session_layer import error_response
 from tests.support.clients import until
 from tests.support.indexers import running_indexer
-from tests.support.processes import free_port, start_process
+from tests.support.processes import start_process
 from tests.support.stack import CLI, HEADERS, INITIALIZE
 from toolsearch.config import load_config
 

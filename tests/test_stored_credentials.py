@@ -20,6 +20,7 @@ from typing import Any
 import httpx2
 import pytest
 
+from commands.ports import free_port
 from indexer.catalogs import Catalogs
 from indexer.credentials import ANONYMOUS, list_at_creation
 from indexer.embedder.fake import FakeEmbedder
@@ -35,7 +36,7 @@ from indexer.state import Principal, SessionRecord
 from indexer.state.listings import Listing, digest_of, intern_listing
 from tests.support.catalogs import small_catalog
 from tests.support.indexers import running_indexer
-from tests.support.processes import Proc, free_port, start_process
+from tests.support.processes import Proc, start_process
 from tests.support.stack import CLI
 from tests.support.tokens import hs256
 from tests.support.waits import wait_for

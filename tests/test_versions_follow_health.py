@@ -20,6 +20,7 @@ import httpx2
 import numpy as np
 import pytest
 
+from commands.ports import free_port
 from indexer.credentials import ANONYMOUS
 from indexer.embedder.fake import FakeEmbedder
 from indexer.embeddings import Embeddings
@@ -35,7 +36,7 @@ from indexer.text import query_texts
 from indexer.tools import Tool, advertise
 from tests.support.catalogs import small_catalog
 from tests.support.indexers import running_indexer
-from tests.support.processes import Proc, free_port, start_process
+from tests.support.processes import Proc, start_process
 from tests.support.stack import CLI
 from tests.support.tokens import hs256
 from tests.support.waits import wait_for
