@@ -21,8 +21,8 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from commands.ports import free_port
-from indexer.metrics import IndexerMetrics, MetricsReading
-from router.indexer_client import IndexerClient
+from indexer.api.metrics import IndexerMetrics, MetricsReading
+from router.link.indexer_client import IndexerClient
 from tests.support.processes import start_process
 from tests.support.stack import CLI, HEADERS, INITIALIZE, Stack, running_stack
 from toolsearch.logs import current_request_id, current_session

@@ -17,10 +17,10 @@ from commands.cli import main
 from commands.evaluation import METRICS, SHIPPED_SETS, build_index, evaluate, load_queries, score_ranking
 from commands.model import prepare_default_model
 from indexer.embedder import SentenceTransformerEmbedder
-from indexer.embeddings import Embeddings
-from indexer.search import SearchIndex, SearchSettings
+from indexer.retrieval.embeddings import Embeddings
+from indexer.retrieval.search import SearchIndex, SearchSettings
+from indexer.retrieval.text import name_key, query_texts
 from indexer.state.disk import DiskEmbeddings
-from indexer.text import name_key, query_texts
 from toolsearch.catalog import load_catalog
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -21,19 +21,19 @@ import numpy as np
 import pytest
 
 from commands.ports import free_port
-from indexer.credentials import ANONYMOUS
+from indexer.api.server import IndexerProcess
+from indexer.backends.credentials import ANONYMOUS
+from indexer.backends.registry import Registry
 from indexer.embedder.fake import FakeEmbedder
-from indexer.embeddings import Embeddings
 from indexer.errors import BackendUnavailable
-from indexer.index import Builder, IndexVersion, VersionPool, build_version, fingerprint
-from indexer.registry import Registry
-from indexer.search import SearchSettings
-from indexer.server import IndexerProcess
-from indexer.sessions import SessionManager
+from indexer.retrieval.embeddings import Embeddings
+from indexer.retrieval.index import Builder, IndexVersion, VersionPool, build_version, fingerprint
+from indexer.retrieval.search import SearchSettings
+from indexer.retrieval.text import query_texts
+from indexer.retrieval.tools import Tool, advertise
+from indexer.sessions.manager import SessionManager
 from indexer.state import Principal
 from indexer.state.listings import Listing
-from indexer.text import query_texts
-from indexer.tools import Tool, advertise
 from tests.support.catalogs import small_catalog
 from tests.support.indexers import running_indexer
 from tests.support.processes import Proc, start_process

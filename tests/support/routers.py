@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 
 from commands.ports import free_port
-from indexer.server import IndexerProcess, create_server
+from indexer.api.server import IndexerProcess, create_server
 from tests.support.catalogs import small_catalog
 from tests.support.indexers import running_indexer
 from tests.support.processes import Proc, start_process
