@@ -21,11 +21,12 @@ import numpy as np
 import pytest
 
 from commands.ports import free_port
+from indexer.api.resolution import ToolResolver
 from indexer.api.server import IndexerProcess
 from indexer.backends.credentials import ANONYMOUS
 from indexer.backends.registry import Registry
 from indexer.embedder.fake import FakeEmbedder
-from indexer.errors import BackendUnavailable
+from indexer.errors import BackendUnavailable, ToolNotFound
 from indexer.retrieval.embeddings import Embeddings
 from indexer.retrieval.index import Builder, IndexVersion, VersionPool, build_version, fingerprint
 from indexer.retrieval.search import SearchSettings
@@ -382,3 +383,19 @@ async def test_sessions_with_the_same_backends_share_one_set_of_them() -> None:
     assert first.record.accepted == {"nba", "weather"} and first.record.accepted is second.record.accepted
     await manager.remove_backends(["weather"])
     assert first.record.accepted == {"nba"} and first.record.accepted is second.record.accepted
+
+
+async def test_a_tool_whose_backend_just_went_down_is_refused_before_the_swap_with_the_reason(
+    catalog: Catalog,
+) -> None:
+    async with running(catalog.config({"enabled": False})) as indexer:
+        session = await indexer.sessions.open(ANONYMOUS, None)
+        name = next(t.name for t in session.current.version.tools if t.backend_id == WEATHER)
+        resolver = ToolResolver(indexer.registry)
+        assert resolver.resolve(session, name).backend_id == WEATHER
+        # health has spoken; the rebuild that drops the backend's tools has not run yet
+        indexer.registry.record_failure(WEATHER, BackendUnavailable(WEATHER, "down"), "unhealthy")
+        assert any(t.backend_id == WEATHER for t in session.current.version.tools)
+        with pytest.raises(ToolNotFound) as refused:
+            resolver.resolve(session, name)
+        assert f"belongs to backend {WEATHER}, which is unhealthy right now" in refused.value.reason

@@ -7,7 +7,10 @@ tool then cost one round trip to the indexer, not two.
 A name resolves as the version advertises it, or by the tool's own name when that means one tool
 only (a client that kept `<backend>_<name>` from before a collision went away, or the bare name of
 a tool prefixed since). A name that resolves to nothing raises `ToolNotFound` with the closest
-names and, when a backend that is down has the tool, the reason it cannot be called now.
+names and, when a backend that is down has the tool, the reason it cannot be called now. The
+registry's word on health is the newest: a tool whose backend went down between a health check and
+the swap of the session's version is refused as the swap will refuse it, so `Status` and `call_tool`
+never disagree.
 """
 
 from __future__ import annotations
@@ -47,6 +50,10 @@ class ToolResolver:
         if tool is None:
             return None
         state = self._registry.get(tool.backend_id)
+        if not state.advertised:
+            # health has taken the backend down and the swap that drops its tools is on its way:
+            # refuse now, with the reason, rather than forward a call to a backend known to be down
+            return None
         backend = state.config
         return pb.ResolveToolResponse(
             name=tool.name,
