@@ -67,15 +67,33 @@ class PortRange:
         raise RuntimeError(f"no free port left between {self.low} and {self.high - 1}")
 
 
-def _process_range() -> PortRange:
-    high = ephemeral_low()
-    low = LOWEST if high - LOWEST >= 1000 else 1024
-    return PortRange(low, high, start=low + os.getpid() * 97)
+class Ports:
+    """This process's ports: the whole range below the ephemeral one, or one slice of it."""
+
+    def __init__(self, source: Path = EPHEMERAL_RANGE) -> None:
+        high = ephemeral_low(source)
+        self.low = LOWEST if high - LOWEST >= 1000 else 1024
+        self.high = high
+        self.range = PortRange(self.low, self.high, start=self.low + os.getpid() * 97)
+
+    def share(self, index: int, count: int) -> None:
+        """Take ports from slice `index` of `count` equal slices only: for processes run side by
+        side (the test runner's workers), so that no two of them ever hand out one port."""
+        if not 0 <= index < count:
+            raise ValueError(f"slice {index} of {count} does not exist")
+        width = (self.high - self.low) // count
+        low = self.low + index * width
+        # from this process's own place in its slice, as in the whole range
+        self.range = PortRange(low, low + width, start=low + os.getpid() * 97)
+
+    def take(self, host: str = "127.0.0.1") -> int:
+        """The next free port of this process's range or slice."""
+        return self.range.take(host)
 
 
-_PORTS = _process_range()
+PORTS = Ports()
 
 
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port on `host` that nothing holds now and this process has not handed out before."""
-    return _PORTS.take(host)
+    return PORTS.take(host)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from commands.ports import DEFAULT_EPHEMERAL_LOW, PortRange, bindable, ephemeral_low, free_port
+from commands.ports import DEFAULT_EPHEMERAL_LOW, PortRange, Ports, bindable, ephemeral_low, free_port
 
 
 def test_no_port_is_handed_out_twice_in_one_process() -> None:
@@ -44,3 +44,14 @@ def test_an_unreadable_ephemeral_range_falls_back_to_the_linux_default(tmp_path:
     assert ephemeral_low(tmp_path / "missing") == DEFAULT_EPHEMERAL_LOW
     (tmp_path / "range").write_text("40000\t60999\n")
     assert ephemeral_low(tmp_path / "range") == 40000
+
+
+def test_processes_side_by_side_take_ports_from_slices_that_never_meet() -> None:
+    taken = []
+    for index in range(3):
+        ports = Ports()
+        ports.share(index, 3)
+        taken.append({ports.take() for _ in range(50)})
+    assert not (taken[0] & taken[1] or taken[1] & taken[2] or taken[0] & taken[2])
+    with pytest.raises(ValueError, match="slice 3 of 3 does not exist"):
+        Ports().share(3, 3)
