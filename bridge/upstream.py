@@ -25,10 +25,11 @@ from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from bridge.process import Launch, ServerProcess, StartFailed
+from toolsearch.outgoing import VERSION
 
 logger = logging.getLogger(__name__)
 
-CLIENT_INFO = types.Implementation(name="toolsearch-bridge", version="0.1.0")
+CLIENT_INFO = types.Implementation(name="toolsearch-bridge", version=VERSION)
 WRITE_MARGIN = 1.0  # seconds beyond the call timeout before a request stuck in the write is given up
 DESCRIBE_WAIT = 0.5  # seconds to wait for an ending process's exit status, to name it in a message
 # keys of a request's _meta that belong to the caller's own connection, not to the forwarded request

@@ -11,6 +11,7 @@ IndexerError
 └── BackendError           (never leaves the indexer: a failing backend is left out of a catalog)
     ├── BackendUnavailable
     └── BackendRejected
+        └── BackendSecretUnset (a header-auth backend's secret unset: counted as its 401 would be)
 StateUnavailable           UNAVAILABLE (indexer.state: the shared state, Redis, cannot be reached)
 EmbedderError              (indexer.embedder: the model cannot be loaded or run)
 
@@ -94,6 +95,18 @@ class BackendUnavailable(BackendError):
 class BackendRejected(BackendError):
     """Raised when a backend answers 401 or 403 to the credentials it was given."""
 
-    def __init__(self, backend_id: str, status: int) -> None:
-        super().__init__(backend_id, f"rejected the credentials (HTTP {status})")
+    def __init__(self, backend_id: str, status: int, reason: str = "") -> None:
+        super().__init__(backend_id, reason or f"rejected the credentials (HTTP {status})")
         self.status = status
+
+
+class BackendSecretUnset(BackendRejected):
+    """Raised before a header-auth backend is asked, when the indexer has no value for its secret.
+
+    Sent without its header, the request would only meet the backend's 401; this says which
+    environment variable to set, and the backend is judged as that 401 would have it judged
+    (unauthenticated).
+    """
+
+    def __init__(self, backend_id: str, reason: str) -> None:
+        super().__init__(backend_id, 401, reason)

@@ -25,6 +25,7 @@ import httpx2
 from indexer.backends.registry import Registry
 from indexer.errors import IndexerError
 from indexer.state import BackendSession, EndedSession
+from toolsearch.outgoing import SESSION_HEADER, VERSION_HEADER
 from toolsearch.responses import BoundedTransport
 
 logger = logging.getLogger(__name__)
@@ -112,10 +113,10 @@ class BackendSessionEnder:
         try:
             headers = self._registry.headers(backend, ending.token)
         except IndexerError:
-            headers = {}  # no caller token: try anyway, the backend decides
-        headers["Mcp-Session-Id"] = ending.session.session_id
+            headers = {}  # no caller token or no secret: try anyway, the backend decides
+        headers[SESSION_HEADER] = ending.session.session_id
         if ending.session.protocol_version:
-            headers["MCP-Protocol-Version"] = ending.session.protocol_version
+            headers[VERSION_HEADER] = ending.session.protocol_version
         try:
             response = await self._http.delete(
                 backend.url, headers=headers, timeout=min(DELETE_TIMEOUT, backend.timeout)

@@ -21,10 +21,17 @@ from types import MappingProxyType
 import httpx2
 
 from indexer.backends.discovery import ProbeClient, list_tools, pinned_mode
-from indexer.errors import BackendError, BackendRejected, BackendUnavailable, NoCallerToken
+from indexer.errors import (
+    BackendError,
+    BackendRejected,
+    BackendSecretUnset,
+    BackendUnavailable,
+    NoCallerToken,
+)
 from indexer.state.backends import ADVERTISED, BackendHealth, Status
 from indexer.state.listings import Listing, listing_digest
 from toolsearch.backend_settings import Backend
+from toolsearch.outgoing import MissingCallerToken, MissingSecret, auth_headers
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,16 +83,13 @@ class Registry:
         return self._states[backend_id]
 
     def headers(self, backend: Backend, token: str | None) -> dict[str, str]:
-        """The outgoing auth headers for one backend and caller; never logged."""
-        auth = backend.auth
-        if auth.type == "header":
-            value = self._secrets.get(auth.value_env or "")
-            return {auth.header: value} if value else {}
-        if auth.type == "passthrough":
-            if not token:
-                raise NoCallerToken(f"backend {backend.id} needs the caller's bearer token")
-            return {auth.header: f"Bearer {token}"}
-        return {}
+        """One backend's auth headers for a caller (toolsearch/outgoing.py); never logged."""
+        try:
+            return auth_headers(backend.id, backend.auth, self._secrets, token)
+        except MissingSecret as exc:
+            raise BackendSecretUnset(backend.id, exc.reason) from None
+        except MissingCallerToken:
+            raise NoCallerToken(f"backend {backend.id} needs the caller's bearer token") from None
 
     async def list_backend(
         self, backend: Backend, token: str | None = None, timeout: float | None = None

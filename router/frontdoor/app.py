@@ -60,6 +60,7 @@ from router.upstream.backend_requests import BackendRequests
 from router.upstream.backends import BackendCaller
 from router.upstream.pools import BackendPools
 from toolsearch.config import Config
+from toolsearch.outgoing import VERSION
 from toolsearch.router_settings import RouterAuth
 from toolsearch.transport import ChannelSecurity, TransportConfigError, channel_security
 
@@ -90,7 +91,7 @@ def build_server(
     """
     server: Server[Any] = Server(
         "toolsearch",
-        version="0.1.0",
+        version=VERSION,
         instructions=INSTRUCTIONS,
         cache_hints={
             "tools/list": _TOOLS_LIST_HINT,

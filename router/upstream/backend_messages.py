@@ -34,15 +34,13 @@ from router.errors import (
     BackendUnavailable,
 )
 from router.upstream.relays import NotificationRelay
+from toolsearch.outgoing import ROUTER_CLIENT_NAME, SESSION_HEADER, VERSION_HEADER, client_info
 from toolsearch.responses import STREAMED, BoundedTransport
 from toolsearch.v1 import indexer_pb2 as pb
 
 logger = logging.getLogger(__name__)
 
-SESSION_HEADER = "Mcp-Session-Id"
-VERSION_HEADER = "MCP-Protocol-Version"
 _ACCEPT = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
-CLIENT_INFO = {"name": "toolsearch-router", "version": "0.1.0"}
 
 
 def backend_request_id(client_request_id: str | int) -> str:
@@ -240,7 +238,11 @@ class BackendMessenger:
 
     async def initialize(self) -> BackendSession:
         """Open a backend session: `initialize`, then `notifications/initialized` inside it."""
-        params = {"protocolVersion": LATEST_HANDSHAKE_VERSION, "capabilities": {}, "clientInfo": CLIENT_INFO}
+        params = {
+            "protocolVersion": LATEST_HANDSHAKE_VERSION,
+            "capabilities": {},
+            "clientInfo": client_info(ROUTER_CLIENT_NAME),
+        }
         self._next_id += 1
         message = {"jsonrpc": "2.0", "id": self._next_id, "method": "initialize", "params": params}
         response = await self._post(message, None)

@@ -47,29 +47,23 @@ from router.upstream.sdk_calls import (
     request_by_sdk,
     without_server_info,
 )
+from toolsearch.outgoing import AuthSettings, OutgoingAuthError, auth_headers
 from toolsearch.responses import BoundedTransport
-from toolsearch.v1 import indexer_pb2 as pb
 
 logger = logging.getLogger(__name__)
 
 
 def outgoing_headers(
-    backend_id: str, auth: pb.BackendAuth, secrets: Mapping[str, str], bearer_token: str | None
+    backend_id: str, auth: AuthSettings, secrets: Mapping[str, str], bearer_token: str | None
 ) -> dict[str, str]:
-    """The headers that authenticate a call to a backend; raises `MissingCredentials`."""
-    header = auth.header or "Authorization"
-    if auth.type == "header":
-        value = secrets.get(auth.value_env)
-        if not value:
-            raise MissingCredentials(
-                backend_id, f"cannot be called: the router has no value for its credential ({auth.value_env})"
-            )
-        return {header: value}
-    if auth.type == "passthrough":
-        if not bearer_token:
-            raise MissingCredentials(backend_id, "requires the caller's bearer token")
-        return {header: f"Bearer {bearer_token}"}
-    return {}
+    """The headers that authenticate a call to a backend (toolsearch/outgoing.py).
+
+    Raises `MissingCredentials` for a missing secret or caller token, before anything is sent.
+    """
+    try:
+        return auth_headers(backend_id, auth, secrets, bearer_token)
+    except OutgoingAuthError as exc:
+        raise MissingCredentials(backend_id, exc.reason) from None
 
 
 class CallOutcome(NamedTuple):

@@ -32,15 +32,15 @@ from router.errors import (
     BackendTooLarge,
     BackendUnavailable,
 )
-from router.upstream.backend_messages import CLIENT_INFO as MESSAGE_CLIENT_INFO
 from router.upstream.relays import NotificationRelay
+from toolsearch.outgoing import ROUTER_CLIENT_NAME, VERSION
 from toolsearch.responses import BoundedTransport, lent_client
 
 logger = logging.getLogger(__name__)
 
 _R = TypeVar("_R")
 
-CLIENT_INFO = types.Implementation(name=MESSAGE_CLIENT_INFO["name"], version=MESSAGE_CLIENT_INFO["version"])
+CLIENT_INFO = types.Implementation(name=ROUTER_CLIENT_NAME, version=VERSION)
 
 
 class StatusRecorder:
