@@ -12,7 +12,7 @@ from typing import Protocol
 
 from starlette.datastructures import Headers
 
-from toolsearch.v1 import indexer_pb2 as pb
+from router.targets import ResolvedTool
 
 STATE_KEY = "toolsearch.caller"  # where the session layer leaves the `Caller` in scope["state"]
 
@@ -47,4 +47,4 @@ class Caller:
     session_id: str  # empty when the request needs no session (2026-07-28 `tools/list`, discovery)
     streamed: bool = False  # answered as an SSE stream: notifications may go before the result
     # the tool a call_tool names, resolved with the session check; None: resolve it when needed
-    resolved: pb.ResolveToolResponse | None = None
+    resolved: ResolvedTool | None = None

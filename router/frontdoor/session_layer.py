@@ -36,8 +36,8 @@ from router.errors import (
 from router.frontdoor.bodies import DRAIN_FACTOR, Body, BodyTooLarge, ClientGone, answer_early
 from router.frontdoor.resource_metadata import ResourceMetadata
 from router.link.indexer_client import IndexerClient
+from router.targets import ResolvedTool
 from toolsearch.logs import bind_session
-from toolsearch.v1 import indexer_pb2 as pb
 
 logger = logging.getLogger(__name__)
 
@@ -203,7 +203,7 @@ class SessionLayer:
         message: JsonRpcMessage,
     ) -> None:
         session_id = ""
-        resolved: pb.ResolveToolResponse | None = None
+        resolved: ResolvedTool | None = None
         if is_handshake_era(headers):
             if message.method == "initialize" and message.is_request:
                 await self._initialize(scope, receive, send, identity)
@@ -212,7 +212,7 @@ class SessionLayer:
             if not session_id:
                 raise ClientError(400, INVALID_REQUEST, MISSING_SESSION)
             checked = await self.indexer.get_session(session_id, identity.principal, message.named_tool)
-            resolved = checked.tool if checked.HasField("tool") else None
+            resolved = checked.tool
             cancelled = message.method == "notifications/cancelled" and not message.is_request
             if cancelled and self.on_cancelled is not None and isinstance(message.params, dict):
                 await self.on_cancelled(Caller(identity, session_id), message.params)
@@ -221,7 +221,7 @@ class SessionLayer:
                 identity.principal, identity.bearer_token, implied=True, resolve=message.named_tool
             )
             session_id = opened.session_id
-            resolved = opened.tool if opened.HasField("tool") else None
+            resolved = opened.tool
         bind_session(session_id)  # the logs of the rest of this request name the session (a prefix)
         streaming = self.streaming_app
         streamed = streaming is not None and message.method == "tools/call" and message.wants_progress

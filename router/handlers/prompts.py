@@ -21,9 +21,9 @@ from router.error_answers import mcp_error
 from router.errors import RouterError
 from router.handlers.offerings import Ambiguous, Offering, Target, ambiguity, namespaced, resolve
 from router.handlers.resources import RESOURCE_NOT_FOUND, catalogue
+from router.targets import ReachableTarget
 from router.upstream.backend_requests import BackendRequests, Reach, answered
 from router.upstream.broadcast import ask_each
-from toolsearch.v1 import indexer_pb2 as pb
 
 NO_COMPLETION: dict[str, Any] = {"completion": {"values": [], "hasMore": False}}
 
@@ -31,7 +31,7 @@ NO_COMPLETION: dict[str, Any] = {"completion": {"values": [], "hasMore": False}}
 async def prompt_catalogue(reach: Reach) -> list[Offering]:
     """The prompts of every reachable backend that offers them, under their advertised names."""
 
-    async def ask(backend: pb.ReachableBackend) -> list[dict[str, Any]]:
+    async def ask(backend: ReachableTarget) -> list[dict[str, Any]]:
         return await reach.list_all(backend, "prompts/list", "prompts")
 
     answers = await ask_each(reach.offering("prompts"), ask, "prompts/list")

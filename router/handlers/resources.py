@@ -19,10 +19,10 @@ from mcp_types import PaginatedRequestParams, ReadResourceRequestParams
 from router.error_answers import mcp_error
 from router.errors import RouterError
 from router.handlers.offerings import Ambiguous, Offering, Target, ambiguity, namespaced, resolve
+from router.targets import ReachableTarget
 from router.upstream.backend_requests import BackendRequests, Reach, answered
 from router.upstream.broadcast import ask_each
 from toolsearch.naming import prefixed
-from toolsearch.v1 import indexer_pb2 as pb
 
 RESOURCE_NOT_FOUND = -32002  # MCP's code for a resource that does not exist
 
@@ -44,7 +44,7 @@ class Catalogue(NamedTuple):
 async def catalogue(reach: Reach, resources: bool = True, templates: bool = True) -> Catalogue:
     """List the resources and/or templates of every reachable backend that offers resources."""
 
-    async def ask(backend: pb.ReachableBackend) -> Listed:
+    async def ask(backend: ReachableTarget) -> Listed:
         # one after the other: the first may open the backend session the second then uses
         found = await reach.list_all(backend, "resources/list", "resources") if resources else []
         shapes = (

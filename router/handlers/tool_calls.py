@@ -23,12 +23,11 @@ from router.errors import BackendError, InvalidRequest, RouterError
 from router.handlers.arguments import parse_call_tool
 from router.handlers.schemas import SchemaValidators
 from router.link.indexer_client import IndexerClient
-from router.upstream.backend_messages import BackendSession, backend_request_id, kept_session
+from router.targets import BackendTarget
+from router.upstream.backend_messages import backend_request_id
 from router.upstream.backend_requests import END_TIMEOUT, keep_backend_session
 from router.upstream.backends import BackendCaller, outgoing_headers
 from router.upstream.relays import NotificationRelay
-from toolsearch.settings import DEFAULT_BACKEND_TIMEOUT, DEFAULT_MAX_RESPONSE_BYTES
-from toolsearch.v1 import indexer_pb2 as pb
 
 logger = logging.getLogger(__name__)
 
@@ -68,25 +67,14 @@ class ToolCalls:
                 f"invalid parameters for {args.name}: {problem}. Fix the parameters to match the tool's "
                 "inputSchema (find_tool shows it) and call again."
             )
-        headers = outgoing_headers(tool.backend_id, tool.auth, self.secrets, caller.identity.bearer_token)
-        session = kept_session(tool.backend_session)
-        timeout = tool.timeout_seconds or DEFAULT_BACKEND_TIMEOUT
+        target = tool.target
+        headers = outgoing_headers(target.backend_id, target.auth, self.secrets, caller.identity.bearer_token)
         outcome = await self.backends.call_tool(
-            backend_id=tool.backend_id,
-            url=tool.backend_url,
-            protocol_version=tool.protocol_version,
-            timeout_seconds=timeout,
-            name=tool.original_name or args.name,
-            arguments=args.parameters,
-            headers=headers,
-            max_response_bytes=tool.max_response_bytes or DEFAULT_MAX_RESPONSE_BYTES,
-            transport=tool.transport or "streamable_http",
-            session=session,
-            relay=relay,
-            call_id=call_id,
+            target, tool.original_name or args.name, args.parameters, headers, relay=relay, call_id=call_id
         )
-        if outcome.session is not None and outcome.session != session:
-            await self._keep(caller, tool, session, outcome.session, headers, timeout)
+        if outcome.session is not None and outcome.session != target.session:
+            # stored with the client session, for every replica
+            await keep_backend_session(self.indexer, self.backends, caller, target, outcome.session, headers)
         return outcome.result
 
     async def cancel(self, caller: Caller, params: Mapping[str, Any]) -> None:
@@ -108,34 +96,16 @@ class ToolCalls:
             return
         call_id = backend_request_id(request_id)
 
-        async def one(entry: pb.SessionAtBackend) -> None:
+        async def one(target: BackendTarget) -> None:
             try:
                 headers = outgoing_headers(
-                    entry.backend_id, entry.auth, self.secrets, caller.identity.bearer_token
+                    target.backend_id, target.auth, self.secrets, caller.identity.bearer_token
                 )
             except BackendError:
                 return
-            kept = BackendSession(entry.backend_session.session_id, entry.backend_session.protocol_version)
-            within = min(entry.timeout_seconds or END_TIMEOUT, END_TIMEOUT)
-            await self.backends.cancel(
-                entry.backend_id, entry.backend_url, kept, headers, call_id, reason, within
-            )
+            within = min(target.timeout_seconds, END_TIMEOUT)
+            await self.backends.cancel(target, headers, call_id, reason, within)
 
         async with anyio.create_task_group() as group:
-            for entry in found.backends:
-                group.start_soon(one, entry)
-
-    async def _keep(
-        self,
-        caller: Caller,
-        tool: pb.ResolveToolResponse,
-        previous: BackendSession | None,
-        opened: BackendSession,
-        headers: Mapping[str, str],
-        timeout: float,
-    ) -> None:
-        """Store a backend session this call opened with the client session, for every replica."""
-        target = (tool.backend_id, tool.backend_url)
-        await keep_backend_session(
-            self.indexer, self.backends, caller, target, previous, opened, headers, timeout
-        )
+            for target in found:
+                group.start_soon(one, target)

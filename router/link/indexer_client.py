@@ -33,7 +33,16 @@ from router.errors import (
     ToolNotFound,
     TooManySessions,
 )
+from router.link.backend_targets import (
+    SessionAnswer,
+    reachable_targets,
+    resolved_tool,
+    session_answer,
+    session_targets,
+    stored_session,
+)
 from router.link.failover import error_kind, judge, next_address
+from router.targets import BackendSession, BackendTarget, ReachableTargets, ResolvedTool
 from toolsearch.transport import ChannelSecurity, aio_channel
 from toolsearch.v1 import indexer_pb2 as pb
 from toolsearch.v1 import indexer_pb2_grpc
@@ -249,7 +258,7 @@ class IndexerClient:
 
     async def open_session(
         self, principal: Principal, bearer_token: str | None, *, implied: bool = False, resolve: str = ""
-    ) -> pb.OpenSessionResponse:
+    ) -> SessionAnswer:
         """Open a session for `principal`; with `implied`, its implied session (created on first use).
 
         With `resolve`, the answer carries that tool's resolution too, when the name resolves.
@@ -261,20 +270,20 @@ class IndexerClient:
             resolve=resolve,
         )
         # a handshake session opened twice would be two: tried again only where the first did not run
-        return await self._call(
+        opened: pb.OpenSessionResponse = await self._call(
             lambda stub: stub.OpenSession, request, timeout=self.open_session_timeout, idempotent=implied
         )
+        return session_answer(opened)
 
-    async def get_session(
-        self, session_id: str, principal: Principal, resolve: str = ""
-    ) -> pb.GetSessionResponse:
+    async def get_session(self, session_id: str, principal: Principal, resolve: str = "") -> SessionAnswer:
         """Check that a session exists and belongs to `principal`; raises `SessionNotFound`.
 
         With `resolve`, the answer carries that tool's resolution too, when the name resolves.
         """
         principal_message = _principal(principal)
         request = pb.GetSessionRequest(session_id=session_id, principal=principal_message, resolve=resolve)
-        return await self._call(lambda stub: stub.GetSession, request)
+        checked: pb.GetSessionResponse = await self._call(lambda stub: stub.GetSession, request)
+        return session_answer(checked)
 
     async def close_session(
         self, session_id: str, principal: Principal, bearer_token: str | None = None
@@ -296,8 +305,8 @@ class IndexerClient:
         principal: Principal,
         backend_id: str,
         previous: str,
-        backend_session: pb.BackendSession,
-    ) -> pb.BackendSession:
+        backend_session: BackendSession,
+    ) -> BackendSession:
         """Keep a backend session with the client session, unless another replica's came first.
 
         Returns the one the session keeps now: `backend_session`, or the one that won.
@@ -307,26 +316,26 @@ class IndexerClient:
             principal=_principal(principal),
             backend_id=backend_id,
             previous=previous,
-            backend_session=backend_session,
+            backend_session=stored_session(backend_session),
         )
         response: pb.SetBackendSessionResponse = await self._call(
             lambda stub: stub.SetBackendSession, request
         )
-        return response.stored
+        return BackendSession(response.stored.session_id, response.stored.protocol_version)
 
-    async def backend_sessions(self, session_id: str, principal: Principal) -> pb.BackendSessionsResponse:
-        """The session's backend sessions and how to reach them; raises `SessionNotFound`."""
+    async def backend_sessions(self, session_id: str, principal: Principal) -> list[BackendTarget]:
+        """The backends the session has a backend session at, each with it; raises `SessionNotFound`."""
         request = pb.BackendSessionsRequest(session_id=session_id, principal=_principal(principal))
         response: pb.BackendSessionsResponse = await self._call(lambda stub: stub.BackendSessions, request)
-        return response
+        return session_targets(response)
 
-    async def reachable_backends(self, session_id: str, principal: Principal) -> pb.ReachableBackendsResponse:
+    async def reachable_backends(self, session_id: str, principal: Principal) -> ReachableTargets:
         """The session's advertised backends that offer resources, prompts or completions."""
         request = pb.ReachableBackendsRequest(session_id=session_id, principal=_principal(principal))
         response: pb.ReachableBackendsResponse = await self._call(
             lambda stub: stub.ReachableBackends, request
         )
-        return response
+        return reachable_targets(response)
 
     async def find_tools(
         self,
@@ -357,10 +366,13 @@ class IndexerClient:
         )
         return await self._call(lambda stub: stub.PinnedTools, request)
 
-    async def resolve_tool(self, session_id: str, principal: Principal, name: str) -> pb.ResolveToolResponse:
+    async def resolve_tool(self, session_id: str, principal: Principal, name: str) -> ResolvedTool:
         """Resolve an advertised tool name to its backend; raises `ToolNotFound`."""
         request = pb.ResolveToolRequest(session_id=session_id, principal=_principal(principal), name=name)
-        return await self._call(lambda stub: stub.ResolveTool, request, tool_name=name)
+        response: pb.ResolveToolResponse = await self._call(
+            lambda stub: stub.ResolveTool, request, tool_name=name
+        )
+        return resolved_tool(response)
 
     async def status(self) -> pb.StatusResponse:
         """The indexer's backends, sessions, index versions and embedding counters (read-only)."""

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import AsyncIterator, Mapping
-from typing import Any, NamedTuple
+from typing import Any
 
 import httpx2
 from mcp_types import INTERNAL_ERROR, METHOD_NOT_FOUND
@@ -33,10 +33,10 @@ from router.errors import (
     BackendTooLarge,
     BackendUnavailable,
 )
+from router.targets import BackendSession
 from router.upstream.relays import NotificationRelay
 from toolsearch.outgoing import ROUTER_CLIENT_NAME, SESSION_HEADER, VERSION_HEADER, client_info
 from toolsearch.responses import STREAMED, BoundedTransport
-from toolsearch.v1 import indexer_pb2 as pb
 
 logger = logging.getLogger(__name__)
 
@@ -49,19 +49,6 @@ def backend_request_id(client_request_id: str | int) -> str:
     So the client's cancellation, whichever replica it reaches, can name the backend's request.
     """
     return f"toolsearch:{json.dumps(client_request_id)}"
-
-
-class BackendSession(NamedTuple):
-    """A session at one backend: its `Mcp-Session-Id` ("" for a backend that issues none) and the
-    protocol version it negotiated."""
-
-    session_id: str
-    protocol_version: str
-
-
-def kept_session(kept: pb.BackendSession) -> BackendSession | None:
-    """The backend session the indexer keeps for a client session; None where none is kept yet."""
-    return BackendSession(kept.session_id, kept.protocol_version) if kept.protocol_version else None
 
 
 def _is_stream(response: httpx2.Response) -> bool:

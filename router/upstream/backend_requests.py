@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from mcp.server.context import ServerRequestContext
@@ -25,11 +26,9 @@ from router.caller import STATE_KEY, Caller
 from router.error_answers import mcp_error
 from router.errors import BackendError, RouterError
 from router.link.indexer_client import IndexerClient
-from router.upstream.backend_messages import BackendSession, kept_session
+from router.targets import BackendSession, BackendTarget, ReachableTarget, ReachableTargets
 from router.upstream.backends import BackendCaller, outgoing_headers
 from toolsearch.naming import Prefix
-from toolsearch.settings import DEFAULT_BACKEND_TIMEOUT, DEFAULT_MAX_RESPONSE_BYTES
-from toolsearch.v1 import indexer_pb2 as pb
 
 logger = logging.getLogger(__name__)
 
@@ -57,33 +56,31 @@ async def keep_backend_session(
     indexer: IndexerClient,
     backends: BackendCaller,
     caller: Caller,
-    target: tuple[str, str],
-    previous: BackendSession | None,
+    target: BackendTarget,
     opened: BackendSession,
     headers: Mapping[str, str],
-    timeout: float,
 ) -> None:
-    """Store a backend session a request opened with the client session, for every replica.
+    """Store a backend session a request to `target` opened with the client session, for every replica.
 
-    `target` is the backend's (id, url). The request has answered by now: a failure here costs the
-    next one a new backend session, not this one its result. Of two opened at once, the first
-    stored wins; the other is ended at once.
+    It replaces the target's `session` only if that is still the one stored. The request has
+    answered by now: a failure here costs the next one a new backend session, not this one its
+    result. Of two opened at once, the first stored wins; the other is ended at once.
     """
-    backend_id, url = target
-    wanted = pb.BackendSession(session_id=opened.session_id, protocol_version=opened.protocol_version)
+    backend_id = target.backend_id
+    previous = target.session
     try:
         stored = await indexer.set_backend_session(
             caller.session_id,
             caller.identity.principal,
             backend_id,
             previous.session_id if previous is not None else "",
-            wanted,
+            opened,
         )
     except RouterError as exc:
         logger.warning("backend %s: its new session could not be kept: %s", backend_id, exc)
-        stored = pb.BackendSession()
+        stored = BackendSession("", "")
     if stored.session_id != opened.session_id:
-        await backends.end_session(backend_id, url, opened, headers, min(timeout, END_TIMEOUT))
+        await backends.end_session(target, opened, headers, min(target.timeout_seconds, END_TIMEOUT))
 
 
 class BackendRequests:
@@ -97,7 +94,7 @@ class BackendRequests:
     async def reach(self, caller: Caller) -> Reach:
         """The caller's session's reachable backends; raises the indexer's router errors."""
         if not caller.session_id:
-            return Reach(self, caller, pb.ReachableBackendsResponse())
+            return Reach(self, caller, ReachableTargets())
         found = await self.indexer.reachable_backends(caller.session_id, caller.identity.principal)
         return Reach(self, caller, found)
 
@@ -116,65 +113,43 @@ class Reach:
     open a backend session leaves it here for the next.
     """
 
-    def __init__(
-        self, requests: BackendRequests, caller: Caller, found: pb.ReachableBackendsResponse
-    ) -> None:
+    def __init__(self, requests: BackendRequests, caller: Caller, found: ReachableTargets) -> None:
         self._requests = requests
         self.caller = caller
-        self.backends: list[pb.ReachableBackend] = list(found.backends)
-        # the indexer's naming of tools; an indexer that says none names them on collision with "_"
-        self.prefix: Prefix = "always" if found.prefix == "always" else "on_collision"
-        self.separator = found.separator if found.prefix else "_"
+        self.backends: list[ReachableTarget] = list(found.backends)
+        # the indexer's naming of tools (its defaults applied by the link)
+        self.prefix: Prefix = found.prefix
+        self.separator = found.separator
         self._sessions: dict[str, BackendSession | None] = {}
 
-    def offering(self, what: str) -> list[pb.ReachableBackend]:
+    def offering(self, what: str) -> list[ReachableTarget]:
         """The backends that declared `what` (resources, prompts, completions) in their capabilities."""
         return [b for b in self.backends if getattr(b, what)]
 
-    def _session(self, backend: pb.ReachableBackend) -> BackendSession | None:
-        if backend.backend_id in self._sessions:
-            return self._sessions[backend.backend_id]
-        return kept_session(backend.backend_session)
+    def _target(self, backend: ReachableTarget) -> BackendTarget:
+        """The backend's target, with the backend session this request opened there, if it did."""
+        target = backend.target
+        if target.backend_id in self._sessions:
+            return replace(target, session=self._sessions[target.backend_id])
+        return target
 
-    async def send(
-        self, backend: pb.ReachableBackend, method: str, params: Mapping[str, Any]
-    ) -> dict[str, Any]:
+    async def send(self, backend: ReachableTarget, method: str, params: Mapping[str, Any]) -> dict[str, Any]:
         """One request to one backend; its result as it came. Raises `BackendError`s."""
         requests = self._requests
         caller = self.caller
+        target = self._target(backend)
         headers = outgoing_headers(
-            backend.backend_id, backend.auth, requests.secrets, caller.identity.bearer_token
+            target.backend_id, target.auth, requests.secrets, caller.identity.bearer_token
         )
-        session = self._session(backend)
-        timeout = backend.timeout_seconds or DEFAULT_BACKEND_TIMEOUT
-        outcome = await requests.backends.request(
-            backend_id=backend.backend_id,
-            url=backend.backend_url,
-            protocol_version=backend.protocol_version,
-            timeout_seconds=timeout,
-            method=method,
-            params=params,
-            headers=headers,
-            max_response_bytes=backend.max_response_bytes or DEFAULT_MAX_RESPONSE_BYTES,
-            transport=backend.transport or "streamable_http",
-            session=session,
-        )
-        if outcome.session is not None and outcome.session != session:
-            self._sessions[backend.backend_id] = outcome.session
-            target = (backend.backend_id, backend.backend_url)
+        outcome = await requests.backends.request(target, method, params, headers)
+        if outcome.session is not None and outcome.session != target.session:
+            self._sessions[target.backend_id] = outcome.session
             await keep_backend_session(
-                requests.indexer,
-                requests.backends,
-                caller,
-                target,
-                session,
-                outcome.session,
-                headers,
-                timeout,
+                requests.indexer, requests.backends, caller, target, outcome.session, headers
             )
         return outcome.result
 
-    async def list_all(self, backend: pb.ReachableBackend, method: str, field: str) -> list[dict[str, Any]]:
+    async def list_all(self, backend: ReachableTarget, method: str, field: str) -> list[dict[str, Any]]:
         """Every entry of a paginated listing of one backend, at most `MAX_ENTRIES` of them."""
         entries: list[dict[str, Any]] = []
         cursor: str | None = None

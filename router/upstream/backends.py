@@ -1,5 +1,9 @@
 """Calling backend tools over MCP (Streamable HTTP), with pooled connections and a deadline per call.
 
+A call takes its backend as one `BackendTarget` (router/targets.py), read from the indexer's answer
+by the link with the defaults applied: where it is, its auth, its timeout and size bound, its
+transport and protocol, and the client session's backend session there.
+
 Arguments are checked against the tool's input schema first (`SchemaValidators`, router/handlers/schemas.py),
 so a call the backend would refuse never leaves the router.
 
@@ -37,7 +41,8 @@ from router.errors import (
     BackendUnavailable,
     MissingCredentials,
 )
-from router.upstream.backend_messages import BackendMessenger, BackendSession
+from router.targets import BackendSession, BackendTarget
+from router.upstream.backend_messages import BackendMessenger
 from router.upstream.pools import BackendPools
 from router.upstream.relays import NotificationRelay
 from router.upstream.sdk_calls import (
@@ -51,6 +56,8 @@ from toolsearch.outgoing import AuthSettings, OutgoingAuthError, auth_headers
 from toolsearch.responses import BoundedTransport
 
 logger = logging.getLogger(__name__)
+
+_NOTICE_BYTES = 65_536  # the most an answer to a notification or a DELETE may weigh
 
 
 def outgoing_headers(
@@ -101,23 +108,17 @@ class BackendCaller:
 
     async def call_tool(
         self,
-        *,
-        backend_id: str,
-        url: str,
-        protocol_version: str,
-        timeout_seconds: float,
+        target: BackendTarget,
         name: str,
         arguments: Mapping[str, Any],
         headers: Mapping[str, str],
-        max_response_bytes: int,
-        transport: str = "streamable_http",
-        session: BackendSession | None = None,
+        *,
         relay: NotificationRelay | None = None,
         call_id: str | None = None,
     ) -> CallOutcome:
-        """Run `name` on the backend at `url` and return its result as it came.
+        """Run `name` on the backend `target` names and return its result as it came.
 
-        A handshake-era Streamable HTTP backend is called inside `session`, the client session's
+        A handshake-era Streamable HTTP backend is called inside `target.session`, the client session's
         backend session (one POST); without one, or when the backend forgot it (404, once), a new
         one is opened first, and the outcome names it for the caller to keep. A 2026-07-28 backend
         gets one request and an `sse` backend a session of its own, both without a kept session.
@@ -125,40 +126,24 @@ class BackendCaller:
         notifications during the call go to the relay as they arrive. `call_id` is the id the call
         goes to a kept session with (`backend_request_id`), for `cancel` to name.
 
-        Raises `BackendTimeout` after `timeout_seconds`, `BackendRejected` on HTTP 401/403,
-        `BackendTooLarge` for an answer over `max_response_bytes`, and `BackendUnavailable` or
-        `BackendError` for anything else that keeps a result from coming back.
+        Raises `BackendTimeout` after the target's `timeout_seconds`, `BackendRejected` on HTTP
+        401/403, `BackendTooLarge` for an answer over its `max_response_bytes`, and
+        `BackendUnavailable` or `BackendError` for anything else that keeps a result from coming back.
         """
         params = types.CallToolRequestParams(name=name, arguments=dict(arguments))
-        if transport == "sse" or protocol_version in MODERN_PROTOCOL_VERSIONS:
-            http, bounded, recorder = self._client(backend_id, headers, timeout_seconds, max_response_bytes)
-            link = SdkLink(
-                http, bounded, recorder, backend_id, url, protocol_version, transport, timeout_seconds
-            )
-            return CallOutcome(await call_by_sdk(link, params, relay), None)
+        if _by_sdk(target):
+            return CallOutcome(await call_by_sdk(self._sdk_link(target, headers), params, relay), None)
         wire = params.model_dump(mode="json", by_alias=True, exclude_none=True)
         if relay is not None and relay.progress_token is not None:
             wire["_meta"] = {"progressToken": relay.progress_token}
-        http, bounded, _ = self._client(backend_id, headers, timeout_seconds, max_response_bytes)
-        messenger = BackendMessenger(backend_id, url, http, bounded)
+        messenger = self._messenger(target, headers)
         answer, session = await _in_session(
-            messenger, timeout_seconds, "tools/call", wire, session, relay, call_id
+            messenger, target.timeout_seconds, "tools/call", wire, target.session, relay, call_id
         )
-        return CallOutcome(_tool_result(backend_id, answer), session)
+        return CallOutcome(_tool_result(target.backend_id, answer), session)
 
     async def request(
-        self,
-        *,
-        backend_id: str,
-        url: str,
-        protocol_version: str,
-        timeout_seconds: float,
-        method: str,
-        params: Mapping[str, Any],
-        headers: Mapping[str, str],
-        max_response_bytes: int,
-        transport: str = "streamable_http",
-        session: BackendSession | None = None,
+        self, target: BackendTarget, method: str, params: Mapping[str, Any], headers: Mapping[str, str]
     ) -> RequestOutcome:
         """Send one request other than tools/call (a listing, a read, a prompt, a completion).
 
@@ -166,46 +151,78 @@ class BackendCaller:
         session's backend session for a handshake-era backend (a new one opened when there is none
         or it was forgotten), in a connection of its own for a 2026-07-28 or `sse` backend.
         """
-        http, bounded, recorder = self._client(backend_id, headers, timeout_seconds, max_response_bytes)
-        if transport == "sse" or protocol_version in MODERN_PROTOCOL_VERSIONS:
-            link = SdkLink(
-                http, bounded, recorder, backend_id, url, protocol_version, transport, timeout_seconds
-            )
+        if _by_sdk(target):
+            link = self._sdk_link(target, headers)
             return RequestOutcome(without_meta_stamp(await request_by_sdk(link, method, params)), None)
-        messenger = BackendMessenger(backend_id, url, http, bounded)
-        answer, kept = await _in_session(messenger, timeout_seconds, method, params, session, None, None)
+        messenger = self._messenger(target, headers)
+        answer, kept = await _in_session(
+            messenger, target.timeout_seconds, method, params, target.session, None, None
+        )
         return RequestOutcome(without_meta_stamp(answer), kept)
 
     async def cancel(
         self,
-        backend_id: str,
-        url: str,
-        session: BackendSession,
+        target: BackendTarget,
         headers: Mapping[str, str],
         call_id: str,
         reason: str | None,
         timeout: float,
     ) -> None:
-        """Tell a backend that the call `call_id` of `session` is cancelled (best effort, bounded)."""
-        http, bounded, _ = self._client(backend_id, headers, timeout, 65_536)
+        """Tell a backend that the call `call_id` of the target's session is cancelled (best effort,
+        bounded); a target without a session has no call of ours to cancel."""
+        if target.session is None:
+            return
         params: dict[str, Any] = {"requestId": call_id, **({"reason": reason} if reason else {})}
+        messenger = self._messenger(target, headers, timeout, _NOTICE_BYTES)
         with anyio.move_on_after(timeout):
             try:
-                await BackendMessenger(backend_id, url, http, bounded).notify(
-                    "notifications/cancelled", params, session
-                )
+                await messenger.notify("notifications/cancelled", params, target.session)
             except (BackendError, httpx2.HTTPError) as exc:
-                logger.debug("backend %s: passing on a cancellation failed: %s", backend_id, exc)
+                logger.debug("backend %s: passing on a cancellation failed: %s", target.backend_id, exc)
 
     async def end_session(
-        self, backend_id: str, url: str, session: BackendSession, headers: Mapping[str, str], timeout: float
+        self, target: BackendTarget, session: BackendSession, headers: Mapping[str, str], timeout: float
     ) -> None:
-        """End a backend session this router opened and does not keep (best effort, bounded)."""
+        """End a backend session this router opened at `target` and does not keep (best effort, bounded)."""
         if not session.session_id:
             return
-        http, bounded, _ = self._client(backend_id, headers, timeout, 65_536)
+        messenger = self._messenger(target, headers, timeout, _NOTICE_BYTES)
         with anyio.move_on_after(timeout):
-            await BackendMessenger(backend_id, url, http, bounded).terminate(session)
+            await messenger.terminate(session)
+
+    def _messenger(
+        self,
+        target: BackendTarget,
+        headers: Mapping[str, str],
+        timeout: float | None = None,
+        max_response_bytes: int | None = None,
+    ) -> BackendMessenger:
+        """A messenger to `target`, under its own bounds unless others are given."""
+        timeout = target.timeout_seconds if timeout is None else timeout
+        limit = target.max_response_bytes if max_response_bytes is None else max_response_bytes
+        http, bounded, _ = self._client(target.backend_id, headers, timeout, limit)
+        return BackendMessenger(target.backend_id, target.url, http, bounded)
+
+    def _sdk_link(self, target: BackendTarget, headers: Mapping[str, str]) -> SdkLink:
+        """The SDK's way to `target`: a request of its own (2026-07-28) or a session per call (sse)."""
+        http, bounded, recorder = self._client(
+            target.backend_id, headers, target.timeout_seconds, target.max_response_bytes
+        )
+        return SdkLink(
+            http,
+            bounded,
+            recorder,
+            target.backend_id,
+            target.url,
+            target.protocol_version,
+            target.transport,
+            target.timeout_seconds,
+        )
+
+
+def _by_sdk(target: BackendTarget) -> bool:
+    """Whether `target` is reached through the SDK's clients rather than inside a kept session."""
+    return target.transport == "sse" or target.protocol_version in MODERN_PROTOCOL_VERSIONS
 
 
 async def _in_session(

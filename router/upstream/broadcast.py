@@ -15,8 +15,7 @@ from typing import Generic, NamedTuple, TypeVar
 import anyio
 
 from router.errors import BackendError
-from toolsearch.settings import DEFAULT_BACKEND_TIMEOUT
-from toolsearch.v1 import indexer_pb2 as pb
+from router.targets import ReachableTarget
 
 logger = logging.getLogger(__name__)
 
@@ -28,18 +27,18 @@ CONCURRENCY = 8  # backends asked at once by one client request
 class Answered(NamedTuple, Generic[T]):
     """What one backend answered."""
 
-    backend: pb.ReachableBackend
+    backend: ReachableTarget
     value: T
 
 
-def deadline(backend: pb.ReachableBackend, requests: int = 1) -> float:
+def deadline(backend: ReachableTarget, requests: int = 1) -> float:
     """How long one backend may take over a question of `requests` requests (each under its timeout)."""
-    return (backend.timeout_seconds or DEFAULT_BACKEND_TIMEOUT) * max(requests, 1)
+    return backend.target.timeout_seconds * max(requests, 1)
 
 
 async def ask_each(
-    backends: Sequence[pb.ReachableBackend],
-    ask: Callable[[pb.ReachableBackend], Awaitable[T]],
+    backends: Sequence[ReachableTarget],
+    ask: Callable[[ReachableTarget], Awaitable[T]],
     what: str,
     requests: int = 1,
 ) -> list[Answered[T]]:
@@ -51,7 +50,7 @@ async def ask_each(
     found: list[Answered[T] | None] = [None] * len(backends)
     limiter = anyio.CapacityLimiter(CONCURRENCY)
 
-    async def one(position: int, backend: pb.ReachableBackend) -> None:
+    async def one(position: int, backend: ReachableTarget) -> None:
         async with limiter:
             within = deadline(backend, requests)
             try:

@@ -1,0 +1,112 @@
+"""The indexer's answers about backends read into the router's values (router/targets.py), once.
+
+A tool's resolution (`ResolveToolResponse`), a reachable backend (`ReachableBackend`) and a session
+at a backend (`SessionAtBackend`) each say how to reach a backend, in fields of their own. Each is
+read here into a `BackendTarget`, and what the indexer leaves unsaid gets the router's default here
+and nowhere else: the call timeout (`DEFAULT_BACKEND_TIMEOUT`), the answer's size bound
+(`DEFAULT_MAX_RESPONSE_BYTES`), Streamable HTTP, the `Authorization` header, and the naming rule's
+`on_collision` with `_`. A session's answer (`SessionAnswer`) carries a resolution too. Above the
+link, the router sees no protobuf.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from router.targets import BackendSession, BackendTarget, ReachableTarget, ReachableTargets, ResolvedTool
+from toolsearch.naming import Prefix
+from toolsearch.outgoing import OutgoingAuth
+from toolsearch.settings import DEFAULT_BACKEND_TIMEOUT, DEFAULT_MAX_RESPONSE_BYTES
+from toolsearch.v1 import indexer_pb2 as pb
+
+STREAMABLE_HTTP = "streamable_http"  # how a backend is reached when the indexer does not say
+
+
+def outgoing_auth(auth: pb.BackendAuth) -> OutgoingAuth:
+    """A backend's outgoing auth as the indexer sent it."""
+    return OutgoingAuth(type=auth.type, header=auth.header or "Authorization", value_env=auth.value_env)
+
+
+def kept_session(kept: pb.BackendSession) -> BackendSession | None:
+    """The backend session the indexer keeps for a client session; None where none is kept yet."""
+    return BackendSession(kept.session_id, kept.protocol_version) if kept.protocol_version else None
+
+
+def stored_session(session: BackendSession) -> pb.BackendSession:
+    """A backend session as the indexer stores it."""
+    return pb.BackendSession(session_id=session.session_id, protocol_version=session.protocol_version)
+
+
+def resolved_tool(tool: pb.ResolveToolResponse) -> ResolvedTool:
+    """A tool's resolution, its backend read into a target."""
+    target = BackendTarget(
+        backend_id=tool.backend_id,
+        url=tool.backend_url,
+        auth=outgoing_auth(tool.auth),
+        protocol_version=tool.protocol_version,
+        timeout_seconds=tool.timeout_seconds or DEFAULT_BACKEND_TIMEOUT,
+        max_response_bytes=tool.max_response_bytes or DEFAULT_MAX_RESPONSE_BYTES,
+        transport=tool.transport or STREAMABLE_HTTP,
+        session=kept_session(tool.backend_session),
+    )
+    return ResolvedTool(tool.name, tool.original_name, tool.input_schema_json, target)
+
+
+class SessionAnswer(NamedTuple):
+    """An opened or checked session: its id, and the tool its request named, when that resolves."""
+
+    session_id: str
+    tool: ResolvedTool | None
+
+
+def session_answer(answer: pb.OpenSessionResponse | pb.GetSessionResponse) -> SessionAnswer:
+    """OpenSession's or GetSession's answer, its resolution (if any) read into a `ResolvedTool`."""
+    return SessionAnswer(answer.session_id, resolved_tool(answer.tool) if answer.HasField("tool") else None)
+
+
+def reachable_targets(found: pb.ReachableBackendsResponse) -> ReachableTargets:
+    """A session's reachable backends, each read into a target, and the naming they follow."""
+    backends = tuple(
+        ReachableTarget(
+            BackendTarget(
+                backend_id=b.backend_id,
+                url=b.backend_url,
+                auth=outgoing_auth(b.auth),
+                protocol_version=b.protocol_version,
+                timeout_seconds=b.timeout_seconds or DEFAULT_BACKEND_TIMEOUT,
+                max_response_bytes=b.max_response_bytes or DEFAULT_MAX_RESPONSE_BYTES,
+                transport=b.transport or STREAMABLE_HTTP,
+                session=kept_session(b.backend_session),
+            ),
+            resources=b.resources,
+            prompts=b.prompts,
+            completions=b.completions,
+        )
+        for b in found.backends
+    )
+    # the indexer's naming of tools; an indexer that says none names them on collision with "_"
+    prefix: Prefix = "always" if found.prefix == "always" else "on_collision"
+    separator = found.separator if found.prefix else "_"
+    return ReachableTargets(backends, prefix, separator)
+
+
+def session_targets(found: pb.BackendSessionsResponse) -> list[BackendTarget]:
+    """The backends a client session has a backend session at, each with that session.
+
+    The indexer lists only those with a session id, so each target's `session` is set; the
+    indexer says nothing of their protocol, transport or size bound, which a notification inside
+    the session does not need.
+    """
+    return [
+        BackendTarget(
+            backend_id=entry.backend_id,
+            url=entry.backend_url,
+            auth=outgoing_auth(entry.auth),
+            protocol_version="",
+            timeout_seconds=entry.timeout_seconds or DEFAULT_BACKEND_TIMEOUT,
+            max_response_bytes=DEFAULT_MAX_RESPONSE_BYTES,
+            transport=STREAMABLE_HTTP,
+            session=BackendSession(entry.backend_session.session_id, entry.backend_session.protocol_version),
+        )
+        for entry in found.backends
+    ]
