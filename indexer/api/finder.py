@@ -16,12 +16,11 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
 from indexer.backends.registry import Registry
 from indexer.errors import InvalidRequest
 from indexer.retrieval.embeddings import Embeddings
 from indexer.retrieval.index import IndexVersion, VersionPool
+from indexer.retrieval.query import Need, Query
 from indexer.retrieval.search import match_band
 from indexer.retrieval.text import query_texts
 from indexer.retrieval.tools import estimate_prompt_tokens
@@ -176,8 +175,10 @@ class Finder:
             with tracer.start_as_current_span("embed query") as span:
                 span.set_attribute("toolsearch.texts", len(texts))  # how many, never what
                 rows = await asyncio.gather(*(self._embeddings.embed_query(text) for text in texts))
+            # each text with its own vector: the search scores every need with both arms
+            needs = tuple(Need(text, row) for text, row in zip(texts, rows, strict=True))
             with tracer.start_as_current_span("search") as span:
-                hits = version.find_hits(query, np.vstack(rows), keywords, limit)
+                hits = version.find_hits(Query(query, tuple(keywords), needs), limit)
                 span.set_attributes(
                     {
                         "toolsearch.index_version": f"v{snapshot.number}/{version.fingerprint[:12]}",
