@@ -30,6 +30,7 @@ import numpy as np
 
 from indexer.embedder import DEFAULT_EMBEDDER, EVAL_KINDS, Embedder
 from indexer.retrieval.embeddings import Embeddings
+from indexer.retrieval.query import Query
 from indexer.retrieval.search import Hit, SearchIndex, SearchSettings, build_tool_index, match_band
 from indexer.retrieval.text import query_texts
 from indexer.retrieval.tools import advertise
@@ -221,7 +222,7 @@ def evaluate_methods(
         with _bar(len(queries), f"searching {name or ''} ({method})".replace("  ", " "), show) as bar:
             for query, vector, split in zip(queries, vectors, splits, strict=True):
                 began = time.perf_counter()
-                hits = index.search(query.query, vector, (), DEPTH, method)
+                hits = index.search(Query.embedded(query.query, vector), DEPTH, method)
                 timings.append(time.perf_counter() - began)
                 ranking = rankings[query.id] = [ids[hit.position] for hit in hits]
                 if method == "hybrid":

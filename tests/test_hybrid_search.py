@@ -12,6 +12,7 @@ import pytest
 
 from indexer.embedder import FakeEmbedder
 from indexer.retrieval import text as text_module
+from indexer.retrieval.query import Query
 from indexer.retrieval.search import Hit, SearchIndex, SearchSettings, build_tool_index
 from indexer.retrieval.text import (
     document_chunks,
@@ -75,7 +76,9 @@ def build(
 def search(
     index: SearchIndex, query: str, limit: int = 5, keywords: Sequence[str] = (), **kw: Any
 ) -> list[Hit]:
-    return index.search(query, EMBEDDER.embed(query_texts(query, keywords)), keywords, limit, **kw)
+    return index.search(
+        Query.embedded(query, EMBEDDER.embed(query_texts(query, keywords)), keywords), limit, **kw
+    )
 
 
 def named(names: Sequence[str], hits: Sequence[Hit]) -> list[str]:
@@ -165,11 +168,9 @@ def test_an_index_from_tool_documents_equals_one_from_texts_and_views() -> None:
         backends=[b for b, _ in CATALOG],
     )
     for query in ("weather forecast for a city", "refund a charge. then email the customer"):
-        vector = EMBEDDER.embed(query_texts(query))
+        embedded = Query.embedded(query, EMBEDDER.embed(query_texts(query)))
         for method in ("dense", "lexical"):
-            assert np.array_equal(
-                index.scores(query, vector, [], method), direct.scores(query, vector, [], method)
-            )
+            assert np.array_equal(index.scores(embedded, method), direct.scores(embedded, method))
 
 
 def test_query_texts_add_sentences_of_a_long_query() -> None:
@@ -256,7 +257,7 @@ def test_nothing_only_for_an_empty_catalog_or_query() -> None:
     assert search(index, "", keywords=["  "]) == []
     assert search(index, "weather", limit=0) == []
     empty = SearchIndex.build([], [], [], np.zeros((0, 64), dtype=np.float32), SearchSettings())
-    assert empty.search("weather", EMBEDDER.embed(["weather"])[0], [], 5) == []
+    assert empty.search(Query.embedded("weather", EMBEDDER.embed(["weather"])[0]), 5) == []
     single, _ = build(CATALOG[:1])
     assert len(search(single, "anything at all")) == 1
     wordless, names = build([("", {"name": "a", "description": "the"}), ("", {"name": "of"})])
@@ -269,14 +270,14 @@ def test_a_tool_scores_as_its_best_view() -> None:
     vectors = EMBEDDER.embed(["unrelated words", "alpha", "kiwi banana mango", "beta"])
     owners = np.array([0, 1, 1, 0])  # tool 1 owns the fruit view
     index = SearchIndex.build(texts, ["a", "b"], [[], []], vectors, SearchSettings(), owners=owners)
-    hit = index.search("kiwi banana mango", EMBEDDER.embed(["kiwi banana mango"]), [], 1, "dense")
+    hit = index.search(Query.embedded("kiwi banana mango", EMBEDDER.embed(["kiwi banana mango"])), 1, "dense")
     assert hit[0].position == 1
     with pytest.raises(ValueError, match="at least one vector"):
         SearchIndex.build(texts, ["a", "b"], [[], []], vectors[:2], SearchSettings(), owners=np.array([0, 0]))
     with pytest.raises(ValueError, match="one row per view"):
         SearchIndex.build(texts, ["a", "b"], [[], []], vectors, SearchSettings())
     with pytest.raises(ValueError, match="dimension"):
-        index.search("x", np.zeros(3, dtype=np.float32), [], 1)
+        index.search(Query.embedded("x", np.zeros(3, dtype=np.float32)), 1)
 
 
 def test_weights_choose_between_the_arms() -> None:

@@ -10,6 +10,7 @@ import pytest
 
 from indexer.embedder import FakeEmbedder
 from indexer.retrieval.documents import server_documents
+from indexer.retrieval.query import Query
 from indexer.retrieval.search import SearchSettings, build_tool_index
 from indexer.retrieval.text import MAX_QUERY_PARTS, query_needs, query_texts, server_text
 
@@ -78,17 +79,17 @@ def build(settings: SearchSettings) -> Any:
 def test_each_need_reaches_its_tool_through_both_arms() -> None:
     index = build(SearchSettings())
     query = "Get the forecast for Paris. Then send an email to Bob about it."
-    hits = index.search(query, EMBEDDER.embed(query_texts(query)), [], 2)
+    hits = index.search(Query.embedded(query, EMBEDDER.embed(query_texts(query))), 2)
     assert {hit.position for hit in hits} == {0, 2}
     # a caller that embedded the whole query alone still gets an answer, from the whole query
-    assert len(index.search(query, EMBEDDER.embed(query_texts(query)[:1]), [], 3)) == 3
+    assert len(index.search(Query.embedded(query, EMBEDDER.embed(query_texts(query)[:1])), 3)) == 3
 
 
 def test_the_server_arm_lifts_a_servers_tools_and_turns_off_with_its_weight() -> None:
     query = "read and send email"
-    vectors = EMBEDDER.embed(query_texts(query))
-    with_servers = build(SearchSettings()).scores(query, vectors, [], "hybrid")
-    without = build(replace(SearchSettings(), server_weight=0.0)).scores(query, vectors, [], "hybrid")
+    embedded = Query.embedded(query, EMBEDDER.embed(query_texts(query)))
+    with_servers = build(SearchSettings()).scores(embedded, "hybrid")
+    without = build(replace(SearchSettings(), server_weight=0.0)).scores(embedded, "hybrid")
     assert not np.allclose(with_servers, without)
     lift = with_servers - without
     assert lift[2] == pytest.approx(lift[3], abs=1e-5) and lift[2] > lift[0]  # both mail tools, more

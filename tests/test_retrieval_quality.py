@@ -18,6 +18,7 @@ from commands.evaluation import METRICS, SHIPPED_SETS, build_index, evaluate, lo
 from commands.model import prepare_default_model
 from indexer.embedder import Embedder, load_embedder
 from indexer.retrieval.embeddings import Embeddings
+from indexer.retrieval.query import Query
 from indexer.retrieval.search import SearchIndex, SearchSettings
 from indexer.retrieval.text import name_key, query_texts
 from indexer.state.disk import DiskEmbeddings
@@ -77,7 +78,7 @@ def test_every_exact_name_of_a_whole_catalog_ranks_first(embeddings: Embeddings)
 
 
 def _search(index: SearchIndex, query: str, vector: np.ndarray, limit: int) -> list[int]:
-    return [hit.position for hit in index.search(query, vector, (), limit)]
+    return [hit.position for hit in index.search(Query.embedded(query, vector), limit)]
 
 
 @pytest.mark.slow

@@ -29,6 +29,7 @@ from indexer.embedder.fake import FakeEmbedder
 from indexer.errors import BackendUnavailable, ToolNotFound
 from indexer.retrieval.embeddings import Embeddings
 from indexer.retrieval.index import Builder, IndexVersion, VersionPool, build_version, fingerprint
+from indexer.retrieval.query import Query
 from indexer.retrieval.search import SearchSettings
 from indexer.retrieval.text import query_texts
 from indexer.retrieval.tools import Tool, advertise
@@ -318,7 +319,10 @@ LISTINGS = {
 def answers(version: IndexVersion) -> list[list[tuple[str, float]]]:
     queries = ["forecast for a city", "basketball players of a team", "traffic. then the weather"]
     embedder = FakeEmbedder()
-    return [[(t.name, s) for t, s in version.find(q, embedder.embed(query_texts(q)), [], 4)] for q in queries]
+    return [
+        [(t.name, s) for t, s in version.find(Query.embedded(q, embedder.embed(query_texts(q))), 4)]
+        for q in queries
+    ]
 
 
 def test_a_rebuild_over_tools_seen_before_derives_nothing_again() -> None:

@@ -23,6 +23,7 @@ from mcp.client.streamable_http import streamable_http_client
 from commands.bench.common import CpuMeter, summarize
 from indexer.embedder import Embedder
 from indexer.retrieval.index import IndexVersion
+from indexer.retrieval.query import Query
 from indexer.retrieval.text import query_texts
 
 LIMIT = 8  # the default find_tool limit: what a client gets when it asks for nothing else
@@ -79,7 +80,7 @@ def floor_once(embedder: Embedder, version: IndexVersion, query: str) -> tuple[f
     parts = query_texts(query)
     vectors = embedder.embed(parts)
     embedded = time.perf_counter()
-    if not version.find(query, vectors, [], LIMIT):
+    if not version.find(Query.embedded(query, vectors), LIMIT):
         raise RuntimeError(f"the floor's search found nothing for {query!r}")
     return time.perf_counter() - started, embedded - started, len(parts)
 

@@ -4,6 +4,9 @@ Each tool found carries its server (the backend id, and the server's own title a
 from its initialize result) and a match band. An answer also names the session's backends that are
 down or rejected its credentials, and one whose best match is weak says so, so that a model does not
 keep looking for a tool that cannot be had right now. Empty answers say why.
+
+The answer is a `Found`, a plain value: indexer/api/messages.py turns it into the wire's
+`FindToolsResponse`, so the search stays free of protobuf.
 """
 
 from __future__ import annotations
@@ -11,22 +14,22 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Sequence
-
-import numpy as np
+from dataclasses import dataclass
 
 from indexer.backends.registry import Registry
 from indexer.errors import InvalidRequest
 from indexer.retrieval.embeddings import Embeddings
 from indexer.retrieval.index import IndexVersion, VersionPool
+from indexer.retrieval.query import Need, Query
 from indexer.retrieval.search import match_band
 from indexer.retrieval.text import query_texts
 from indexer.retrieval.tools import estimate_prompt_tokens
 from indexer.sessions.views import LiveSession
+from indexer.state import VersionRef
 from indexer.state.listings import ServerInfo
 from indexer.traces import tracer
 from toolsearch.answers import compact_definition, trim
 from toolsearch.indexer_settings import Search
-from toolsearch.v1 import indexer_pb2 as pb
 
 MAX_KEYWORDS = 32
 SERVER_DESCRIPTION_CHARS = 300  # what a server says of itself, as an answer carries it
@@ -40,6 +43,50 @@ def server_title(info: ServerInfo) -> str:
 def server_description(info: ServerInfo) -> str:
     """What a server says it is for: its description, else the start of its instructions."""
     return trim(info.description or info.instructions, SERVER_DESCRIPTION_CHARS)
+
+
+@dataclass(frozen=True, slots=True)
+class FoundTool:
+    """One tool an answer offers: its definition, its server, and how well it matched."""
+
+    name: str
+    backend_id: str
+    definition_json: str  # trimmed when the caller asked for compact definitions
+    score: float
+    server_title: str
+    server_description: str
+    match: str  # the band: strong, possible or weak
+    relevance: float  # the match the band was cut from
+
+
+@dataclass(frozen=True, slots=True)
+class UnavailableBackend:
+    """A backend of the session whose tools cannot be found now, and why (its status, or rejected)."""
+
+    id: str
+    status: str
+    server_title: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class TokenMetrics:
+    """What the answer saves: every tool's definition against the ones returned, in prompt tokens."""
+
+    baseline_tokens: int
+    returned_tokens: int
+    savings_percent: float
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    """A find_tool answer from one version of a session: the tools, or why there are none."""
+
+    version: VersionRef
+    tools: tuple[FoundTool, ...]
+    unavailable: tuple[UnavailableBackend, ...]
+    token_metrics: TokenMetrics
+    empty_reason: str = ""
+    note: str = ""  # set when even the best tool matched weakly
 
 
 class Finder:
@@ -83,7 +130,7 @@ class Finder:
         return "the healthy backends of this session offer no tools"
 
     @staticmethod
-    def _weak_note(unavailable: Sequence[pb.UnavailableBackend]) -> str:
+    def _weak_note(unavailable: Sequence[UnavailableBackend]) -> str:
         note = (
             "no tool matches this task strongly: the tools below are the closest, and may not do it. "
             "Describe the task differently, or do without a tool."
@@ -93,7 +140,7 @@ class Finder:
             note += f" Unavailable right now, so their tools cannot be found or called: {named}."
         return note
 
-    def _unavailable(self, session: LiveSession) -> list[pb.UnavailableBackend]:
+    def _unavailable(self, session: LiveSession) -> list[UnavailableBackend]:
         """The session's backends whose tools cannot be found now: down, or refusing its credentials."""
         out = []
         for backend_id in sorted(session.record.accepted):
@@ -101,37 +148,37 @@ class Finder:
             if state is not None and not state.advertised:
                 info = state.listing.server if state.listing is not None else ServerInfo()
                 out.append(
-                    pb.UnavailableBackend(id=backend_id, status=state.status, server_title=server_title(info))
+                    UnavailableBackend(id=backend_id, status=state.status, server_title=server_title(info))
                 )
         out.extend(
-            pb.UnavailableBackend(id=backend_id, status="rejected")
+            UnavailableBackend(id=backend_id, status="rejected")
             for backend_id in sorted(session.record.rejected_at_creation)
         )
         return out
 
     async def find(
         self, session: LiveSession, query: str, keywords: Sequence[str], limit: int, compact: bool = False
-    ) -> pb.FindToolsResponse:
+    ) -> Found:
         """The best tools of the session's current version for a query; `compact` trims definitions."""
         limit = self._check(query, keywords, limit)
         snapshot = session.current  # read once: the whole answer comes from this version
         version = snapshot.version
-        response = pb.FindToolsResponse(
-            version=pb.IndexVersionRef(number=snapshot.number, fingerprint=version.fingerprint)
-        )
-        baseline = version.baseline_tokens
+        tools: list[FoundTool] = []
+        empty_reason = ""
         if not version.tools:
-            response.empty_reason = self._empty_reason(session)
+            empty_reason = self._empty_reason(session)
         elif not query.strip() and not any(k.strip() for k in keywords):
-            response.empty_reason = "the query is empty: describe the task in tool_description"
+            empty_reason = "the query is empty: describe the task in tool_description"
         else:
             # the whole query, then each sentence of a long one; concurrent queries share model calls
             texts = query_texts(query, keywords)
             with tracer.start_as_current_span("embed query") as span:
                 span.set_attribute("toolsearch.texts", len(texts))  # how many, never what
                 rows = await asyncio.gather(*(self._embeddings.embed_query(text) for text in texts))
+            # each text with its own vector: the search scores every need with both arms
+            needs = tuple(Need(text, row) for text, row in zip(texts, rows, strict=True))
             with tracer.start_as_current_span("search") as span:
-                hits = version.find_hits(query, np.vstack(rows), keywords, limit)
+                hits = version.find_hits(Query(query, tuple(keywords), needs), limit)
                 span.set_attributes(
                     {
                         "toolsearch.index_version": f"v{snapshot.number}/{version.fingerprint[:12]}",
@@ -147,8 +194,8 @@ class Finder:
                         ensure_ascii=False,
                         separators=(",", ":"),
                     )
-                response.tools.append(
-                    pb.FoundTool(
+                tools.append(
+                    FoundTool(
                         name=tool.name,
                         backend_id=tool.backend_id,
                         definition_json=definition_json,
@@ -160,16 +207,17 @@ class Finder:
                     )
                 )
             if not hits:
-                response.empty_reason = (
-                    "no tool matched the query closely enough: describe the task differently"
-                )
-        response.unavailable.extend(self._unavailable(session))
-        if response.tools and response.tools[0].match == "weak":
-            response.note = self._weak_note(response.unavailable)
-        returned = sum(estimate_prompt_tokens(t.definition_json) for t in response.tools)
-        response.token_metrics.baseline_tokens = baseline
-        response.token_metrics.returned_tokens = returned
-        response.token_metrics.savings_percent = (
-            round(100.0 * (1 - returned / baseline), 2) if baseline else 0.0
+                empty_reason = "no tool matched the query closely enough: describe the task differently"
+        unavailable = self._unavailable(session)
+        note = self._weak_note(unavailable) if tools and tools[0].match == "weak" else ""
+        baseline = version.baseline_tokens
+        returned = sum(estimate_prompt_tokens(t.definition_json) for t in tools)
+        savings = round(100.0 * (1 - returned / baseline), 2) if baseline else 0.0
+        return Found(
+            version=VersionRef(snapshot.number, version.fingerprint),
+            tools=tuple(tools),
+            unavailable=tuple(unavailable),
+            token_metrics=TokenMetrics(baseline, returned, savings),
+            empty_reason=empty_reason,
+            note=note,
         )
-        return response

@@ -1,13 +1,24 @@
-"""The indexer's records as the protobuf messages the router reads, and back: the wire format stays
-out of the models, and the gRPC servicer (indexer/api/service.py) only calls these."""
+"""The indexer's values as the protobuf messages the router reads, and back: the wire format stays
+out of the models, and the gRPC servicer (indexer/api/service.py) only calls these.
+
+The flows answer in plain values (the finder a `Found`, the resolver a `ResolvedTool`, the
+reachable backends `ReachableBackend`s); this module alone gives them their wire form.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
+
+from indexer.api.finder import Found
+from indexer.api.reachable import ReachableBackend
+from indexer.api.resolution import ResolvedTool
 from indexer.backends.registry import BackendState
 from indexer.errors import ToolNotFound
+from indexer.retrieval.tools import Tool
 from indexer.sessions.views import LiveSession
-from indexer.state import BackendSession, Principal, SessionRecord
+from indexer.state import BackendSession, Principal, SessionRecord, VersionRef
 from toolsearch.backend_settings import Backend
+from toolsearch.indexer_settings import Naming
 from toolsearch.v1 import indexer_pb2 as pb
 
 
@@ -36,9 +47,111 @@ def principal_of(message: pb.Principal) -> Principal:
     return Principal(message.issuer, message.subject)
 
 
+def ref(version: VersionRef) -> pb.IndexVersionRef:
+    return pb.IndexVersionRef(number=version.number, fingerprint=version.fingerprint)
+
+
 def version_ref(session: LiveSession) -> pb.IndexVersionRef:
     current = session.current
     return pb.IndexVersionRef(number=current.number, fingerprint=current.version.fingerprint)
+
+
+def found(answer: Found) -> pb.FindToolsResponse:
+    """A find_tool answer (`Finder.find`) as `FindTools` returns it."""
+    response = pb.FindToolsResponse(
+        version=ref(answer.version),
+        tools=[
+            pb.FoundTool(
+                name=tool.name,
+                backend_id=tool.backend_id,
+                definition_json=tool.definition_json,
+                score=tool.score,
+                server_title=tool.server_title,
+                server_description=tool.server_description,
+                match=tool.match,
+                relevance=tool.relevance,
+            )
+            for tool in answer.tools
+        ],
+        unavailable=[
+            pb.UnavailableBackend(id=backend.id, status=backend.status, server_title=backend.server_title)
+            for backend in answer.unavailable
+        ],
+        empty_reason=answer.empty_reason,
+        note=answer.note,
+    )
+    metrics = answer.token_metrics
+    response.token_metrics.baseline_tokens = metrics.baseline_tokens
+    response.token_metrics.returned_tokens = metrics.returned_tokens
+    response.token_metrics.savings_percent = metrics.savings_percent
+    return response
+
+
+def resolved_tool(resolved: ResolvedTool) -> pb.ResolveToolResponse:
+    """A resolved name (`ToolResolver.resolve`) as `ResolveTool`, `GetSession` and `OpenSession` carry it."""
+    tool, backend = resolved.tool, resolved.backend
+    return pb.ResolveToolResponse(
+        name=tool.name,
+        original_name=tool.original_name,
+        backend_id=tool.backend_id,
+        backend_url=backend.url,
+        input_schema_json=tool.input_schema_json,
+        auth=auth(backend),
+        version=ref(resolved.version),
+        protocol_version=resolved.protocol_version,
+        timeout_seconds=backend.timeout,
+        max_response_bytes=backend.max_response_bytes,
+        transport=backend.transport,
+        backend_session=backend_session(resolved.backend_session),
+    )
+
+
+def reachable_backends(reachable: Iterable[ReachableBackend], naming: Naming) -> pb.ReachableBackendsResponse:
+    """The backends a session can reach (`reachable_backends`) as `ReachableBackends` returns them."""
+    response = pb.ReachableBackendsResponse(prefix=naming.prefix, separator=naming.separator)
+    for entry in reachable:
+        backend, offers = entry.backend, entry.offers
+        response.backends.append(
+            pb.ReachableBackend(
+                backend_id=entry.backend_id,
+                backend_url=backend.url,
+                transport=backend.transport,
+                protocol_version=entry.protocol_version,
+                auth=auth(backend),
+                timeout_seconds=backend.timeout,
+                max_response_bytes=backend.max_response_bytes,
+                backend_session=backend_session(entry.backend_session),
+                resources=offers.resources,
+                prompts=offers.prompts,
+                completions=offers.completions,
+            )
+        )
+    return response
+
+
+def sessions_at_backends(kept: Mapping[str, tuple[Backend, BackendSession]]) -> pb.BackendSessionsResponse:
+    """The backend sessions a session keeps (backend id -> its backend and session), in id order."""
+    return pb.BackendSessionsResponse(
+        backends=[
+            pb.SessionAtBackend(
+                backend_id=backend_id,
+                backend_url=backend.url,
+                auth=auth(backend),
+                backend_session=backend_session(session),
+                timeout_seconds=backend.timeout,
+            )
+            for backend_id, (backend, session) in sorted(kept.items())
+        ]
+    )
+
+
+def pinned_tools(tools: Sequence[Tool]) -> pb.PinnedToolsResponse:
+    return pb.PinnedToolsResponse(
+        tools=[
+            pb.FoundTool(name=t.name, backend_id=t.backend_id, definition_json=t.definition_json)
+            for t in tools
+        ]
+    )
 
 
 def backend_status(state: BackendState) -> pb.BackendStatus:

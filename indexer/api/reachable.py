@@ -7,18 +7,21 @@ indexer which ones (`ReachableBackends`): the session's usable backends that are
 declared beside tools, how to reach it, and the backend session the client session keeps there. A
 backend that goes down drops out of the answer at once, so its resources and prompts disappear as
 its tools do, and come back with it.
+
+The answer is a list of `ReachableBackend`, plain values: indexer/api/messages.py turns them into
+the wire's `ReachableBackendsResponse`.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import NamedTuple
 
-from indexer.api.messages import auth, backend_session
 from indexer.backends.registry import Registry
 from indexer.sessions.views import LiveSession
+from indexer.state import BackendSession
 from indexer.state.listings import Listing, Offers
-from toolsearch.indexer_settings import Naming
-from toolsearch.v1 import indexer_pb2 as pb
+from toolsearch.backend_settings import Backend
 
 
 class Reachable(NamedTuple):
@@ -44,30 +47,34 @@ def reachable(session: LiveSession, registry: Registry) -> list[Reachable]:
     return found
 
 
-def reachable_backends(
-    session: LiveSession, registry: Registry, naming: Naming
-) -> pb.ReachableBackendsResponse:
+@dataclass(frozen=True, slots=True)
+class ReachableBackend:
+    """A reachable backend the router aggregates: how to reach it, and what it offers beside tools."""
+
+    backend: Backend  # the backend's configuration: where it is, how to reach it, its limits
+    protocol_version: str  # what the backend negotiated at its last check
+    backend_session: BackendSession | None  # the session's own session at the backend, if any
+    offers: Offers
+
+    @property
+    def backend_id(self) -> str:
+        return self.backend.id
+
+
+def reachable_backends(session: LiveSession, registry: Registry) -> list[ReachableBackend]:
     """`ReachableBackends`' answer: each reachable backend that offers anything beside tools."""
-    response = pb.ReachableBackendsResponse(prefix=naming.prefix, separator=naming.separator)
+    found = []
     for entry in reachable(session, registry):
         offers = entry.offers
         if not (offers.resources or offers.prompts or offers.completions):
             continue  # nothing to aggregate: the router need not hear of it
         state = registry.get(entry.backend_id)
-        backend = state.config
-        response.backends.append(
-            pb.ReachableBackend(
-                backend_id=entry.backend_id,
-                backend_url=backend.url,
-                transport=backend.transport,
+        found.append(
+            ReachableBackend(
+                backend=state.config,
                 protocol_version=state.health.protocol_version,
-                auth=auth(backend),
-                timeout_seconds=backend.timeout,
-                max_response_bytes=backend.max_response_bytes,
-                backend_session=backend_session(session.record.backend_sessions.get(entry.backend_id)),
-                resources=offers.resources,
-                prompts=offers.prompts,
-                completions=offers.completions,
+                backend_session=session.record.backend_sessions.get(entry.backend_id),
+                offers=offers,
             )
         )
-    return response
+    return found

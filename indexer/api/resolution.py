@@ -11,18 +11,39 @@ names and, when a backend that is down has the tool, the reason it cannot be cal
 registry's word on health is the newest: a tool whose backend went down between a health check and
 the swap of the session's version is refused as the swap will refuse it, so `Status` and `call_tool`
 never disagree.
+
+A resolution is a `ResolvedTool`, a plain value: indexer/api/messages.py turns it into the wire's
+`ResolveToolResponse`.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from indexer.api.finder import server_title
-from indexer.api.messages import auth, backend_session
 from indexer.backends.registry import Registry
 from indexer.errors import ToolNotFound
 from indexer.retrieval.names import by_own_name, closest_tools
 from indexer.retrieval.text import name_key
+from indexer.retrieval.tools import Tool
 from indexer.sessions.views import LiveSession
-from toolsearch.v1 import indexer_pb2 as pb
+from indexer.state import BackendSession, VersionRef
+from toolsearch.backend_settings import Backend
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedTool:
+    """A tool a name means in a session's current version, and what the router needs to call it."""
+
+    tool: Tool
+    backend: Backend  # the backend's configuration: where it is, how to reach it, its limits
+    protocol_version: str  # what the backend negotiated at its last check
+    version: VersionRef  # the session's version the name was resolved in
+    backend_session: BackendSession | None  # the session's own session at the backend, if any
+
+    @property
+    def backend_id(self) -> str:
+        return self.tool.backend_id
 
 
 class ToolResolver:
@@ -31,7 +52,7 @@ class ToolResolver:
     def __init__(self, registry: Registry) -> None:
         self._registry = registry
 
-    def resolve(self, session: LiveSession, name: str) -> pb.ResolveToolResponse:
+    def resolve(self, session: LiveSession, name: str) -> ResolvedTool:
         """The tool `name` means in the session and how to call it; raises `ToolNotFound`."""
         found = self.resolved(session, name)
         if found is not None:
@@ -43,7 +64,7 @@ class ToolResolver:
         ]
         raise ToolNotFound(name, close, self._down_reason(session, name))
 
-    def resolved(self, session: LiveSession, name: str) -> pb.ResolveToolResponse | None:
+    def resolved(self, session: LiveSession, name: str) -> ResolvedTool | None:
         """As `resolve`, with None for a name that means no tool (the caller asks `resolve` why)."""
         snapshot = session.current
         tool = snapshot.version.resolve(name) or by_own_name(snapshot.version.tools, name)
@@ -54,20 +75,12 @@ class ToolResolver:
             # health has taken the backend down and the swap that drops its tools is on its way:
             # refuse now, with the reason, rather than forward a call to a backend known to be down
             return None
-        backend = state.config
-        return pb.ResolveToolResponse(
-            name=tool.name,
-            original_name=tool.original_name,
-            backend_id=tool.backend_id,
-            backend_url=backend.url,
-            input_schema_json=tool.input_schema_json,
-            auth=auth(backend),
-            version=pb.IndexVersionRef(number=snapshot.number, fingerprint=snapshot.version.fingerprint),
+        return ResolvedTool(
+            tool=tool,
+            backend=state.config,
             protocol_version=state.health.protocol_version,
-            timeout_seconds=backend.timeout,
-            max_response_bytes=backend.max_response_bytes,
-            transport=backend.transport,
-            backend_session=backend_session(session.record.backend_sessions.get(tool.backend_id)),
+            version=VersionRef(snapshot.number, snapshot.version.fingerprint),
+            backend_session=session.record.backend_sessions.get(tool.backend_id),
         )
 
     def _down_reason(self, session: LiveSession, name: str) -> str:

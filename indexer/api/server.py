@@ -4,17 +4,24 @@
 reads the same way: the `HealthMonitor` records each verdict in the `Registry` and asks the
 `Rebuilder` for a pass, which runs `SessionManager.rebuild_all`; with a shared state the `Replica`
 publishes the verdicts and the other replicas' `HealthFollower` adopts them.
+
+Starting and stopping go through exit stacks: each part's close is pushed as it starts, so the parts
+close in the reverse order of their start, and a part that fails to start closes every part started
+before it. `serve` stacks the indexer's parts, the metrics endpoint and the gRPC server the same way;
+the server's health says NOT_SERVING before the server stops, so that a balancer watching it sends
+no new calls while the calls in flight drain.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import gc
 import logging
 import signal
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -79,6 +86,7 @@ class IndexerProcess:
     replica: Replica | None = None  # with a shared state: the lease, publishing, events, the sweep
     ender: BackendSessionEnder | None = None  # ends the backend sessions of ended sessions
     _reloading: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
+    _started: contextlib.AsyncExitStack = field(default_factory=contextlib.AsyncExitStack, repr=False)
 
     @classmethod
     def build(cls, config: Config, embedder: Embedder, secrets: Mapping[str, str]) -> IndexerProcess:
@@ -146,26 +154,53 @@ class IndexerProcess:
         """Discover every backend (failures are left out until they recover), then start probing.
 
         With a shared state, Redis must answer first (else `StateUnavailable`); then this replica
-        takes the lease or adopts its holder's verdicts before it serves.
+        takes the lease or adopts its holder's verdicts before it serves. A step that raises closes
+        every part started before it, then the error propagates: nothing is left running.
         """
-        await self.state.ready()
-        logger.info("state: %s", self.state.description)
-        await self.registry.discover_all()
-        for state in self.registry.states.values():
-            tools = len(state.listing.tools) if state.listing else 0
-            logger.info(
-                "backend %s: %s, %d tools %s", state.config.id, state.status, tools, state.health.last_error
-            )
-        if self.replica is not None:
-            await self.replica.join()
-        # embed every tool before serving, so the first session opens as fast as the next
-        await self.sessions.warm()
-        if self.monitor is not None:
-            self.monitor.start()
-        if self.replica is not None:
-            self.replica.start()
-        if self.ender is not None:
-            self.ender.start()
+        async with contextlib.AsyncExitStack() as stack:
+            # Each close is pushed before its part starts: a part that fails halfway (a lease taken,
+            # then Redis gone) is closed too. Unwinding runs them in reverse: the probes stop first,
+            # so no verdict reaches a closed part, and the pooled transport, which every discovery
+            # and probe borrows, goes last.
+            stack.push_async_callback(self.transport.aclose)
+            stack.push_async_callback(self.state.close)
+            await self.state.ready()
+            logger.info("state: %s", self.state.description)
+            stack.callback(self.embeddings.close)
+            await self.registry.discover_all()
+            for state in self.registry.states.values():
+                tools = len(state.listing.tools) if state.listing else 0
+                logger.info(
+                    "backend %s: %s, %d tools %s",
+                    state.config.id,
+                    state.status,
+                    tools,
+                    state.health.last_error,
+                )
+            if self.ender is not None:
+                stack.push_async_callback(self._close_ender, self.ender)
+            stack.push_async_callback(self.rebuilder.close)  # a replica taking the lease asks for a pass
+            if self.replica is not None:
+                stack.push_async_callback(self.replica.close)  # hands the lease on, if join took it
+                await self.replica.join()
+            # embed every tool before serving, so the first session opens as fast as the next
+            await self.sessions.warm()
+            if self.ender is not None:
+                self.ender.start()
+            if self.replica is not None:
+                self.replica.start()
+            if self.monitor is not None:
+                stack.push_async_callback(self.monitor.close)
+                self.monitor.start()
+            self._started = stack.pop_all()  # started: the parts now live until `close`
+
+    async def _close_ender(self, ender: BackendSessionEnder) -> None:
+        if not self.state.sessions.shared:
+            # the sessions die with this process: so do their backend sessions
+            for record in await self.sessions.records():
+                if record.backend_sessions:
+                    ender.end(EndedSession(record.id, record.token, dict(record.backend_sessions)))
+        await ender.close()
 
     async def reload(self, config: Config) -> None:
         """Apply a reread configuration's backend list; other settings need a restart."""
@@ -179,21 +214,8 @@ class IndexerProcess:
                 await self.replica.publish(force=True)
 
     async def close(self) -> None:
-        if self.monitor is not None:
-            await self.monitor.close()
-        if self.replica is not None:
-            await self.replica.close()
-        await self.rebuilder.close()
-        if self.ender is not None:
-            if not self.state.sessions.shared:
-                # the sessions die with this process: so do their backend sessions
-                for record in await self.sessions.records():
-                    if record.backend_sessions:
-                        self.ender.end(EndedSession(record.id, record.token, dict(record.backend_sessions)))
-            await self.ender.close()
-        self.embeddings.close()
-        await self.state.close()
-        await self.transport.aclose()
+        """Close what `start` started, in the reverse order; a second call closes nothing."""
+        await self._started.aclose()
 
 
 async def create_server(
@@ -206,6 +228,39 @@ async def create_server(
 
     `security` protects the port (toolsearch/transport.py): TLS credentials, a shared secret.
     """
+    server, port, _ = await _bound_server(indexer, listen, interceptors, security)
+    return server, port
+
+
+@contextlib.asynccontextmanager
+async def serving(
+    indexer: IndexerProcess,
+    grace: float,
+    listen: str | None = None,
+    interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
+    security: ServerSecurity | None = None,
+) -> AsyncIterator[int]:
+    """The gRPC server of `create_server`, started; yields its port.
+
+    On exit its health says NOT_SERVING first, so a balancer watching it (a client's health
+    check, a load balancer) stops sending new calls; then the server refuses new calls and lets
+    the ones in flight finish within `grace` seconds. Watches in flight hear the NOT_SERVING.
+    """
+    server, port, health = await _bound_server(indexer, listen, interceptors, security)
+    try:
+        await server.start()
+        yield port
+    finally:
+        await health.enter_graceful_shutdown()
+        await server.stop(grace)
+
+
+async def _bound_server(
+    indexer: IndexerProcess,
+    listen: str | None,
+    interceptors: Sequence[grpc.aio.ServerInterceptor],
+    security: ServerSecurity | None,
+) -> tuple[grpc.aio.Server, int, HealthServicer]:
     security = security or ServerSecurity()
     if security.secret is not None:
         interceptors = [*interceptors, SharedSecretGuard(security.secret)]
@@ -229,7 +284,7 @@ async def create_server(
     # SERVING from the start: the server is only started once the indexer is ready
     for name in ("", SERVICE_NAME):
         await health.set(name, health_pb2.HealthCheckResponse.SERVING)
-    return server, port
+    return server, port, health
 
 
 async def _reload_from(indexer: IndexerProcess, path: Path, env: Mapping[str, str]) -> None:
@@ -249,40 +304,44 @@ async def serve(config: Config, secrets: Mapping[str, str], config_path: Path | 
         load_embedder, config.indexer.embedder, config.indexer.model, config.indexer.model_threads
     )
     indexer = IndexerProcess.build(config, embedder, secrets)
-    await indexer.start()
-    # What start-up loaded lives as long as the process (torch, the model, the warm-up's versions):
-    # frozen, a full collection no longer walks it, which took up to a second in the middle of a
-    # re-index or a request.
-    gc.freeze()
-    parts = (indexer.sessions, indexer.pool, indexer.registry, indexer.embeddings)
-    metrics = IndexerMetrics(metrics_reader(*parts, asyncio.get_running_loop()))
-    interceptors = [RpcSpans(), metrics.interceptor()]  # the span outermost: the log context runs in it
-    server, port = await create_server(indexer, interceptors=interceptors, security=security)
-    await server.start()
-    exporter = None
-    host = config.indexer.listen.rpartition(":")[0]
-    print(f"indexer listening on {host}:{port}", file=sys.stderr, flush=True)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    reloads: set[asyncio.Task[None]] = set()  # held so a running reload is not garbage-collected
-    if config_path is not None:
-
-        def on_hangup() -> None:
-            task = loop.create_task(_reload_from(indexer, config_path, secrets), name="config-reload")
-            reloads.add(task)
-            task.add_done_callback(reloads.discard)
-
-        loop.add_signal_handler(signal.SIGHUP, on_hangup)
-    try:
+    # One stack for the process: each part's stop is pushed as it starts, so a failed start stops
+    # what came before it, and a signal unwinds in reverse: reloads cancelled, the server drained
+    # (NOT_SERVING first), the metrics endpoint closed, the indexer's parts closed.
+    async with contextlib.AsyncExitStack() as stack:
+        await indexer.start()
+        stack.push_async_callback(indexer.close)
+        # What start-up loaded lives as long as the process (torch, the model, the warm-up's versions):
+        # frozen, a full collection no longer walks it, which took up to a second in the middle of a
+        # re-index or a request.
+        gc.freeze()
+        parts = (indexer.sessions, indexer.pool, indexer.registry, indexer.embeddings)
+        metrics = IndexerMetrics(metrics_reader(*parts, asyncio.get_running_loop()))
         if config.indexer.metrics_listen:
             exporter = metrics.serve(config.indexer.metrics_listen)
+            stack.push_async_callback(asyncio.to_thread, exporter.close)  # waits for its serving thread
+        interceptors = [RpcSpans(), metrics.interceptor()]  # the span outermost: the log context runs in it
+        port = await stack.enter_async_context(
+            serving(indexer, config.indexer.shutdown_grace, interceptors=interceptors, security=security)
+        )
+        host = config.indexer.listen.rpartition(":")[0]
+        print(f"indexer listening on {host}:{port}", file=sys.stderr, flush=True)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        reloads: set[asyncio.Task[None]] = set()  # held so a running reload is not garbage-collected
+
+        @stack.callback
+        def cancel_reloads() -> None:
+            for task in list(reloads):
+                task.cancel()
+
+        if config_path is not None:
+
+            def on_hangup() -> None:
+                task = loop.create_task(_reload_from(indexer, config_path, secrets), name="config-reload")
+                reloads.add(task)
+                task.add_done_callback(reloads.discard)
+
+            loop.add_signal_handler(signal.SIGHUP, on_hangup)
         await stop.wait()
-    finally:
-        for task in list(reloads):
-            task.cancel()
-        await server.stop(config.indexer.shutdown_grace)
-        if exporter is not None:
-            await asyncio.to_thread(exporter.close)  # waits for its serving thread
-        await indexer.close()

@@ -1,7 +1,8 @@
 """The gRPC servicer of `toolsearch.v1.Indexer`: the one place indexer errors become status codes.
 
-The indexer's records become protobuf messages through indexer/api/messages.py (a backend's
-`BackendHealth` a `BackendStatus`, for instance): the models inside stay free of the wire format.
+The indexer's values become protobuf messages through indexer/api/messages.py (a backend's
+`BackendHealth` a `BackendStatus`, the finder's `Found` a `FindToolsResponse`, for instance): the
+flows and models inside stay free of the wire format.
 """
 
 from __future__ import annotations
@@ -13,12 +14,13 @@ from typing import Any, TypeVar
 
 import grpc
 
+from indexer.api import messages
 from indexer.api.finder import Finder
 from indexer.api.messages import (
-    auth,
     backend_session,
     backend_status,
     principal_of,
+    resolved_tool,
     session_status,
     suggestions,
     version_ref,
@@ -39,6 +41,7 @@ from indexer.retrieval.embeddings import Embeddings
 from indexer.retrieval.tools import advertise
 from indexer.sessions.manager import SessionManager
 from indexer.state import BackendSession, StateUnavailable
+from toolsearch.backend_settings import Backend
 from toolsearch.indexer_settings import Naming
 from toolsearch.v1 import indexer_pb2 as pb
 from toolsearch.v1 import indexer_pb2_grpc as pb_grpc
@@ -122,12 +125,13 @@ class IndexerService(pb_grpc.IndexerServicer):
         session = await self._sessions.open(
             principal_of(request.principal), request.credentials.bearer_token or None, implied=request.implied
         )
+        tool = self._resolver.resolved(session, request.resolve) if request.resolve else None
         return pb.OpenSessionResponse(
             session_id=session.id,
             version=version_ref(session),
             backends=sorted(session.record.accepted),
             rejected_backends=sorted(session.record.rejected_at_creation),
-            tool=self._resolver.resolved(session, request.resolve) if request.resolve else None,
+            tool=resolved_tool(tool) if tool is not None else None,
         )
 
     @translated
@@ -136,7 +140,11 @@ class IndexerService(pb_grpc.IndexerServicer):
     ) -> pb.GetSessionResponse:
         session = await self._sessions.get(request.session_id, principal_of(request.principal))
         tool = self._resolver.resolved(session, request.resolve) if request.resolve else None
-        return pb.GetSessionResponse(session_id=session.id, version=version_ref(session), tool=tool)
+        return pb.GetSessionResponse(
+            session_id=session.id,
+            version=version_ref(session),
+            tool=resolved_tool(tool) if tool is not None else None,
+        )
 
     @translated
     async def CloseSession(
@@ -168,45 +176,37 @@ class IndexerService(pb_grpc.IndexerServicer):
         self, request: pb.BackendSessionsRequest, context: grpc.aio.ServicerContext
     ) -> pb.BackendSessionsResponse:
         session = await self._sessions.get(request.session_id, principal_of(request.principal))
-        response = pb.BackendSessionsResponse()
-        for backend_id, kept in sorted(session.record.backend_sessions.items()):
+        kept: dict[str, tuple[Backend, BackendSession]] = {}
+        for backend_id, at_backend in session.record.backend_sessions.items():
             state = self._registry.states.get(backend_id)
-            if state is None or not kept.session_id:
+            if state is None or not at_backend.session_id:
                 continue  # gone from the configuration, or a stateless backend's
-            backend = state.config
-            response.backends.append(
-                pb.SessionAtBackend(
-                    backend_id=backend_id,
-                    backend_url=backend.url,
-                    auth=auth(backend),
-                    backend_session=backend_session(kept),
-                    timeout_seconds=backend.timeout,
-                )
-            )
-        return response
+            kept[backend_id] = (state.config, at_backend)
+        return messages.sessions_at_backends(kept)
 
     @translated
     async def ReachableBackends(
         self, request: pb.ReachableBackendsRequest, context: grpc.aio.ServicerContext
     ) -> pb.ReachableBackendsResponse:
         session = await self._sessions.get(request.session_id, principal_of(request.principal))
-        return reachable_backends(session, self._registry, self._naming)
+        return messages.reachable_backends(reachable_backends(session, self._registry), self._naming)
 
     @translated
     async def FindTools(
         self, request: pb.FindToolsRequest, context: grpc.aio.ServicerContext
     ) -> pb.FindToolsResponse:
         session = await self._sessions.get(request.session_id, principal_of(request.principal))
-        return await self._finder.find(
+        found = await self._finder.find(
             session, request.query, list(request.keywords), request.limit, request.compact
         )
+        return messages.found(found)
 
     @translated
     async def ResolveTool(
         self, request: pb.ResolveToolRequest, context: grpc.aio.ServicerContext
     ) -> pb.ResolveToolResponse:
         session = await self._sessions.get(request.session_id, principal_of(request.principal))
-        return self._resolver.resolve(session, request.name)
+        return resolved_tool(self._resolver.resolve(session, request.name))
 
     @translated
     async def PinnedTools(
@@ -226,12 +226,7 @@ class IndexerService(pb_grpc.IndexerServicer):
             for t in advertise(listings)
             if any(b == t.backend_id and n in ("*", t.original_name) for b, n in patterns)
         ]
-        return pb.PinnedToolsResponse(
-            tools=[
-                pb.FoundTool(name=t.name, backend_id=t.backend_id, definition_json=t.definition_json)
-                for t in tools
-            ]
-        )
+        return messages.pinned_tools(tools)
 
     @translated
     async def Status(self, request: pb.StatusRequest, context: grpc.aio.ServicerContext) -> pb.StatusResponse:

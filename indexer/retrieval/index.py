@@ -18,6 +18,7 @@ from typing import cast
 import numpy as np
 
 from indexer.retrieval.documents import ServerDocument, ToolDocument, server_documents, tool_documents
+from indexer.retrieval.query import Query
 from indexer.retrieval.search import Hit, Method, SearchIndex, SearchSettings, index_documents
 from indexer.retrieval.tools import Tool
 from indexer.state.listings import ServerInfo
@@ -68,27 +69,18 @@ class IndexVersion:
         """What a backend's server said of itself (empty when nothing)."""
         return self.servers.get(backend_id) or ServerInfo()
 
-    def find(
-        self,
-        query: str,
-        query_vector: np.ndarray,
-        keywords: Sequence[str],
-        limit: int,
-        method: Method = "hybrid",
-    ) -> list[tuple[Tool, float]]:
+    def find(self, query: Query, limit: int, method: Method = "hybrid") -> list[tuple[Tool, float]]:
         """The best `limit` tools for a query, best first."""
         if self.search_index is None:
             return []
-        hits: list[Hit] = self.search_index.search(query, query_vector, keywords, limit, method)
+        hits: list[Hit] = self.search_index.search(query, limit, method)
         return [(self.tools[hit.position], hit.score) for hit in hits]
 
-    def find_hits(
-        self, query: str, query_vector: np.ndarray, keywords: Sequence[str], limit: int
-    ) -> list[tuple[Tool, Hit]]:
+    def find_hits(self, query: Query, limit: int) -> list[tuple[Tool, Hit]]:
         """The best `limit` tools for a query with their hits (score and match), best first."""
         if self.search_index is None:
             return []
-        hits = self.search_index.search(query, query_vector, keywords, limit)
+        hits = self.search_index.search(query, limit)
         return [(self.tools[hit.position], hit) for hit in hits]
 
     def resolve(self, name: str) -> Tool | None:

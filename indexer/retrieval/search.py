@@ -26,12 +26,8 @@ import numpy as np
 import numpy.typing as npt
 
 from indexer.retrieval.documents import ServerDocument, ToolDocument, server_documents, tool_documents
-from indexer.retrieval.text import (
-    estimate_word_pieces,
-    lexical_tokens,
-    name_key,
-    query_texts,
-)
+from indexer.retrieval.query import Query
+from indexer.retrieval.text import estimate_word_pieces, lexical_tokens, name_key
 
 Method = Literal["hybrid", "dense", "lexical"]
 FloatArray = npt.NDArray[np.float32]
@@ -277,8 +273,9 @@ class SearchIndex:
             units,
         )
 
-    def _query_rows(self, query_vector: np.ndarray) -> FloatArray:
-        queries = np.ascontiguousarray(np.atleast_2d(query_vector), dtype=np.float32)
+    def _query_rows(self, query: Query) -> FloatArray:
+        """The query's need vectors, a row each in the needs' order, checked against the index."""
+        queries = query.matrix()
         if queries.shape[1] != self._dense.d:
             raise ValueError(f"query vector has dimension {queries.shape[1]}; the index has {self._dense.d}")
         return queries
@@ -290,10 +287,10 @@ class SearchIndex:
         )
         return rows
 
-    def dense_scores(self, query_vector: np.ndarray) -> FloatArray:
-        """Per tool, the best inner product over its views; for a multi-row query (the whole query,
-        then its needs) a mix of the whole query's score and the best need's."""
-        rows = self._dense_rows(self._query_rows(query_vector))
+    def dense_scores(self, query: Query) -> FloatArray:
+        """Per tool, the best inner product over its views; for a query of several needs a mix of
+        the whole query's score and the best need's."""
+        rows = self._dense_rows(self._query_rows(query))
         whole: FloatArray = rows[0]
         if rows.shape[0] == 1:
             return whole
@@ -308,66 +305,57 @@ class SearchIndex:
             return np.zeros(self.size, dtype=np.float32)
         return np.asarray(self._lexical.get_scores(terms), dtype=np.float32)
 
-    def _fused_rows(self, query: str, queries: FloatArray, keywords: Sequence[str]) -> FloatArray:
-        """Per query row (the whole query, then each need), both arms standardised and weighed.
+    def _fused_rows(self, query: Query, keywords: Sequence[str]) -> FloatArray:
+        """Per need (the whole query, then each of the others), both arms standardised and weighed.
 
         A need gets a lexical arm of its own, and, with servers, the lift of each tool's server as
-        that need reads it. Rows past the whole query are the needs `query_texts` gives, in order;
-        a caller that embedded only the whole query gets the whole query's row alone.
+        that need reads it; the whole query's lexical arm reads the query as typed, with keywords.
         """
-        texts = query_texts(query, keywords)
-        if len(texts) != queries.shape[0]:
-            texts, queries = texts[:1], queries[:1]
+        queries = self._query_rows(query)
+        texts = query.texts
         dense = self._dense_rows(queries)
         settings = self.settings
         lexical = np.empty_like(dense)
         for row, text in enumerate(texts):
-            lexical[row] = self.lexical_scores(query, keywords) if row == 0 else self.lexical_scores(text, ())
+            lexical[row] = (
+                self.lexical_scores(query.text, keywords) if row == 0 else self.lexical_scores(text, ())
+            )
         fused: FloatArray = settings.dense_weight * _standardise_rows(dense)
         fused += settings.lexical_weight * _standardise_rows(lexical)
         if self._servers is not None:
-            texts = [" ".join([query, *keywords]), *texts[1:]]
+            texts = [" ".join([query.text, *keywords]), *texts[1:]]
             units = self._servers.scores(queries, texts, settings.server_lexical_share)
             fused += np.float32(settings.server_weight) * units[:, self._servers.of]
         return fused
 
-    def scores(
-        self, query: str, query_vector: np.ndarray, keywords: Sequence[str], method: Method
-    ) -> FloatArray:
+    def scores(self, query: Query, method: Method) -> FloatArray:
         """Every tool's score for a query under one method."""
+        keywords = [k for k in query.keywords if k.strip()]
         if method == "dense":
-            return _standardise(self.dense_scores(query_vector))
+            return _standardise(self.dense_scores(query))
         if method == "lexical":
-            return _standardise(self.lexical_scores(query, keywords))
+            return _standardise(self.lexical_scores(query.text, keywords))
         if method != "hybrid":
             raise ValueError(f"unknown search method {method!r}")
-        rows = self._fused_rows(query, self._query_rows(query_vector), keywords)
+        rows = self._fused_rows(query, keywords)
         fused: FloatArray = rows[0]
         if rows.shape[0] > 1:
             share = np.float32(self.settings.sentence_weight)
             fused = (np.float32(1.0) - share) * rows[0] + share * rows[1:].max(axis=0)
         return fused if self._backends is None else self._backends.lift(fused)
 
-    def search(
-        self,
-        query: str,
-        query_vector: np.ndarray,
-        keywords: Sequence[str],
-        limit: int,
-        method: Method = "hybrid",
-    ) -> list[Hit]:
+    def search(self, query: Query, limit: int, method: Method = "hybrid") -> list[Hit]:
         """The best `limit` tools, best first: tools named exactly by the query, then by score.
 
-        `query_vector` is the embedded `query_text` (shape (d,)) or the embedded `query_texts`
-        (shape (m, d), whole query first). Empty only for an empty catalog or an empty query.
+        Empty only for an empty catalog, an empty query (no words and no keywords) or `limit < 1`.
         """
-        keywords = [k for k in keywords if k.strip()]
-        if not self.size or limit < 1 or (not query.strip() and not keywords):
+        text = query.text
+        if not self.size or limit < 1 or (not text.strip() and not any(k.strip() for k in query.keywords)):
             return []
-        scores = self.scores(query, query_vector, keywords, method)
+        scores = self.scores(query, method)
         named: tuple[int, ...] = ()
-        if len(query) <= MAX_NAME_CHARS:
-            named = self._exact.get(name_key(query), ())
+        if len(text) <= MAX_NAME_CHARS:
+            named = self._exact.get(name_key(text), ())
         named = tuple(sorted(named, key=lambda p: (-scores[p], p)))[:limit]
         ranked = scores.copy()
         ranked[list(named)] = -np.inf
