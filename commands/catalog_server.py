@@ -11,8 +11,10 @@ the tool's inputSchema and echoes them back. It stands in for real backends in d
 - `--control` adds a testing and demo aid, without authentication (keep it on loopback):
   `GET /control/servers` (state), `POST /control/servers/<slug>/down` (every MCP request answers
   503) and `/up`, `POST /control/servers/<slug>/slow?seconds=X` (delay every MCP response; 0 ends
-  it), `POST /control/servers/<slug>/pad?bytes=N` (every tools/call result carries N bytes more, in
-  a second text block: an oversized answer; 0 ends it), `POST /control/servers/<slug>/tools` with
+  it), `POST /control/servers/<slug>/stall?seconds=X` (delay only tools/call results: calls hang
+  while listings, and so health probes, answer at once; 0 ends it),
+  `POST /control/servers/<slug>/pad?bytes=N` (every tools/call result carries N bytes more, in a
+  second text block: an oversized answer; 0 ends it), `POST /control/servers/<slug>/tools` with
   a JSON list of tool definitions that replaces the server's tool list (stateless, so no
   list_changed notification: clients see it on their next tools/list), and
   `POST /control/servers/<slug>/subjects` with a JSON list of the subjects that server lets in from
@@ -117,6 +119,7 @@ class _Backend:
     allowed_subjects: frozenset[str] | None = None  # when set, the only `sub` values let in
     down: bool = False
     delay: float = 0.0
+    call_delay: float = 0.0  # seconds every tools/call result waits besides `delay`
     pad: int = 0  # bytes every tools/call result carries in addition
     calls: int = 0  # tools/call requests that reached this server's handler
     requests: int = 0  # MCP requests received, counted on arrival (before the delay)
@@ -128,12 +131,24 @@ class _Backend:
             "tools": len(self.tools),
             "down": self.down,
             "delay_seconds": self.delay,
+            "call_delay_seconds": self.call_delay,
             "pad_bytes": self.pad,
             "calls": self.calls,
             "requests": self.requests,
             "requires_jwt": self.requires_jwt,
             "allowed_subjects": None if self.allowed_subjects is None else sorted(self.allowed_subjects),
         }
+
+
+def _delay(request: Request) -> float:
+    """The `?seconds=X` of a slow or stall control request; 400 unless it is a bounded number."""
+    try:
+        seconds = float(request.query_params["seconds"])
+    except (KeyError, ValueError):
+        raise HTTPException(400, "give the delay as ?seconds=X") from None
+    if not math.isfinite(seconds) or not 0 <= seconds <= MAX_DELAY_SECONDS:
+        raise HTTPException(400, f"seconds must be between 0 and {MAX_DELAY_SECONDS:g}")
+    return seconds
 
 
 def _clip(value: object, limit: int = 200) -> str:
@@ -227,6 +242,7 @@ class _CatalogService:
     ) -> types.CallToolResult:
         backend = self._backend_of(ctx)
         backend.calls += 1
+        await anyio.sleep(backend.call_delay)
         tool = backend.tools.get(params.name)
         if tool is None:
             return _tool_error(
@@ -298,7 +314,7 @@ class _CatalogService:
         return JSONResponse({"slug": backend.slug, "calls": backend.calls, "requests": backend.requests})
 
     async def control(self, request: Request) -> Response:
-        """`POST /control/servers/{slug}/{down,up,slow,pad,tools,subjects}`."""
+        """`POST /control/servers/{slug}/{down,up,slow,stall,pad,tools,subjects}`."""
         backend = self.backends.get(request.path_params["slug"])
         if backend is None:
             raise HTTPException(404, f"unknown server {_clip(request.path_params['slug'])}")
@@ -306,13 +322,9 @@ class _CatalogService:
         if action in ("down", "up"):
             backend.down = action == "down"
         elif action == "slow":
-            try:
-                seconds = float(request.query_params["seconds"])
-            except (KeyError, ValueError):
-                raise HTTPException(400, "give the delay as ?seconds=X") from None
-            if not math.isfinite(seconds) or not 0 <= seconds <= MAX_DELAY_SECONDS:
-                raise HTTPException(400, f"seconds must be between 0 and {MAX_DELAY_SECONDS:g}")
-            backend.delay = seconds
+            backend.delay = _delay(request)
+        elif action == "stall":
+            backend.call_delay = _delay(request)
         elif action == "pad":
             size = request.query_params.get("bytes", "")
             if not size.isdigit() or int(size) > MAX_PAD_BYTES:
@@ -328,7 +340,8 @@ class _CatalogService:
             backend.allowed_subjects = await _posted_subjects(request)
         else:
             raise HTTPException(
-                404, f"unknown control action {_clip(action)}: down, up, slow, pad, tools or subjects"
+                404,
+                f"unknown control action {_clip(action)}: down, up, slow, stall, pad, tools or subjects",
             )
         return JSONResponse(backend.state())
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -161,7 +160,7 @@ async def test_a_backend_that_is_down_is_a_clear_tool_error(stack: Stack) -> Non
 
 async def test_a_backend_that_hangs_times_out_without_stalling_others(tmp_path: Any) -> None:
     extra = {"indexer": {"health": {"enabled": False}}}
-    with running_stack(tmp_path, extra=extra, backend_timeout=2.0) as stack:
+    with running_stack(tmp_path, extra=extra, backend_timeout=5.0) as stack:
         async with Client(stack.mcp_url, mode="legacy") as client:
             stack.control("Cocktails", "slow", seconds=60)
             async with anyio.create_task_group() as group:
@@ -173,13 +172,12 @@ async def test_a_backend_that_hangs_times_out_without_stalling_others(tmp_path: 
                     )
 
                 group.start_soon(call_the_hanging_backend)
-                started = time.monotonic()
                 other = await client.call_tool("call_tool", {"tool_name": "Get_All_Teams", "parameters": {}})
                 assert not other.is_error, other
-                assert time.monotonic() - started < 2.0  # answered while the other call hangs
+                assert "result" not in hung  # answered while the other call hangs
             assert hung["result"].is_error
             assert "Cocktails" in hung["result"].content[0].text
-            assert "2s" in hung["result"].content[0].text
+            assert "5s" in hung["result"].content[0].text
 
 
 async def test_an_indexer_that_is_down_gives_503_and_recovers(tmp_path: Any) -> None:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+import anyio
 import httpx2
 import pytest
 from mcp import Client
@@ -292,6 +293,21 @@ async def test_a_slow_server_delays_its_answers_until_set_back_to_zero(server: R
     assert {s["slug"]: s["delay_seconds"] for s in state["servers"]}["Flaky_Maps"] == 0
 
 
+async def test_a_stalled_server_hangs_its_calls_while_its_listings_answer(server: Running) -> None:
+    assert (await control(server, "Flaky_Maps/stall?seconds=60")).json()["call_delay_seconds"] == 60
+    try:
+        async with connect(server.mcp("Flaky_Maps")) as client:
+            with anyio.fail_after(30):  # long before the stall would end
+                assert [t.name for t in await all_tools(client)] == ["geocode"]
+            with pytest.raises(TimeoutError), anyio.fail_after(1):
+                await client.call_tool("geocode", {})
+    finally:
+        await control(server, "Flaky_Maps/stall?seconds=0")
+    async with connect(server.mcp("Flaky_Maps")) as client:
+        with anyio.fail_after(30):
+            assert not (await client.call_tool("geocode", {})).is_error
+
+
 async def test_posting_tools_replaces_a_servers_tool_list(server: Running) -> None:
     new_tools = [
         {"name": "add_item", "description": "Add an item", "inputSchema": FORECAST_SCHEMA},
@@ -315,6 +331,7 @@ async def test_posting_tools_replaces_a_servers_tool_list(server: Running) -> No
         ("No_Such_Server/down", None, 404, "unknown server"),
         ("Flaky_Maps/slow?seconds=-1", None, 400, "seconds must be between"),
         ("Flaky_Maps/slow", None, 400, "?seconds=X"),
+        ("Flaky_Maps/stall?seconds=nan", None, 400, "seconds must be between"),
         ("Flaky_Maps/explode", None, 404, "unknown control action"),
         ("Changing_Tools/tools", {"name": "x"}, 400, "JSON list"),
         ("Changing_Tools/tools", [{"description": "no name"}], 400, "'name'"),

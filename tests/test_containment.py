@@ -237,7 +237,8 @@ async def test_a_hanging_backend_stalls_no_other_sessions_calls(stack: Stack) ->
         finished.append(label)
         return text
 
-    stack.control(WEATHER, "slow", seconds=60)
+    # its calls hang while its listings answer: health keeps it advertised, so the call is made
+    stack.control(WEATHER, "stall", seconds=60)
     try:
         started = time.monotonic()
         hung = asyncio.create_task(call(alice, stuck, "current", {"place_id": "london"}, "hung"))
@@ -246,7 +247,7 @@ async def test_a_hanging_backend_stalls_no_other_sessions_calls(stack: Stack) ->
         text = await hung
         took = time.monotonic() - started
     finally:
-        await restore(stack, WEATHER)
+        stack.control(WEATHER, "stall", seconds=0)
     assert finished[-1] == "hung"  # every other session's call finished while it hung
     assert f"did not answer within {BACKEND_TIMEOUT:g}s" in text and WEATHER in text
-    assert took < BACKEND_TIMEOUT + 4, took
+    assert took < 30, took  # cut at the backend's timeout, long before the 60 s stall ends
