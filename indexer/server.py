@@ -40,7 +40,7 @@ from indexer.replica import Replica
 from indexer.search import SearchSettings
 from indexer.service import IndexerService
 from indexer.sessions import SessionManager
-from indexer.state import EndedSession, LocalSessions, State, make_state
+from indexer.state import EndedSession, LocalSessions, State, make_state, state_secret
 from indexer.traces import RpcSpans
 from toolsearch.config import Config, ConfigError, load_config
 from toolsearch.transport import ServerSecurity, server_security
@@ -91,6 +91,10 @@ class IndexerProcess:
             section.cache_dir,
             section.session_ttl,
             section.lease_ttl,
+            password=state_secret(secrets, section.state_password_env, "indexer.state_password_env"),
+            sentinel_password=state_secret(
+                secrets, section.state_sentinel_password_env, "indexer.state_sentinel_password_env"
+            ),
         )
         embeddings = Embeddings(embedder, store=state.embeddings)
         # one pooled transport for every discovery and probe: connections are reused across backends

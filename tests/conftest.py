@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 import redis.asyncio as aredis
 
-from indexer.state.redis import TIMEOUT
+from indexer.state.redis_connection import TIMEOUT
 from tests.support.redis import RedisServer, running_redis
 
 # As the `toolsearch` command does for its processes: the in-process model then runs on every core

@@ -11,6 +11,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from toolsearch.settings import Section, check_listen
+from toolsearch.state_url import check_state_url
 
 DEFAULT_FIND_TOOL_DESCRIPTION = (
     "Find the tools that can do a task. Describe the task in plain words (tool_description), "
@@ -88,7 +89,10 @@ class Indexer(Section):
     embedder: Literal["onnx", "torch"] = "onnx"
     model_threads: int | None = Field(default=None, ge=1)  # model threads; None: every CPU it may use
     cache_dir: Path = Path(".toolsearch/cache")
+    # memory, redis://HOST:PORT/DB, or redis+sentinel://HOST:PORT[,...]/SERVICE[/DB] (docs/kubernetes.md)
     state: str = "memory"
+    state_password_env: str | None = None  # the variable holding the Redis servers' password
+    state_sentinel_password_env: str | None = None  # the variable holding the sentinels' own, if any
     session_ttl: float = Field(default=86_400.0, ge=1)  # seconds a session lives after its last use
     lease_ttl: float = Field(default=10.0, ge=0.5, le=300)  # redis state: the lease's time to live
     metrics_listen: str | None = None  # HOST:PORT of the Prometheus endpoint; None serves none
@@ -107,9 +111,4 @@ class Indexer(Section):
         classmethod(lambda cls, v: None if v is None else check_listen(v))
     )
 
-    @field_validator("state")
-    @classmethod
-    def _state(cls, value: str) -> str:
-        if value != "memory" and not value.startswith(("redis://", "rediss://", "unix://")):
-            raise ValueError("must be 'memory' or a redis:// URL")
-        return value
+    _state = field_validator("state")(classmethod(lambda cls, v: check_state_url(v)))
