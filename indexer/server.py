@@ -84,6 +84,7 @@ class IndexerProcess:
     def build(cls, config: Config, embedder: Embedder, secrets: Mapping[str, str]) -> IndexerProcess:
         settings = search_settings(config)
         section = config.indexer
+        redis = section.state != "memory"
         state = make_state(
             section.state,
             embedder.identity,
@@ -91,9 +92,12 @@ class IndexerProcess:
             section.cache_dir,
             section.session_ttl,
             section.lease_ttl,
-            password=state_secret(secrets, section.state_password_env, "indexer.state_password_env"),
+            # the memory state has no password: one file serves both, its variable then may be unset
+            password=state_secret(
+                secrets, redis and section.state_password_env, "indexer.state_password_env"
+            ),
             sentinel_password=state_secret(
-                secrets, section.state_sentinel_password_env, "indexer.state_sentinel_password_env"
+                secrets, redis and section.state_sentinel_password_env, "indexer.state_sentinel_password_env"
             ),
         )
         embeddings = Embeddings(embedder, store=state.embeddings)
@@ -213,7 +217,16 @@ async def create_server(
     security = security or ServerSecurity()
     if security.secret is not None:
         interceptors = [*interceptors, SharedSecretGuard(security.secret)]
-    server = grpc.aio.server(options=[("grpc.so_reuseport", 0)], interceptors=list(interceptors) or None)
+    age = indexer.config.indexer.connection_max_age
+    options: list[tuple[str, int]] = [("grpc.so_reuseport", 0)]
+    if age > 0:
+        # a connection closed now and then (GOAWAY: calls in flight finish) makes each router resolve
+        # dns:/// again, so replicas an autoscaler adds take calls within `connection_max_age`
+        options += [
+            ("grpc.max_connection_age_ms", int(age * 1000)),
+            ("grpc.max_connection_age_grace_ms", 60_000),
+        ]
+    server = grpc.aio.server(options=options, interceptors=list(interceptors) or None)
     service = IndexerService(
         indexer.sessions, indexer.registry, indexer.finder, indexer.embeddings, indexer.config.indexer.naming
     )

@@ -100,6 +100,9 @@ class Indexer(Section):
     max_sessions_per_principal: int = Field(default=100, ge=0)  # 0: no limit
     max_sessions: int = Field(default=20_000, ge=1)  # live sessions over every principal, anonymous included
     shutdown_grace: float = Field(default=10.0, ge=0)  # seconds in-flight calls get after SIGTERM
+    # seconds a router's connection lives before the indexer asks it to reconnect (and resolve the
+    # replicas' names again); 0 keeps connections for ever
+    connection_max_age: float = Field(default=120.0, ge=0)
     shared_secret_env: str | None = None  # the variable holding the secret callers must present
     tls: IndexerTls | None = None  # mutual TLS on the gRPC port
     naming: Naming = Naming()
