@@ -99,6 +99,7 @@ class IndexerProcess:
             sentinel_password=state_secret(
                 secrets, redis and section.state_sentinel_password_env, "indexer.state_sentinel_password_env"
             ),
+            acks=section.state_acks,
         )
         embeddings = Embeddings(embedder, store=state.embeddings)
         # one pooled transport for every discovery and probe: connections are reused across backends

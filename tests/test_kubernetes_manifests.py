@@ -159,6 +159,7 @@ def test_the_scaled_overlay_autoscales_routers_and_indexers_apart_on_redis_with_
     assert {port for _, port in address.sentinels} == {ports["sentinel"]}
     assert scaled.one("Service", "redis")["spec"]["clusterIP"] == "None"
     assert env["TOOLSEARCH_REDIS_PASSWORD"]["valueFrom"]["secretKeyRef"].get("optional") is False
+    assert int(env["TOOLSEARCH_INDEXER_STATE_ACKS"]["value"]) >= 1  # a new session is on a replica
     assert {c["name"] for c in scaled.containers(redis)} == {"redis", "sentinel"}
 
 

@@ -22,9 +22,10 @@ from indexer.state import (
     state_secret,
 )
 from indexer.state.listings import Listing, listing_digest
+from indexer.state.redis import Keys
 from tests.support.processes import free_port
 from tests.support.redis import open_state
-from tests.support.sentinel import SERVICE, running_sentinels
+from tests.support.sentinel import SERVICE, node, running_sentinels
 from toolsearch.config import ConfigError, parse_config
 
 ALICE = Principal("https://issuer.test", "alice")
@@ -183,6 +184,30 @@ async def test_when_no_failover_can_complete_every_call_fails_within_its_deadlin
                 with pytest.raises(StateUnavailable):
                     await state.sessions.load("s-1")
                 assert time.monotonic() - started < 6.0  # connect retried once, plus the sentinels asked
+        finally:
+            if state.embeddings is not None:
+                state.embeddings.close()
+            await state.close()
+
+
+async def test_with_state_acks_a_session_is_on_a_replica_before_it_is_acknowledged(
+    tmp_path: Path,
+) -> None:
+    with running_sentinels(tmp_path, replicas=1) as group:
+        state = make_state(group.url, "fake:test", 8, acks=1)
+        await state.ready()
+        try:
+            await state.sessions.create(record("s-1"))
+            (replica,) = group.replicas
+            assert node(replica).exists(Keys().session("s-1"))  # there at once, not eventually
+
+            group.kill(replica)  # no replica left to confirm: refused, and nothing is left behind
+            started = time.monotonic()
+            with pytest.raises(StateUnavailable, match=r"0 of 1 replicas confirmed .*indexer.state_acks"):
+                await state.sessions.create(record("s-2"))
+            assert time.monotonic() - started < 5.0
+            assert await state.sessions.load("s-2") is None
+            assert await state.sessions.load("s-1") is not None
         finally:
             if state.embeddings is not None:
                 state.embeddings.close()

@@ -105,7 +105,11 @@ async def test_a_lost_redis_primary_is_replaced_and_followed_losing_no_session(t
             routers=2,
             replicas=2,
             extra={"indexer": {"state_password_env": "TOOLSEARCH_REDIS_PASSWORD"}},
-            env={"TOOLSEARCH_INDEXER_STATE": group.url, "TOOLSEARCH_REDIS_PASSWORD": PASSWORD},
+            env={
+                "TOOLSEARCH_INDEXER_STATE": group.url,
+                "TOOLSEARCH_REDIS_PASSWORD": PASSWORD,
+                "TOOLSEARCH_INDEXER_STATE_ACKS": "1",  # as deploy/kubernetes's scaled overlay
+            },
         ) as stack,
     ):
         measured = Failover()

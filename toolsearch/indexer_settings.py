@@ -93,6 +93,8 @@ class Indexer(Section):
     state: str = "memory"
     state_password_env: str | None = None  # the variable holding the Redis servers' password
     state_sentinel_password_env: str | None = None  # the variable holding the sentinels' own, if any
+    # Redis replicas that must hold a new session before `initialize` is answered (WAIT); 0: none
+    state_acks: int = Field(default=0, ge=0, le=16)
     session_ttl: float = Field(default=86_400.0, ge=1)  # seconds a session lives after its last use
     lease_ttl: float = Field(default=10.0, ge=0.5, le=300)  # redis state: the lease's time to live
     metrics_listen: str | None = None  # HOST:PORT of the Prometheus endpoint; None serves none

@@ -118,11 +118,13 @@ def make_state(
     prefix: str = "toolsearch:",
     password: str | None = None,
     sentinel_password: str | None = None,
+    acks: int = 0,
 ) -> State:
     """The state backend `url` names (`memory`, a Redis URL or Redis Sentinel); connects on first use.
 
     `password` (the Redis servers') and `sentinel_password` come from the variables the
-    configuration names, read by the entry point.
+    configuration names, read by the entry point; `acks` replicas must hold a new session before
+    it is acknowledged (Redis's WAIT), so that a failover cannot lose it.
     """
     if url == "memory":
         return State(LocalSessions(session_ttl), disk_embeddings(cache_dir, identity, dimension))
@@ -130,7 +132,7 @@ def make_state(
     target = RedisTarget(url, password, sentinel_password)
     client = target.async_client()
     catalogs = RedisCatalogs(client, keys, session_ttl)
-    sessions = RedisSessions(client, keys, catalogs, session_ttl)
+    sessions = RedisSessions(client, keys, catalogs, session_ttl, acks)
     shared = Shared(
         catalogs=catalogs,
         health=RedisHealth(client, keys),
