@@ -64,6 +64,23 @@ def scaled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
             cluster.stop_all()
 
 
+@pytest.fixture(scope="module")
+def managed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    folder = tmp_path_factory.mktemp("managed")
+    with running_sentinels(folder / "redis", replicas=0, password=REDIS_PASSWORD) as group:
+        given = {
+            **secrets_for("scaled"),
+            ("toolsearch-secrets", "redis-url"): f"redis://127.0.0.1:{group.primary}/0",
+        }
+        cluster = LocalCluster(render("managed-redis"), folder, given)
+        try:
+            for name in STARTED:
+                cluster.start("Deployment", name)
+            yield cluster
+        finally:
+            cluster.stop_all()
+
+
 def structured(result: Any) -> dict[str, Any]:
     assert not result.is_error, result
     data = result.structured_content
@@ -121,6 +138,13 @@ async def test_the_scaled_overlays_containers_keep_sessions_in_redis_through_the
     indexer_log = scaled.procs["indexer"].output()
     assert "redis+sentinel://127.0.0.1:" in indexer_log  # the state it logged at start
     assert REDIS_PASSWORD not in indexer_log and INDEXER_SECRET not in indexer_log
+
+
+async def test_the_managed_redis_overlays_containers_use_the_redis_its_secret_names(
+    managed: LocalCluster,
+) -> None:
+    await find_and_call_the_time(managed)
+    assert "redis://127.0.0.1:" in managed.procs["indexer"].output()
 
 
 def test_a_sigterm_ends_each_container_within_the_grace_period_the_kubelet_gives_it(tmp_path: Path) -> None:
