@@ -23,9 +23,10 @@ from indexer.state import (
 )
 from indexer.state.listings import Listing, listing_digest
 from indexer.state.redis import Keys
-from tests.support.processes import free_port
+from tests.support.processes import free_port, start_process
 from tests.support.redis import open_state
 from tests.support.sentinel import SERVICE, node, running_sentinels
+from tests.support.stack import CLI, MODEL
 from toolsearch.config import ConfigError, parse_config
 
 ALICE = Principal("https://issuer.test", "alice")
@@ -212,3 +213,20 @@ async def test_with_state_acks_a_session_is_on_a_replica_before_it_is_acknowledg
             if state.embeddings is not None:
                 state.embeddings.close()
             await state.close()
+
+
+def test_an_indexer_started_on_unreachable_sentinels_exits_with_one_line_naming_the_setting(
+    tmp_path: Path,
+) -> None:
+    sentinels = f"127.0.0.1:{free_port()},127.0.0.1:{free_port()}"
+    config = tmp_path / "toolsearch.yaml"
+    config.write_text(
+        f"indexer:\n  listen: 127.0.0.1:{free_port()}\n  model: {MODEL}\n  cache_dir: {tmp_path}\n"
+    )
+    env = {"TOOLSEARCH_INDEXER_STATE": f"redis+sentinel://{sentinels}/{SERVICE}"}
+    proc = start_process([*CLI, "indexer", "--config", str(config)], ready_url=None, env=env)
+    output = proc.wait_exit(120)
+    assert proc.returncode == 1, output
+    (line,) = [line for line in output.splitlines() if line.startswith("indexer: ")]
+    assert line.startswith(f"indexer: indexer.state: no sentinel answered at {sentinels.replace(',', ', ')}")
+    assert "Traceback" not in output
