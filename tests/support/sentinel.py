@@ -13,6 +13,7 @@ tests measure is the one a deployment gets. Skipped when redis-server is not ins
 from __future__ import annotations
 
 import shutil
+import signal
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
@@ -92,6 +93,7 @@ class SentinelGroup:
     replicas: list[int]
     sentinels: list[int] = field(default_factory=list)
     procs: dict[int, Proc] = field(default_factory=dict)
+    frozen: list[Proc] = field(default_factory=list)  # stopped with SIGSTOP: killed at the end
 
     @property
     def url(self) -> str:
@@ -115,6 +117,17 @@ class SentinelGroup:
         dead = self.primary
         self.kill(dead)
         return dead
+
+    def freeze_primary(self) -> int:
+        """SIGSTOP the primary, as a node that stops answering: its connections stay open, silent."""
+        frozen = self.primary
+        proc = self.procs.pop(frozen)
+        proc.send_signal(signal.SIGSTOP)
+        self.frozen.append(proc)
+        return frozen
+
+    def lose_primary(self, how: str) -> int:
+        return self.freeze_primary() if how == "frozen" else self.kill_primary()
 
     def wait_for_promotion(self, within: float) -> int:
         """Wait until every live sentinel names one new primary that is live; returns its port."""
@@ -167,6 +180,7 @@ def running_sentinels(
             cleanup.callback(lambda p=port: group.procs.pop(p).stop() if p in group.procs else None)
             wait_until(lambda p=port: redis_answers(p), START_TIMEOUT, proc)
         wait_until(lambda: all(_knows_everyone(group, s) for s in group.sentinels), 30.0)
+        cleanup.callback(lambda: [(p.popen.kill(), p.stop()) for p in group.frozen])
         yield group
 
 
