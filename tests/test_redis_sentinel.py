@@ -7,6 +7,7 @@ in process, as an indexer replica opens it. A failover is a SIGKILL of the prima
 from __future__ import annotations
 
 import asyncio
+import shutil
 import time
 from pathlib import Path
 
@@ -25,8 +26,8 @@ from indexer.state.listings import Listing, listing_digest
 from indexer.state.redis import Keys
 from tests.support.processes import free_port, start_process
 from tests.support.redis import open_state
-from tests.support.sentinel import SERVICE, node, running_sentinels
-from tests.support.stack import CLI, MODEL
+from tests.support.sentinel import SERVICE, node, running_sentinels, sentinel_config
+from tests.support.stack import CLI, MODEL, wait_until
 from toolsearch.config import ConfigError, parse_config
 
 ALICE = Principal("https://issuer.test", "alice")
@@ -230,3 +231,43 @@ def test_an_indexer_started_on_unreachable_sentinels_exits_with_one_line_naming_
     (line,) = [line for line in output.splitlines() if line.startswith("indexer: ")]
     assert line.startswith(f"indexer: indexer.state: no sentinel answered at {sentinels.replace(',', ', ')}")
     assert "Traceback" not in output
+
+
+async def test_sentinels_that_disagree_elect_the_majoritys_primary_and_a_tie_is_unavailable_at_once(
+    tmp_path: Path,
+) -> None:
+    # rogue sentinels, asked first, name the replica as the primary of the same service
+    with running_sentinels(tmp_path, replicas=1) as group:
+        (replica,) = group.replicas
+        rogues = []
+        try:
+            for _ in range(3):
+                port = free_port()
+                config = sentinel_config(port, tmp_path, replica, None, 1)
+                proc = start_process(
+                    [shutil.which("redis-server") or "redis-server", str(config), "--sentinel"], None
+                )
+                rogues.append((port, proc))
+                wait_until(lambda p=port: group.master_seen_by(p) == replica, 10.0, proc)
+            for count, expected in ((1, "written"), (3, "unavailable")):  # 3 true against 1, then 3 against 3
+                hosts = ",".join(f"127.0.0.1:{port}" for port, _ in rogues[:count])
+                url = group.url.replace("redis+sentinel://", f"redis+sentinel://{hosts},")
+                state = make_state(url, "fake:test", 8)
+                try:
+                    for number in range(5):
+                        started = time.monotonic()
+                        try:
+                            await state.sessions.create(record(f"s-{count}-{number}"))
+                            outcome = "written"
+                        except StateUnavailable:
+                            outcome = "unavailable"
+                        assert outcome == expected, (count, number)
+                        assert time.monotonic() - started < 2.0  # the sentinels answer from memory
+                finally:
+                    if state.embeddings is not None:
+                        state.embeddings.close()
+                    await state.close()
+            assert node(group.primary).exists(Keys().session("s-1-0"))  # on the real primary
+        finally:
+            for _, proc in rogues:
+                proc.stop()

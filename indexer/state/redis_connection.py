@@ -5,7 +5,8 @@
     store = target.sync_client()  # blocking, for embeddings (called from worker threads)
     await target.check(client)  # at start: StateUnavailable naming the setting to fix
 
-With Sentinel every new connection asks the sentinels which server is the primary now. A command
+With Sentinel every new connection asks the sentinels which server is the primary now (all of them:
+the majority's answer wins, `indexer.state.redis_sentinel`). A command
 that finds its connection broken (the primary died) or refused as read-only (the old primary came
 back as a replica) is retried once on a new connection, which asks the sentinels again; so every
 replica of the indexer follows a promotion without a restart. Until the sentinels have promoted a
@@ -24,15 +25,14 @@ from typing import Any
 import redis
 import redis.asyncio as aredis
 from redis.asyncio.retry import Retry
-from redis.asyncio.sentinel import Sentinel
 from redis.backoff import NoBackoff
 from redis.exceptions import AuthenticationError, ResponseError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry as SyncRetry
-from redis.sentinel import Sentinel as SyncSentinel
 
 from indexer.state.base import StateUnavailable
+from indexer.state.redis_sentinel import SyncVotingSentinel, VotingSentinel
 from toolsearch.state_url import SENTINEL_SCHEME, SentinelAddress, parse_sentinel_url
 
 TIMEOUT = 2.0  # seconds to connect, and for each answer
@@ -104,7 +104,7 @@ class RedisTarget:
                 self.url, **self._server_options(), retry=retry, health_check_interval=HEALTH_CHECK_INTERVAL
             )
             return plain
-        sentinels = Sentinel(
+        sentinels = VotingSentinel(
             list(address.sentinels), sentinel_kwargs=self._sentinel_options(Retry(NoBackoff(), 0))
         )  # type: ignore[no-untyped-call]
         client: aredis.Redis = sentinels.master_for(
@@ -122,7 +122,7 @@ class RedisTarget:
         address = self.sentinel
         if address is None:
             return redis.Redis.from_url(self.url, **self._server_options(), retry=retry)
-        sentinels = SyncSentinel(
+        sentinels = SyncVotingSentinel(
             list(address.sentinels), sentinel_kwargs=self._sentinel_options(SyncRetry(NoBackoff(), 0))
         )  # type: ignore[no-untyped-call]
         client: redis.Redis = sentinels.master_for(  # type: ignore[no-untyped-call]
