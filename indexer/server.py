@@ -84,7 +84,10 @@ class IndexerProcess:
     def build(cls, config: Config, embedder: Embedder, secrets: Mapping[str, str]) -> IndexerProcess:
         settings = search_settings(config)
         section = config.indexer
+        # the memory state has no password: one file serves both, its variables then may be unset
         redis = section.state != "memory"
+        password_env = section.state_password_env if redis else None
+        sentinel_env = section.state_sentinel_password_env if redis else None
         state = make_state(
             section.state,
             embedder.identity,
@@ -92,13 +95,8 @@ class IndexerProcess:
             section.cache_dir,
             section.session_ttl,
             section.lease_ttl,
-            # the memory state has no password: one file serves both, its variable then may be unset
-            password=state_secret(
-                secrets, redis and section.state_password_env, "indexer.state_password_env"
-            ),
-            sentinel_password=state_secret(
-                secrets, redis and section.state_sentinel_password_env, "indexer.state_sentinel_password_env"
-            ),
+            password=state_secret(secrets, password_env, "indexer.state_password_env"),
+            sentinel_password=state_secret(secrets, sentinel_env, "indexer.state_sentinel_password_env"),
             acks=section.state_acks,
         )
         embeddings = Embeddings(embedder, store=state.embeddings)

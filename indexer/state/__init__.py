@@ -96,9 +96,9 @@ class State:
             await self.shared.close()
 
 
-def state_secret(environ: Mapping[str, str], name: str | bool | None, setting: str) -> str | None:
-    """The value of the variable `setting` names (None when unnamed or False); StateUnavailable when unset."""
-    if not isinstance(name, str) or not name:
+def state_secret(environ: Mapping[str, str], name: str | None, setting: str) -> str | None:
+    """The value of the variable `setting` names (None when unnamed); StateUnavailable when unset."""
+    if not name:
         return None
     value = environ.get(name)
     if not value:
