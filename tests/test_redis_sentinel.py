@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from indexer.state import (
+    BackendSession,
     Principal,
     SessionRecord,
     StateUnavailable,
@@ -139,9 +140,16 @@ async def test_what_was_written_before_a_failover_is_read_and_written_after_it_w
                 await state.sessions.create(record(f"s-{number}"))
             await shared.catalogs.put([(listing_digest(LISTING), LISTING)])
             generation = await shared.health.publish({})
+            first = await state.sessions.load("s-0")
+            assert first is not None
+            kept = BackendSession("backend-session-1", "2025-11-25")
+            assert await state.sessions.set_backend_session(first, "weather", "", kept) == kept
             vector = (b"text-key", b"\x00\x01\x02\x03" * 8)
             await asyncio.to_thread(embeddings.put, [vector])
 
+            # replication is asynchronous (only a new session waits for it: state_acks); what this
+            # test holds the failover to is what the replicas had
+            wait_until(group.replicated, 10.0)
             dead = group.kill_primary()
             promoted = group.wait_for_promotion(FAILOVER_WITHIN)
             assert promoted != dead
@@ -159,6 +167,7 @@ async def test_what_was_written_before_a_failover_is_read_and_written_after_it_w
                 await asyncio.sleep(0.1)
             loaded = [await state.sessions.load(f"s-{number}") for number in range(20)]
             assert all(r is not None and r.ref == VersionRef(1, "a" * 32) for r in loaded)
+            assert loaded[0] is not None and loaded[0].backend_sessions == {"weather": kept}
             assert (await shared.catalogs.get([listing_digest(LISTING)])).keys() == {listing_digest(LISTING)}
             assert await shared.health.generation() == generation
             assert await asyncio.to_thread(embeddings.get, [vector[0]]) == {vector[0]: vector[1]}

@@ -112,6 +112,13 @@ class SentinelGroup:
         proc.popen.kill()  # as a lost node: no shutdown, no last save, no goodbye to the replicas
         proc.stop()
 
+    def replicated(self) -> bool:
+        """Whether every replica has acknowledged everything the primary has written."""
+        info = node(self.primary, self.password).info("replication")
+        offset = int(info["master_repl_offset"])
+        replicas = [v for k, v in info.items() if k.startswith("slave") and isinstance(v, dict)]
+        return len(replicas) == len(self.replicas) and all(int(r["offset"]) >= offset for r in replicas)
+
     def kill_primary(self) -> int:
         """SIGKILL the primary; returns its port."""
         dead = self.primary
