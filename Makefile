@@ -11,6 +11,10 @@ SERVERS_STAMP := $(SERVERS)/node_modules/.installed
 TORCH_VERSION ?= 2.13.0
 TORCH_INDEX   ?= https://download.pytorch.org/whl/cpu
 
+# pytest workers: most tests wait on processes of their own, so two workers fill the two cores a
+# small machine has; a file's tests stay on one worker, where its module's stack was started
+TEST_WORKERS ?= 2
+
 .PHONY: run test lint typecheck setup model bench eval clean
 
 run: setup
@@ -23,7 +27,7 @@ test: setup
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports --no-cache
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 setup: $(STAMP) model $(SERVERS_STAMP)
 

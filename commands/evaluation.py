@@ -29,11 +29,11 @@ from typing import Any, Literal, get_args
 import numpy as np
 
 from indexer.embedder import DEFAULT_EMBEDDER, EVAL_KINDS, Embedder
-from indexer.embeddings import Embeddings
-from indexer.search import Hit, SearchIndex, SearchSettings, build_tool_index, match_band
+from indexer.retrieval.embeddings import Embeddings
+from indexer.retrieval.search import Hit, SearchIndex, SearchSettings, build_tool_index, match_band
+from indexer.retrieval.text import query_texts
+from indexer.retrieval.tools import advertise
 from indexer.state.disk import disk_embeddings
-from indexer.text import query_texts
-from indexer.tools import advertise
 from toolsearch.answers import Answer, AnswerTool, compact_definition, estimate_tokens, render_answer
 from toolsearch.catalog import EVAL_DATA, CatalogTool, load_catalog
 

@@ -1,4 +1,4 @@
-"""`toolsearch indexer`: run the indexer's gRPC service until SIGTERM (`indexer.server.serve`)."""
+"""`toolsearch indexer`: run the indexer's gRPC service until SIGTERM (`indexer.api.server.serve`)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 from commands.options import add_config, add_logging
+from indexer.api.server import serve
 from indexer.embedder.base import EmbedderError
-from indexer.server import serve
 from indexer.state import StateUnavailable
 from toolsearch.config import load_config
 from toolsearch.logs import configure_logging

@@ -1,4 +1,4 @@
-"""`toolsearch router`: serve find_tool and call_tool over MCP at /mcp (`router.app.serve`)."""
+"""`toolsearch router`: serve find_tool and call_tool over MCP at /mcp (`router.frontdoor.app.serve`)."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ import os
 from pathlib import Path
 
 from commands.options import add_config, add_logging
-from router.app import serve
+from router.frontdoor.app import serve
 from toolsearch.config import load_config
 from toolsearch.logs import configure_logging
 from toolsearch.tracing import configure_tracing
 
-# uvicorn's levels: info has one access line per MCP request (router/access_log.py); debug adds
+# uvicorn's levels: info has one access line per MCP request (router/observe/access_log.py); debug adds
 # uvicorn's line for every HTTP request
 LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
 

@@ -1,4 +1,4 @@
-"""The indexer's errors, translated to gRPC status codes in one place (`indexer/service.py`).
+"""The indexer's errors, translated to gRPC status codes in one place (`indexer/api/service.py`).
 
 IndexerError
 ├── SessionNotFound        NOT_FOUND (toolsearch-error: session-not-found)
@@ -15,8 +15,8 @@ StateUnavailable           UNAVAILABLE (indexer.state: the shared state, Redis, 
 EmbedderError              (indexer.embedder: the model cannot be loaded or run)
 
 A call without the link's shared secret never reaches the servicer: the transport's boundary,
-`indexer/access.py`, refuses it with UNAUTHENTICATED, the only status code chosen outside
-`indexer/service.py`.
+`indexer/api/access.py`, refuses it with UNAUTHENTICATED, the only status code chosen outside
+`indexer/api/service.py`.
 """
 
 from __future__ import annotations

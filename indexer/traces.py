@@ -2,7 +2,7 @@
 
 The router sends its trace context in the call's metadata (toolsearch/tracing.py); this interceptor
 reads it and runs the call inside a span named for the method, so the spans the call makes (find_tool's
-embedding and search, indexer/finder.py) join the request's trace. With traces off every span is the
+embedding and search, indexer/api/finder.py) join the request's trace. With traces off every span is the
 API's no-op and the call runs as it would without the interceptor.
 """
 

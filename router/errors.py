@@ -1,8 +1,9 @@
 """The router's errors: raised where a failure is first seen, translated once for the client.
 
-gRPC failures become these in `router/indexer_client.py`, backend failures in `router/backends.py`.
-They reach clients through exactly two translators: `router/meta_tools.py` turns them into tool
-results or JSON-RPC errors, `router/session_layer.py` into HTTP responses.
+gRPC failures become these in `router/link/indexer_client.py`, backend failures in
+`router/upstream/backends.py`.
+They reach clients through one module, `router/error_answers.py`: as HTTP responses (before the SDK's
+handlers run), tool results with `isError`, or JSON-RPC errors.
 
     RouterError
     ├── Unauthenticated             HTTP 401 with WWW-Authenticate
@@ -47,8 +48,14 @@ class IndexerFailed(RouterError):
     """Raised when the indexer answers with an error the contract does not describe."""
 
 
+SESSION_GONE = "session not found: re-initialize"  # what every client of a gone session reads
+
+
 class SessionNotFound(RouterError):
     """Raised when a session id is unknown, ended, or bound to another principal."""
+
+    def __init__(self, message: str = SESSION_GONE) -> None:
+        super().__init__(message)
 
 
 class TooManySessions(RouterError):

@@ -6,8 +6,15 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 import redis.asyncio as aredis
 
+from commands.ports import PORTS
 from indexer.state.redis_connection import TIMEOUT
 from tests.support.redis import RedisServer, running_redis
+
+# Tests run in several worker processes side by side (pytest-xdist): each takes its ports from a
+# slice of its own, so that two workers never hand out one port.
+if "PYTEST_XDIST_WORKER" in os.environ:
+    worker = int(os.environ["PYTEST_XDIST_WORKER"].removeprefix("gw"))
+    PORTS.share(worker, int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))
 
 # As the `toolsearch` command does for its processes: the in-process model then runs on every core
 # without its OpenMP workers spinning against the stack's processes on the same cores.

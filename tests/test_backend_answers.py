@@ -20,7 +20,7 @@ import pytest_asyncio
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from indexer.discovery import list_tools
+from indexer.backends.discovery import list_tools
 from indexer.errors import BackendUnavailable
 from tests.support.routers import LightStack, light_stack
 from toolsearch.responses import BoundedTransport, ResponseTooLarge

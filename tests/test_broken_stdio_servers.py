@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import httpx2
 import pytest
 
-from indexer.discovery import list_tools
+from indexer.backends.discovery import list_tools
 from indexer.errors import BackendUnavailable
 from tests.support.bridges import Bridge, fake, mcp_client, poll_until, running_bridge
 from tests.support.stack import HEADERS, INITIALIZE

@@ -24,10 +24,11 @@ import yaml
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
+from commands.ports import free_port
 from commands.status import fetch
 from tests.support.catalogs import small_catalog
 from tests.support.clients import until
-from tests.support.processes import Proc, free_port, start_process
+from tests.support.processes import Proc, start_process
 from tests.support.stack import CLI, HEADERS, INITIALIZE, Stack, running_stack
 
 WAIT = 30.0  # seconds any condition may take at most

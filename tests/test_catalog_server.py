@@ -22,7 +22,8 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS
 
 from commands.catalog_server import CatalogServerSettings, create_app
-from tests.support.processes import Proc, free_port, start_process
+from commands.ports import free_port
+from tests.support.processes import Proc, start_process
 from tests.support.tokens import hs256
 from toolsearch.catalog import group_by_server, load_catalog
 from toolsearch.config import load_config

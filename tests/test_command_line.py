@@ -15,9 +15,10 @@ import pytest
 import yaml
 
 from commands.cli import _COMMANDS, build_parser
+from commands.ports import free_port
 from commands.up import LogSettings
 from tests.support.catalogs import small_catalog
-from tests.support.processes import free_port, start_process
+from tests.support.processes import start_process
 from tests.support.stack import CLI, MODEL, START_TIMEOUT, open_session
 
 ROOT = Path(__file__).resolve().parents[1]

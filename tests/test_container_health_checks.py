@@ -15,7 +15,7 @@ import pytest
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from commands.cli import build_parser, main
-from tests.support.processes import free_port
+from commands.ports import free_port
 
 
 @pytest.fixture(scope="module")
@@ -106,7 +106,8 @@ def test_the_health_command_loads_no_service() -> None:
     # a healthcheck runs every few seconds: only the health module is imported for it
     code = (
         "import sys; from commands.cli import build_parser; build_parser('health'); "
-        "print(sorted(m for m in ('torch', 'indexer.server', 'router.app', 'fastapi') if m in sys.modules))"
+        "services = ('torch', 'indexer.api.server', 'router.frontdoor.app', 'fastapi'); "
+        "print(sorted(m for m in services if m in sys.modules))"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"

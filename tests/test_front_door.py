@@ -21,7 +21,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from starlette.datastructures import Headers
 
-from router.origins import HostPolicy
+from router.frontdoor.origins import HostPolicy
 from tests.support.processes import Proc
 from tests.support.routers import LightStack, light_stack
 from tests.support.stack import HEADERS, INITIALIZE, ROOT

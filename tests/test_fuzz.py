@@ -22,7 +22,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.support.processes import Proc, free_port, start_process
+from commands.ports import free_port
+from tests.support.processes import Proc, start_process
 from tests.support.stack import CLI, INITIALIZE, Stack, open_session, running_stack
 
 EXAMPLES = 900  # per test; six tests make more than 5,000 requests

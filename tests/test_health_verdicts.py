@@ -20,13 +20,13 @@ import pytest
 from mcp.server.lowlevel.server import Server
 from mcp.server.transport_security import TransportSecuritySettings
 
+from indexer.backends.registry import Registry
 from indexer.errors import BackendRejected, BackendUnavailable
-from indexer.fanout import Rebuilder, summarise
-from indexer.health import _GUARD_SLACK as GUARD_SLACK
-from indexer.health import CircuitBreaker, HealthMonitor, judge
-from indexer.registry import Registry
 from indexer.state.backends import Status
 from indexer.state.listings import Listing
+from indexer.upkeep.health import _GUARD_SLACK as GUARD_SLACK
+from indexer.upkeep.health import CircuitBreaker, HealthMonitor, judge
+from indexer.upkeep.rebuilds import Rebuilder, summarise
 from tests.support.waits import wait_for
 from toolsearch.backend_settings import Backend, BackendAuth
 from toolsearch.indexer_settings import CircuitBreaker as BreakerConfig

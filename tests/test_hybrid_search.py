@@ -10,10 +10,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from indexer import text as text_module
 from indexer.embedder import FakeEmbedder
-from indexer.search import Hit, SearchIndex, SearchSettings, build_tool_index
-from indexer.text import (
+from indexer.retrieval import text as text_module
+from indexer.retrieval.search import Hit, SearchIndex, SearchSettings, build_tool_index
+from indexer.retrieval.text import (
     document_chunks,
     document_views,
     estimate_word_pieces,

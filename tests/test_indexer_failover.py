@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 import grpc
 import pytest
 
-from router.auth import Principal
+from commands.ports import free_port
+from router.caller import Principal
 from router.errors import IndexerUnavailable, RouterError
-from router.failover import Failure, judge, next_address
-from router.indexer_client import IndexerClient
-from tests.support.processes import free_port
+from router.link.failover import Failure, judge, next_address
+from router.link.indexer_client import IndexerClient
 from tests.support.waits import wait_for
 from toolsearch.v1 import indexer_pb2 as pb
 from toolsearch.v1 import indexer_pb2_grpc as pb_grpc

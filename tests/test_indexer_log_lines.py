@@ -6,12 +6,12 @@ import logging
 
 import pytest
 
+from indexer.backends.registry import Registry
 from indexer.embedder import FakeEmbedder
-from indexer.embeddings import Embeddings
 from indexer.errors import BackendUnavailable
-from indexer.health import HealthMonitor
-from indexer.registry import Registry
+from indexer.retrieval.embeddings import Embeddings
 from indexer.state.listings import Listing
+from indexer.upkeep.health import HealthMonitor
 from toolsearch.backend_settings import Backend
 from toolsearch.indexer_settings import Health
 
@@ -53,26 +53,28 @@ async def test_a_probe_is_a_debug_line_and_only_a_change_of_status_is_info(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     health, probe = monitor()
-    caplog.set_level(logging.DEBUG, logger="indexer.health")
+    caplog.set_level(logging.DEBUG, logger="indexer.upkeep.health")
     await health.check("a")
     await health.check("a")
-    debug = lines(caplog, "indexer.health", logging.DEBUG)
+    debug = lines(caplog, "indexer.upkeep.health", logging.DEBUG)
     assert len(debug) == 2 and all(line.startswith("probe of a: ok in ") for line in debug)
-    assert lines(caplog, "indexer.health", logging.INFO) == []
+    assert lines(caplog, "indexer.upkeep.health", logging.INFO) == []
     probe.error = BackendUnavailable("a", "connection refused")
     await health.check("a")
-    assert lines(caplog, "indexer.health", logging.INFO) == [
+    assert lines(caplog, "indexer.upkeep.health", logging.INFO) == [
         "backend a: healthy -> unhealthy connection refused"
     ]
-    assert lines(caplog, "indexer.health", logging.DEBUG)[-1].endswith("unhealthy (connection refused)")
+    assert lines(caplog, "indexer.upkeep.health", logging.DEBUG)[-1].endswith(
+        "unhealthy (connection refused)"
+    )
 
 
 def test_a_large_batch_logs_texts_done_and_rate_as_it_goes(caplog: pytest.LogCaptureFixture) -> None:
     # progress_every=0: a line after every chunk but the last, then the closing one
     cache = Embeddings(FakeEmbedder(), document_batch=50, progress_every=0.0)
-    caplog.set_level(logging.INFO, logger="indexer.embeddings")
+    caplog.set_level(logging.INFO, logger="indexer.retrieval.embeddings")
     cache.embed_documents([f"tool number {n}" for n in range(200)])
-    progress = lines(caplog, "indexer.embeddings", logging.INFO)
+    progress = lines(caplog, "indexer.retrieval.embeddings", logging.INFO)
     assert [line.split(" texts")[0] for line in progress] == [
         "embedding: 50 of 200",
         "embedding: 100 of 200",
@@ -89,9 +91,9 @@ def test_a_batch_done_within_the_interval_or_from_the_cache_logs_nothing(
     cache = Embeddings(FakeEmbedder(), document_batch=50, progress_every=0.0)
     texts = [f"tool number {n}" for n in range(120)]
     cache.embed_documents(texts)
-    caplog.set_level(logging.INFO, logger="indexer.embeddings")
+    caplog.set_level(logging.INFO, logger="indexer.retrieval.embeddings")
     cache.embed_documents(texts)  # every vector from the cache: nothing to report
-    assert lines(caplog, "indexer.embeddings", logging.INFO) == []
+    assert lines(caplog, "indexer.retrieval.embeddings", logging.INFO) == []
     quiet = Embeddings(FakeEmbedder(), document_batch=50, progress_every=3600.0)
     quiet.embed_documents(texts)
-    assert lines(caplog, "indexer.embeddings", logging.INFO) == []
+    assert lines(caplog, "indexer.retrieval.embeddings", logging.INFO) == []

@@ -24,10 +24,11 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from mcp import Client
 
 from commands.health_check import check_grpc
+from commands.ports import free_port
 from commands.status import fetch
 from tests.support.catalogs import small_catalog
 from tests.support.certs import Authority
-from tests.support.processes import Proc, free_port, start_process
+from tests.support.processes import Proc, start_process
 from tests.support.stack import CLI, HEADERS, INITIALIZE, Stack, running_stack, structured
 from toolsearch.config import load_config
 from toolsearch.transport import channel_security

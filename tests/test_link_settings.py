@@ -9,9 +9,9 @@ from typing import Any
 import grpc
 import pytest
 
-from indexer.access import SharedSecretGuard
-from router.arguments import parse_call_tool
+from indexer.api.access import SharedSecretGuard
 from router.errors import InvalidRequest
+from router.handlers.arguments import parse_call_tool
 from tests.support.certs import Authority
 from toolsearch.config import load_config
 from toolsearch.transport import TransportConfigError, channel_security, server_security

@@ -261,7 +261,7 @@ def _fresh(code: str) -> dict[str, Any]:
 
 def test_no_router_module_imports_a_model_runtime_or_faiss() -> None:
     answer = _fresh(
-        "import json, pkgutil, importlib, sys, router, router.app\n"
+        "import json, pkgutil, importlib, sys, router, router.frontdoor.app\n"
         "names = [m.name for m in pkgutil.walk_packages(router.__path__, 'router.')]\n"
         "for name in names: importlib.import_module(name)\n"
         f"heavy = sorted(m for m in sys.modules if m.split('.')[0] in {HEAVY!r})\n"
@@ -275,12 +275,13 @@ def test_the_indexer_serving_with_onnx_imports_no_torch(model_dir: Path) -> None
     answer = _fresh(
         "import json, pkgutil, importlib, sys\n"
         "from pathlib import Path\n"
-        "import indexer, indexer.server\n"
+        "import indexer, indexer.api.server\n"
+        "from indexer.embedder import load_embedder\n"
         "skip = ('indexer.embedder.sentence', 'indexer.embedder.export')\n"
         "names = [m.name for m in pkgutil.walk_packages(indexer.__path__, 'indexer.')]\n"
         "names = [name for name in names if name not in skip]\n"
         "for name in names: importlib.import_module(name)\n"
-        f"embedder = indexer.server.load_embedder(Path({str(model_dir)!r}), 1, 'onnx')\n"
+        f"embedder = load_embedder('onnx', Path({str(model_dir)!r}), 1)\n"
         "embedder.embed(['find the weather tomorrow'])\n"
         f"runtimes = sorted(m for m in sys.modules if m.split('.')[0] in {MODEL_RUNTIMES!r})\n"
         "print(json.dumps({'runtimes': runtimes, 'onnxruntime': 'onnxruntime' in sys.modules}))\n"

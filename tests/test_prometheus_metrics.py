@@ -20,9 +20,10 @@ from mcp.client.streamable_http import streamable_http_client
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from indexer.metrics import IndexerMetrics, MetricsReading
-from router.indexer_client import IndexerClient
-from tests.support.processes import free_port, start_process
+from commands.ports import free_port
+from indexer.api.metrics import IndexerMetrics, MetricsReading
+from router.link.indexer_client import IndexerClient
+from tests.support.processes import start_process
 from tests.support.stack import CLI, HEADERS, INITIALIZE, Stack, running_stack
 from toolsearch.logs import current_request_id, current_session
 from toolsearch.v1 import indexer_pb2 as pb

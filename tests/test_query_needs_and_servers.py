@@ -8,10 +8,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from indexer.documents import server_documents
 from indexer.embedder import FakeEmbedder
-from indexer.search import SearchSettings, build_tool_index
-from indexer.text import MAX_QUERY_PARTS, query_needs, query_texts, server_text
+from indexer.retrieval.documents import server_documents
+from indexer.retrieval.search import SearchSettings, build_tool_index
+from indexer.retrieval.text import MAX_QUERY_PARTS, query_needs, query_texts, server_text
 
 EMBEDDER = FakeEmbedder(dimension=64)
 

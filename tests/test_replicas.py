@@ -23,10 +23,11 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
+from commands.ports import free_port
 from commands.status import fetch
 from tests.support.catalogs import small_catalog
 from tests.support.clients import Alternating, SessionIds, until
-from tests.support.processes import Proc, free_port, start_process
+from tests.support.processes import Proc, start_process
 from tests.support.redis import RedisServer, running_redis
 from tests.support.stack import (
     CLI,

@@ -24,9 +24,9 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import PromptReference, ResourceTemplateReference
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from commands.ports import free_port
 from tests.support.bridges import mcp_client, needs_everything
 from tests.support.everything import Everything, stack_with_everything
-from tests.support.processes import free_port
 from tests.support.routers import LightStack, light_stack
 from tests.support.waits import WAIT, wait_for
 

@@ -16,11 +16,11 @@ import pytest
 from commands.cli import main
 from commands.evaluation import METRICS, SHIPPED_SETS, build_index, evaluate, load_queries, score_ranking
 from commands.model import prepare_default_model
-from indexer.embedder import SentenceTransformerEmbedder
-from indexer.embeddings import Embeddings
-from indexer.search import SearchIndex, SearchSettings
+from indexer.embedder import Embedder, load_embedder
+from indexer.retrieval.embeddings import Embeddings
+from indexer.retrieval.search import SearchIndex, SearchSettings
+from indexer.retrieval.text import name_key, query_texts
 from indexer.state.disk import DiskEmbeddings
-from indexer.text import name_key, query_texts
 from toolsearch.catalog import load_catalog
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,12 +37,13 @@ FLOORS = {
 
 
 @pytest.fixture(scope="module")
-def embedder() -> SentenceTransformerEmbedder:
-    return SentenceTransformerEmbedder(prepare_default_model(ROOT / "models"))
+def embedder() -> Embedder:
+    # the embedder the indexer serves with; torch gives the same figures (the last test here)
+    return load_embedder("onnx", prepare_default_model(ROOT / "models"))
 
 
 @pytest.fixture(scope="module")
-def embeddings(embedder: SentenceTransformerEmbedder) -> Embeddings:
+def embeddings(embedder: Embedder) -> Embeddings:
     return Embeddings(embedder, DiskEmbeddings(CACHE, embedder.identity, embedder.dimension))
 
 
@@ -81,7 +82,7 @@ def _search(index: SearchIndex, query: str, vector: np.ndarray, limit: int) -> l
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(FLOORS))
-def test_quality_does_not_fall_under_its_floor(name: str, embedder: SentenceTransformerEmbedder) -> None:
+def test_quality_does_not_fall_under_its_floor(name: str, embedder: Embedder) -> None:
     catalog, queries = SHIPPED_SETS[name]
     report = evaluate(
         load_catalog(catalog), load_queries(queries)[:SLICE], embedder, "hybrid", cache_dir=CACHE

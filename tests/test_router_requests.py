@@ -28,10 +28,9 @@ from mcp.shared.exceptions import MCPError
 from starlette.datastructures import Headers
 from starlette.types import Receive, Scope, Send
 
-from router.app import RouterState, create_app
-from router.arguments import parse_call_tool, parse_find_tool
-from router.auth import Principal, bearer_token
-from router.backends import outgoing_headers
+from commands.ports import free_port
+from router.caller import Principal
+from router.error_answers import http_answer, tool_result_for
 from router.errors import (
     BackendTimeout,
     IndexerFailed,
@@ -44,11 +43,13 @@ from router.errors import (
     TooManySessions,
     Unauthenticated,
 )
-from router.indexer_client import IndexerClient, translate
-from router.meta_tools import tool_result_for
-from router.schemas import SchemaValidators
-from router.session_layer import error_response, is_handshake_era, parse_message
-from tests.support.processes import free_port
+from router.frontdoor.app import RouterState, create_app
+from router.frontdoor.auth import bearer_token
+from router.frontdoor.session_layer import is_handshake_era, parse_message
+from router.handlers.arguments import parse_call_tool, parse_find_tool
+from router.handlers.schemas import SchemaValidators
+from router.link.indexer_client import IndexerClient, translate
+from router.upstream.backends import outgoing_headers
 from tests.support.stack import INITIALIZE
 from toolsearch.config import parse_config
 from toolsearch.v1 import indexer_pb2 as pb
@@ -140,7 +141,7 @@ def test_messages_are_sniffed_for_method_and_id() -> None:
     ],
 )
 def test_malformed_bodies_are_client_errors(body: bytes, code: int) -> None:
-    from router.session_layer import ClientError
+    from router.frontdoor.session_layer import ClientError
 
     with pytest.raises(ClientError) as caught:
         parse_message(body)
@@ -196,7 +197,7 @@ def test_grpc_errors_become_router_errors(error: grpc.aio.AioRpcError, expected:
     ],
 )
 def test_router_errors_become_http_answers_with_a_jsonrpc_body(error: RouterError, status: int) -> None:
-    response = error_response(error, request_id=3)
+    response = http_answer(error, request_id=3)
     assert response.status_code == status
     body = json.loads(bytes(response.body))
     assert body["id"] == 3 and body["error"]["message"]

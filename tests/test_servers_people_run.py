@@ -18,6 +18,7 @@ from typing import Any
 import anyio
 import pytest
 
+from commands.ports import free_port
 from tests.support.bridges import (
     EVERYTHING,
     HAVE_EVERYTHING,
@@ -28,7 +29,7 @@ from tests.support.bridges import (
     time_server,
 )
 from tests.support.catalogs import small_catalog
-from tests.support.processes import free_port, start_process
+from tests.support.processes import start_process
 from tests.support.stack import CLI, Stack, running_stack, structured
 
 

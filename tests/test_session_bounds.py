@@ -15,10 +15,10 @@ import weakref
 import httpx2
 import pytest
 
-from indexer.backend_sessions import BackendSessionEnder
-from indexer.credentials import ANONYMOUS, MAX_UNVERIFIED_TOKEN_BYTES
+from indexer.backends.backend_sessions import BackendSessionEnder
+from indexer.backends.credentials import ANONYMOUS, MAX_UNVERIFIED_TOKEN_BYTES
+from indexer.backends.registry import Registry
 from indexer.embedder.fake import FakeEmbedder
-from indexer.embeddings import Embeddings
 from indexer.errors import (
     BackendRejected,
     BackendUnavailable,
@@ -27,10 +27,10 @@ from indexer.errors import (
     SessionsFull,
     TooManySessions,
 )
-from indexer.index import Builder, VersionPool
-from indexer.registry import Registry
-from indexer.search import SearchSettings
-from indexer.sessions import SessionManager
+from indexer.retrieval.embeddings import Embeddings
+from indexer.retrieval.index import Builder, VersionPool
+from indexer.retrieval.search import SearchSettings
+from indexer.sessions.manager import SessionManager
 from indexer.state import BackendSession, LocalSessions, Principal
 from indexer.state.listings import Listing
 from tests.support.clients import until

@@ -20,13 +20,14 @@ import grpc
 import httpx2
 import yaml
 
-from indexer.server import IndexerProcess, create_server
+from commands.ports import free_port
+from indexer.api.server import IndexerProcess, create_server
+from router.error_answers import http_answer
 from router.errors import SessionsFull, TooManySessions
-from router.indexer_client import translate
-from router.session_layer import error_response
+from router.link.indexer_client import translate
 from tests.support.clients import until
 from tests.support.indexers import running_indexer
-from tests.support.processes import free_port, start_process
+from tests.support.processes import start_process
 from tests.support.stack import CLI, HEADERS, INITIALIZE
 from toolsearch.config import load_config
 
@@ -113,10 +114,10 @@ def _exhausted(kind: str, retry_after: str) -> grpc.aio.AioRpcError:
 def test_each_cap_has_its_status_and_the_indexers_retry_hint_becomes_retry_after() -> None:
     everyone = translate(_exhausted("sessions-full", "40"))
     assert isinstance(everyone, SessionsFull) and everyone.retry_after == 40
-    answer = error_response(everyone, request_id=7)
+    answer = http_answer(everyone, request_id=7)
     assert (answer.status_code, answer.headers["retry-after"]) == (503, "40")
     assert json.loads(bytes(answer.body))["error"]["message"] == "too many sessions: full"
-    own = error_response(translate(_exhausted("too-many-sessions", "12")), request_id=7)
+    own = http_answer(translate(_exhausted("too-many-sessions", "12")), request_id=7)
     assert (own.status_code, own.headers["retry-after"]) == (429, "12")
     garbled = translate(_exhausted("too-many-sessions", "soon"))
     assert isinstance(garbled, TooManySessions) and garbled.retry_after == 1

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aredis
 
-from indexer.credentials import ANONYMOUS
+from indexer.api.server import IndexerProcess
+from indexer.backends.credentials import ANONYMOUS
 from indexer.errors import SessionsFull, TooManySessions
-from indexer.server import IndexerProcess
 from indexer.state import Principal, Room, RoomFull, SessionRecord, State, Swap, VersionRef
 from indexer.state.redis import Keys
 from indexer.state.redis_sessions import principal_key

@@ -18,7 +18,7 @@ import pytest
 import redis.asyncio as aredis
 
 from indexer.embedder.fake import FakeEmbedder
-from indexer.embeddings import Embeddings
+from indexer.retrieval.embeddings import Embeddings
 from indexer.state import (
     BackendHealth,
     BackendSession,

@@ -25,8 +25,9 @@ import jwt
 import pytest
 import yaml
 
+from commands.ports import free_port
 from tests.support.catalogs import small_catalog
-from tests.support.processes import Proc, free_port, start_process
+from tests.support.processes import Proc, start_process
 from tests.support.stack import (
     CLI,
     DEMO_CATALOG,

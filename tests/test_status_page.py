@@ -22,10 +22,10 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from indexer.errors import BackendUnavailable
-from router.auth import AnonymousAuthenticator
 from router.errors import IndexerUnavailable
-from router.latency_window import FindToolLatency
-from router.status_page import StatusPage, render
+from router.frontdoor.auth import AnonymousAuthenticator
+from router.observe.latency_window import FindToolLatency
+from router.observe.status_page import StatusPage, render
 from tests.support.browser import chromium, dump_dom
 from tests.support.processes import Proc
 from tests.support.routers import LightStack, another_router, light_stack

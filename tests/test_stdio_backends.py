@@ -17,7 +17,7 @@ import mcp_types as types
 import pytest
 from mcp.shared.exceptions import MCPError
 
-from indexer.discovery import list_tools
+from indexer.backends.discovery import list_tools
 from tests.support.bridges import (
     HAVE_EVERYTHING,
     Bridge,

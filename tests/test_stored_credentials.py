@@ -20,22 +20,23 @@ from typing import Any
 import httpx2
 import pytest
 
-from indexer.catalogs import Catalogs
-from indexer.credentials import ANONYMOUS, list_at_creation
+from commands.ports import free_port
+from indexer.api.server import IndexerProcess
+from indexer.backends.credentials import ANONYMOUS, list_at_creation
+from indexer.backends.registry import Registry
 from indexer.embedder.fake import FakeEmbedder
-from indexer.embeddings import Embeddings
 from indexer.errors import BackendRejected, BackendUnavailable
-from indexer.index import Builder, VersionPool
-from indexer.registry import Registry
-from indexer.search import SearchSettings
-from indexer.server import IndexerProcess
-from indexer.session_views import LiveSession
-from indexer.sessions import SessionManager
+from indexer.retrieval.embeddings import Embeddings
+from indexer.retrieval.index import Builder, VersionPool
+from indexer.retrieval.search import SearchSettings
+from indexer.sessions.catalogs import Catalogs
+from indexer.sessions.manager import SessionManager
+from indexer.sessions.views import LiveSession
 from indexer.state import Principal, SessionRecord
 from indexer.state.listings import Listing, digest_of, intern_listing
 from tests.support.catalogs import small_catalog
 from tests.support.indexers import running_indexer
-from tests.support.processes import Proc, free_port, start_process
+from tests.support.processes import Proc, start_process
 from tests.support.stack import CLI
 from tests.support.tokens import hs256
 from tests.support.waits import wait_for
@@ -191,7 +192,7 @@ async def test_a_failed_end_keeps_the_version_and_is_retried_at_the_next_rebuild
             await end(target, token)
 
         monkeypatch.setattr(indexer.sessions, "end", failing_once)
-        with caplog.at_level(logging.WARNING, logger="indexer.sessions"):
+        with caplog.at_level(logging.WARNING, logger="indexer.sessions.manager"):
             await flip(indexer, catalog, PROTECTED)
             assert failures == [session.id] and alive(indexer, session)
             assert session.record.ending == {PROTECTED}
@@ -213,7 +214,7 @@ async def test_a_token_holder_session_outlives_a_rejection_and_loses_only_that_b
         holder = await indexer.sessions.open(TOKEN_HOLDER, short)
         assert PROTECTED in holder.current.version.backends
         await expired(catalog, short)
-        with caplog.at_level(logging.WARNING, logger="indexer.sessions"):
+        with caplog.at_level(logging.WARNING, logger="indexer.sessions.manager"):
             await flip(indexer, catalog, PROTECTED)
         assert alive(indexer, holder) and ENDED not in caplog.text
         assert PROTECTED not in holder.current.version.backends

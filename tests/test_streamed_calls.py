@@ -19,10 +19,11 @@ from pathlib import Path
 import httpx2
 import pytest
 
+from commands.ports import free_port
 from tests.support.bridges import fake, mcp_client, needs_everything, running_bridge
 from tests.support.clients import RawClient
 from tests.support.everything import stack_with_everything
-from tests.support.processes import free_port, start_process
+from tests.support.processes import start_process
 from tests.support.routers import another_router, light_stack
 from tests.support.stack import HEADERS, INITIALIZE
 from tests.support.waits import wait_for

@@ -35,7 +35,7 @@ from mcp.shared.auth import (
     ProtectedResourceMetadata,
 )
 
-from router.app import create_app
+from router.frontdoor.app import create_app
 from tests.support.routers import LightStack, light_stack
 from tests.support.stack import HEADERS, INITIALIZE
 from toolsearch.config import parse_config

@@ -1,4 +1,4 @@
-"""Caller authentication (router/auth.py): real tokens signed with HS256, RS256 and ES256 keys.
+"""Caller authentication (router/frontdoor/auth.py): real tokens signed with HS256, RS256 and ES256 keys.
 
 The RSA and EC keys are generated here and published to the authenticator as a JSON Web Key Set
 file, the way `toolsearch router` reads one.
@@ -23,11 +23,12 @@ from starlette.datastructures import Headers
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from router.app import configured_authenticator
-from router.auth import TOKEN_HOLDER, AnonymousAuthenticator, JwtAuthenticator, Principal
+from router.caller import Principal
 from router.errors import AuthConfigError, Unauthenticated
-from router.resource_metadata import ResourceMetadata
-from router.session_layer import SessionLayer
+from router.frontdoor.app import configured_authenticator
+from router.frontdoor.auth import TOKEN_HOLDER, AnonymousAuthenticator, JwtAuthenticator
+from router.frontdoor.resource_metadata import ResourceMetadata
+from router.frontdoor.session_layer import SessionLayer
 from toolsearch.config import ConfigError, parse_config
 from toolsearch.router_settings import RouterAuth
 

@@ -23,9 +23,10 @@ import psutil
 import pytest
 import yaml
 
+from commands.ports import free_port
 from commands.supervisor import Supervisor
 from tests.support.catalogs import small_catalog
-from tests.support.processes import free_port, start_process, url_answers
+from tests.support.processes import start_process, url_answers
 from tests.support.stack import CLI, MODEL, START_TIMEOUT
 
 WAIT = 30.0
@@ -55,6 +56,12 @@ class Terminal:
     def __init__(self, config: Path) -> None:
         self.pid, self.fd = pty.fork()
         if self.pid == 0:  # the child: `up` as the terminal's session leader
+            # as on a user's terminal, whatever ran the tests: a runner started under nohup, or in
+            # the background of a shell, hands its children SIGHUP or SIGINT ignored (and `up`
+            # rightly takes a SIGHUP it started with ignored for a reload, never for a hangup)
+            for signum in (signal.SIGHUP, signal.SIGINT, signal.SIGTERM):
+                signal.signal(signum, signal.SIG_DFL)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGHUP, signal.SIGINT, signal.SIGTERM})
             os.execv(sys.executable, [sys.executable, *CLI[1:], "up", "--config", str(config)])
         self.output = b""
 
@@ -80,8 +87,21 @@ class Terminal:
             if pid:
                 return os.waitstatus_to_exitcode(status)
             time.sleep(0.05)
+        signals = signal_state(self.pid)
         os.kill(self.pid, signal.SIGKILL)
-        raise AssertionError(f"toolsearch up did not exit within {within}s")
+        raise AssertionError(f"toolsearch up did not exit within {within}s; its signals then: {signals}")
+
+
+def signal_state(pid: int) -> str:
+    """What the kernel says of a process's signals and where it waits: why it may not have acted."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+        waiting = Path(f"/proc/{pid}/wchan").read_text()
+    except OSError as exc:
+        return f"unknown ({exc})"
+    wanted = ("State", "SigPnd", "ShdPnd", "SigBlk", "SigIgn", "SigCgt")
+    lines = [line for line in status.splitlines() if line.split(":")[0] in wanted]
+    return "; ".join([*lines, f"wchan: {waiting}"])
 
 
 def gone(processes: list[psutil.Process]) -> bool:

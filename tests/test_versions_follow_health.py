@@ -20,22 +20,24 @@ import httpx2
 import numpy as np
 import pytest
 
-from indexer.credentials import ANONYMOUS
+from commands.ports import free_port
+from indexer.api.resolution import ToolResolver
+from indexer.api.server import IndexerProcess
+from indexer.backends.credentials import ANONYMOUS
+from indexer.backends.registry import Registry
 from indexer.embedder.fake import FakeEmbedder
-from indexer.embeddings import Embeddings
-from indexer.errors import BackendUnavailable
-from indexer.index import Builder, IndexVersion, VersionPool, build_version, fingerprint
-from indexer.registry import Registry
-from indexer.search import SearchSettings
-from indexer.server import IndexerProcess
-from indexer.sessions import SessionManager
+from indexer.errors import BackendUnavailable, ToolNotFound
+from indexer.retrieval.embeddings import Embeddings
+from indexer.retrieval.index import Builder, IndexVersion, VersionPool, build_version, fingerprint
+from indexer.retrieval.search import SearchSettings
+from indexer.retrieval.text import query_texts
+from indexer.retrieval.tools import Tool, advertise
+from indexer.sessions.manager import SessionManager
 from indexer.state import Principal
 from indexer.state.listings import Listing
-from indexer.text import query_texts
-from indexer.tools import Tool, advertise
 from tests.support.catalogs import small_catalog
 from tests.support.indexers import running_indexer
-from tests.support.processes import Proc, free_port, start_process
+from tests.support.processes import Proc, start_process
 from tests.support.stack import CLI
 from tests.support.tokens import hs256
 from tests.support.waits import wait_for
@@ -381,3 +383,19 @@ async def test_sessions_with_the_same_backends_share_one_set_of_them() -> None:
     assert first.record.accepted == {"nba", "weather"} and first.record.accepted is second.record.accepted
     await manager.remove_backends(["weather"])
     assert first.record.accepted == {"nba"} and first.record.accepted is second.record.accepted
+
+
+async def test_a_tool_whose_backend_just_went_down_is_refused_before_the_swap_with_the_reason(
+    catalog: Catalog,
+) -> None:
+    async with running(catalog.config({"enabled": False})) as indexer:
+        session = await indexer.sessions.open(ANONYMOUS, None)
+        name = next(t.name for t in session.current.version.tools if t.backend_id == WEATHER)
+        resolver = ToolResolver(indexer.registry)
+        assert resolver.resolve(session, name).backend_id == WEATHER
+        # health has spoken; the rebuild that drops the backend's tools has not run yet
+        indexer.registry.record_failure(WEATHER, BackendUnavailable(WEATHER, "down"), "unhealthy")
+        assert any(t.backend_id == WEATHER for t in session.current.version.tools)
+        with pytest.raises(ToolNotFound) as refused:
+            resolver.resolve(session, name)
+        assert f"belongs to backend {WEATHER}, which is unhealthy right now" in refused.value.reason

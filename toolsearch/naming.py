@@ -1,7 +1,7 @@
 """The one rule that makes names unique across backends: tool names, resource URIs, prompt names.
 
-The indexer names a session's tools with it (indexer/tools.py) and the router names the resources,
-resource templates and prompts it aggregates with it (router/offerings.py), under the same
+The indexer names a session's tools with it (indexer/retrieval/tools.py) and the router names the resources,
+resource templates and prompts it aggregates with it (router/handlers/offerings.py), under the same
 `indexer.naming` settings, so a client meets one rule for everything toolsearch carries: a name that
 only one backend uses keeps it; every backend's copy of a shared name becomes
 `<backend><separator><name>` (with `always`, every name does).

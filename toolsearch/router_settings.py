@@ -105,10 +105,10 @@ class Router(Section):
     indexer_secret_env: str | None = None  # the variable holding the indexer's shared secret
     indexer_tls: IndexerClientTls | None = None  # mutual TLS to the indexer
     auth: RouterAuth = RouterAuth()
-    # DNS rebinding guard (router/origins.py): empty keeps the defaults the listen address implies
+    # DNS rebinding guard (router/frontdoor/origins.py): empty keeps the defaults the listen address implies
     allowed_hosts: list[str] = []
     allowed_origins: list[str] = []
-    # the front door's bounds (router/connections.py)
+    # the front door's bounds (router/frontdoor/connections.py)
     max_connections: int = Field(default=1000, ge=1)  # open client connections; more are answered 503
     header_timeout: float = Field(default=10.0, gt=0)  # seconds until a request's head has arrived
     body_timeout: float = Field(default=30.0, gt=0)  # seconds for a request's whole body

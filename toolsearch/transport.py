@@ -4,7 +4,7 @@ The indexer's gRPC port carries sessions, and the bearer tokens they list passth
 with, so anything beyond one trusted host should protect it:
 
 - **a shared secret** (`indexer.shared_secret_env`, `router.indexer_secret_env`): every call carries
-  `authorization: Bearer <secret>`; the indexer refuses calls without it (indexer/access.py). The
+  `authorization: Bearer <secret>`; the indexer refuses calls without it (indexer/api/access.py). The
   standard health service stays open, so probes need no secret.
 - **mutual TLS** (`indexer.tls`, `router.indexer_tls`): the indexer presents its certificate and
   accepts only connections whose client certificate its `client_ca` signed. It applies to the whole

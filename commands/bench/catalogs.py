@@ -16,7 +16,7 @@ from commands.bench.latency import call_arguments
 from commands.bench.plan import Plan
 from commands.bench.stack import Stack
 from commands.status import fetch
-from indexer.tools import advertise
+from indexer.retrieval.tools import advertise
 from toolsearch.catalog import argument_problem, input_validator, load_catalog
 
 

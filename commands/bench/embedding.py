@@ -20,13 +20,13 @@ from typing import Any
 import numpy as np
 
 from commands.bench.common import CatalogFile
+from indexer.api.server import IndexerProcess
 from indexer.embedder import Embedder
-from indexer.embeddings import Embeddings
-from indexer.index import Builder, IndexVersion, build_version
-from indexer.search import SearchSettings
-from indexer.server import IndexerProcess
+from indexer.retrieval.embeddings import Embeddings
+from indexer.retrieval.index import Builder, IndexVersion, build_version
+from indexer.retrieval.search import SearchSettings
+from indexer.retrieval.tools import advertise
 from indexer.state.disk import DiskEmbeddings
-from indexer.tools import advertise
 from toolsearch.catalog import group_by_server, load_catalog
 from toolsearch.config import Config, load_config
 
@@ -90,7 +90,7 @@ async def restart_in_process(config_path: Path, embedder: Embedder) -> tuple[Ind
     started = time.perf_counter()
     await indexer.start()
     seconds = time.perf_counter() - started
-    gc.freeze()  # as `indexer.server.serve` does once started
+    gc.freeze()  # as `indexer.api.server.serve` does once started
     states = indexer.registry.states.values()
     public = [s for s in states if s.config.auth.type != "passthrough"]
     embeddings = indexer.embeddings

@@ -22,8 +22,8 @@ from mcp.client.streamable_http import streamable_http_client
 
 from commands.bench.common import CpuMeter, summarize
 from indexer.embedder import Embedder
-from indexer.index import IndexVersion
-from indexer.text import query_texts
+from indexer.retrieval.index import IndexVersion
+from indexer.retrieval.text import query_texts
 
 LIMIT = 8  # the default find_tool limit: what a client gets when it asks for nothing else
 TIMEOUT = 1800.0  # seconds; a cold session open embeds a whole catalog before it answers

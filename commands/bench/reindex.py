@@ -15,10 +15,10 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from indexer.credentials import ANONYMOUS
+from indexer.api.server import IndexerProcess
+from indexer.backends.credentials import ANONYMOUS
 from indexer.errors import BackendUnavailable
-from indexer.fanout import DEBOUNCE_SECONDS
-from indexer.server import IndexerProcess
+from indexer.upkeep.rebuilds import DEBOUNCE_SECONDS
 
 OPEN_BATCH = 200  # sessions opened at once while filling up to a count
 

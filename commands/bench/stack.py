@@ -16,7 +16,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -33,6 +32,7 @@ import yaml
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from commands.bench.common import CatalogFile
+from commands.ports import free_port
 
 CLI = [sys.executable, "-m", "commands.cli"]
 _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: never via a proxy
@@ -42,13 +42,6 @@ _LOOPBACK_ENV = {
     "PYTHONUNBUFFERED": "1",
 }
 POLL = 0.05  # seconds between readiness checks
-
-
-def free_port() -> int:
-    """A loopback TCP port nothing listens on now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def http_answers(url: str) -> bool:

@@ -69,7 +69,7 @@ class Offers:
     """What a server offers beside tools, from the capabilities of its `initialize` result.
 
     The router reads it to know which backends to ask for resources, prompts and completions
-    (indexer/reachable.py), so a backend that offers none of them is never asked.
+    (indexer/api/reachable.py), so a backend that offers none of them is never asked.
     """
 
     resources: bool = False

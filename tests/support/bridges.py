@@ -26,7 +26,8 @@ import yaml
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.support.processes import Proc, free_port, start_process
+from commands.ports import free_port
+from tests.support.processes import Proc, start_process
 
 ROOT = Path(__file__).resolve().parents[2]
 CLI = [sys.executable, "-m", "commands.cli"]

@@ -15,8 +15,9 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+from commands.ports import free_port
 from tests.support.bridges import EVERYTHING
-from tests.support.processes import Proc, free_port, start_process
+from tests.support.processes import Proc, start_process
 from tests.support.routers import LightStack, light_stack
 from tests.support.waits import WAIT
 

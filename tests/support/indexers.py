@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 
+from indexer.api.server import IndexerProcess
 from indexer.embedder import FakeEmbedder
-from indexer.server import IndexerProcess
 from toolsearch.config import Config
 
 

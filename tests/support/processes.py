@@ -1,6 +1,6 @@
 """Real processes for tests: a free port, a process started and waited for, and a clean stop.
 
-    port = free_port()
+    port = free_port()  # commands/ports.py
     proc = start_process([sys.executable, "-m", "commands.cli", ...], f"http://127.0.0.1:{port}/healthz")
     try:
         ...
@@ -15,9 +15,9 @@ file rather than a pipe, so a chatty process never blocks on a full pipe.
 from __future__ import annotations
 
 import contextlib
+import http.client
 import os
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -30,13 +30,6 @@ from typing import IO
 
 POLL_INTERVAL = 0.05  # seconds between readiness probes; the wait doubles as an exit check
 _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # a proxy must not answer for us
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port nothing listens on right now (the OS picks it; another process could still take it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
 
 
 class Proc:
@@ -116,8 +109,8 @@ def url_answers(url: str, timeout: float = 1.0) -> bool:
     try:
         with _DIRECT.open(url, timeout=timeout) as response:
             return 200 <= int(response.status) < 400
-    except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
-        return False
+    except (urllib.error.URLError, http.client.HTTPException, OSError):
+        return False  # nothing answers yet, or not HTTP/1.1 (a port another part holds)
 
 
 def start_process(

@@ -19,8 +19,9 @@ from pathlib import Path
 
 import pytest
 
+from commands.ports import free_port
 from indexer.state import State, make_state
-from tests.support.processes import Proc, free_port, start_process
+from tests.support.processes import Proc, start_process
 from tests.support.stack import wait_until
 
 START_TIMEOUT = 10.0

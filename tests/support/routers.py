@@ -20,10 +20,11 @@ from typing import Any
 
 import yaml
 
-from indexer.server import IndexerProcess, create_server
+from commands.ports import free_port
+from indexer.api.server import IndexerProcess, create_server
 from tests.support.catalogs import small_catalog
 from tests.support.indexers import running_indexer
-from tests.support.processes import Proc, free_port, start_process
+from tests.support.processes import Proc, start_process
 from tests.support.stack import CLI
 from toolsearch.config import load_config
 

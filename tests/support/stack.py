@@ -16,7 +16,8 @@ import httpx2
 import yaml
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from tests.support.processes import Proc, free_port, start_process
+from commands.ports import free_port
+from tests.support.processes import Proc, start_process
 from toolsearch.config import load_config
 from toolsearch.transport import ChannelSecurity, channel_security, sync_channel
 

@@ -1,0 +1,175 @@
+"""Answering find_tool: embed the query, search the session's current version, say how well it matched.
+
+Each tool found carries its server (the backend id, and the server's own title and description
+from its initialize result) and a match band. An answer also names the session's backends that are
+down or rejected its credentials, and one whose best match is weak says so, so that a model does not
+keep looking for a tool that cannot be had right now. Empty answers say why.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Sequence
+
+import numpy as np
+
+from indexer.backends.registry import Registry
+from indexer.errors import InvalidRequest
+from indexer.retrieval.embeddings import Embeddings
+from indexer.retrieval.index import IndexVersion, VersionPool
+from indexer.retrieval.search import match_band
+from indexer.retrieval.text import query_texts
+from indexer.retrieval.tools import estimate_prompt_tokens
+from indexer.sessions.views import LiveSession
+from indexer.state.listings import ServerInfo
+from indexer.traces import tracer
+from toolsearch.answers import compact_definition, trim
+from toolsearch.indexer_settings import Search
+from toolsearch.v1 import indexer_pb2 as pb
+
+MAX_KEYWORDS = 32
+SERVER_DESCRIPTION_CHARS = 300  # what a server says of itself, as an answer carries it
+
+
+def server_title(info: ServerInfo) -> str:
+    """A server's own name for itself: its title, else its name."""
+    return info.title or info.name
+
+
+def server_description(info: ServerInfo) -> str:
+    """What a server says it is for: its description, else the start of its instructions."""
+    return trim(info.description or info.instructions, SERVER_DESCRIPTION_CHARS)
+
+
+class Finder:
+    """Searches sessions' versions; holds the query embedder and the operator's search settings."""
+
+    def __init__(self, embeddings: Embeddings, registry: Registry, pool: VersionPool, search: Search) -> None:
+        self._embeddings = embeddings
+        self._registry = registry
+        self._pool = pool
+        self._search = search
+
+    def versions(self) -> list[IndexVersion]:
+        return self._pool.versions()
+
+    def _check(self, query: str, keywords: Sequence[str], limit: int) -> int:
+        if len(query) > self._search.max_query_chars:
+            raise InvalidRequest(
+                f"tool_description is {len(query)} characters; the limit is {self._search.max_query_chars}: "
+                "describe the task in fewer words"
+            )
+        if len(keywords) > MAX_KEYWORDS or any(len(k) > 200 for k in keywords):
+            raise InvalidRequest(
+                f"tool_keywords takes at most {MAX_KEYWORDS} keywords of at most 200 characters"
+            )
+        if limit == 0:
+            return self._search.default_limit
+        if limit > self._search.max_limit:
+            raise InvalidRequest(f"limit is {limit}; it must be between 1 and {self._search.max_limit}")
+        return limit
+
+    def _empty_reason(self, session: LiveSession) -> str:
+        accepted = session.record.accepted
+        if not accepted:
+            return "this session has no tools: every backend rejected its credentials, or none is configured"
+        advertised = [b for b in accepted if self._registry.get(b).advertised]
+        if not advertised:
+            return (
+                f"no backend is healthy right now ({len(accepted)} configured for this session): "
+                "try again shortly"
+            )
+        return "the healthy backends of this session offer no tools"
+
+    @staticmethod
+    def _weak_note(unavailable: Sequence[pb.UnavailableBackend]) -> str:
+        note = (
+            "no tool matches this task strongly: the tools below are the closest, and may not do it. "
+            "Describe the task differently, or do without a tool."
+        )
+        if unavailable:
+            named = ", ".join(f"{u.id} ({u.status})" for u in unavailable)
+            note += f" Unavailable right now, so their tools cannot be found or called: {named}."
+        return note
+
+    def _unavailable(self, session: LiveSession) -> list[pb.UnavailableBackend]:
+        """The session's backends whose tools cannot be found now: down, or refusing its credentials."""
+        out = []
+        for backend_id in sorted(session.record.accepted):
+            state = self._registry.states.get(backend_id)
+            if state is not None and not state.advertised:
+                info = state.listing.server if state.listing is not None else ServerInfo()
+                out.append(
+                    pb.UnavailableBackend(id=backend_id, status=state.status, server_title=server_title(info))
+                )
+        out.extend(
+            pb.UnavailableBackend(id=backend_id, status="rejected")
+            for backend_id in sorted(session.record.rejected_at_creation)
+        )
+        return out
+
+    async def find(
+        self, session: LiveSession, query: str, keywords: Sequence[str], limit: int, compact: bool = False
+    ) -> pb.FindToolsResponse:
+        """The best tools of the session's current version for a query; `compact` trims definitions."""
+        limit = self._check(query, keywords, limit)
+        snapshot = session.current  # read once: the whole answer comes from this version
+        version = snapshot.version
+        response = pb.FindToolsResponse(
+            version=pb.IndexVersionRef(number=snapshot.number, fingerprint=version.fingerprint)
+        )
+        baseline = version.baseline_tokens
+        if not version.tools:
+            response.empty_reason = self._empty_reason(session)
+        elif not query.strip() and not any(k.strip() for k in keywords):
+            response.empty_reason = "the query is empty: describe the task in tool_description"
+        else:
+            # the whole query, then each sentence of a long one; concurrent queries share model calls
+            texts = query_texts(query, keywords)
+            with tracer.start_as_current_span("embed query") as span:
+                span.set_attribute("toolsearch.texts", len(texts))  # how many, never what
+                rows = await asyncio.gather(*(self._embeddings.embed_query(text) for text in texts))
+            with tracer.start_as_current_span("search") as span:
+                hits = version.find_hits(query, np.vstack(rows), keywords, limit)
+                span.set_attributes(
+                    {
+                        "toolsearch.index_version": f"v{snapshot.number}/{version.fingerprint[:12]}",
+                        "toolsearch.hits": len(hits),
+                    }
+                )
+            for tool, hit in hits:
+                info = version.server(tool.backend_id)
+                definition_json = tool.definition_json
+                if compact:
+                    definition_json = json.dumps(
+                        compact_definition(json.loads(definition_json)),
+                        ensure_ascii=False,
+                        separators=(",", ":"),
+                    )
+                response.tools.append(
+                    pb.FoundTool(
+                        name=tool.name,
+                        backend_id=tool.backend_id,
+                        definition_json=definition_json,
+                        score=hit.score,
+                        server_title=server_title(info),
+                        server_description=server_description(info),
+                        match=match_band(hit.match),
+                        relevance=hit.match,
+                    )
+                )
+            if not hits:
+                response.empty_reason = (
+                    "no tool matched the query closely enough: describe the task differently"
+                )
+        response.unavailable.extend(self._unavailable(session))
+        if response.tools and response.tools[0].match == "weak":
+            response.note = self._weak_note(response.unavailable)
+        returned = sum(estimate_prompt_tokens(t.definition_json) for t in response.tools)
+        response.token_metrics.baseline_tokens = baseline
+        response.token_metrics.returned_tokens = returned
+        response.token_metrics.savings_percent = (
+            round(100.0 * (1 - returned / baseline), 2) if baseline else 0.0
+        )
+        return response

@@ -1,0 +1,304 @@
+"""The indexer process: its parts wired together, and the gRPC server (`toolsearch indexer` runs `serve`).
+
+`IndexerProcess.build` constructs the parts in the order they depend on each other. The health path
+reads the same way: the `HealthMonitor` records each verdict in the `Registry` and asks the
+`Rebuilder` for a pass, which runs `SessionManager.rebuild_all`; with a shared state the `Replica`
+publishes the verdicts and the other replicas' `HealthFollower` adopts them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import gc
+import logging
+import signal
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+import httpx2
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1._async import HealthServicer
+from grpc_reflection.v1alpha import reflection
+
+from indexer.api.access import SharedSecretGuard
+from indexer.api.finder import Finder
+from indexer.api.metrics import IndexerMetrics, metrics_reader
+from indexer.api.service import IndexerService
+from indexer.backends.backend_sessions import BackendSessionEnder
+from indexer.backends.follower import HealthFollower
+from indexer.backends.registry import Registry
+from indexer.embedder import Embedder, load_embedder
+from indexer.retrieval.embeddings import Embeddings
+from indexer.retrieval.index import Builder, VersionPool
+from indexer.retrieval.search import SearchSettings
+from indexer.sessions.manager import SessionManager
+from indexer.state import EndedSession, LocalSessions, State, make_state, state_secret
+from indexer.traces import RpcSpans
+from indexer.upkeep.health import HealthMonitor
+from indexer.upkeep.rebuilds import Rebuilder
+from indexer.upkeep.reload import apply_changes, backend_changes
+from indexer.upkeep.replica import Replica
+from toolsearch.config import Config, ConfigError, load_config
+from toolsearch.transport import ServerSecurity, server_security
+from toolsearch.v1 import indexer_pb2, indexer_pb2_grpc
+
+logger = logging.getLogger(__name__)
+
+SERVICE_NAME = indexer_pb2.DESCRIPTOR.services_by_name["Indexer"].full_name
+
+
+def search_settings(config: Config) -> SearchSettings:
+    """The search settings an operator configured, over the tuned defaults."""
+    search = config.indexer.search
+    overrides = {
+        "dense_weight": search.dense_weight,
+        "lexical_weight": search.lexical_weight,
+        "min_score": search.min_score,
+    }
+    return dataclasses.replace(SearchSettings(), **{k: v for k, v in overrides.items() if v is not None})
+
+
+@dataclass
+class IndexerProcess:
+    """Every long-lived part of one indexer process."""
+
+    config: Config
+    embeddings: Embeddings
+    registry: Registry
+    pool: VersionPool
+    sessions: SessionManager
+    finder: Finder
+    transport: httpx2.AsyncHTTPTransport
+    rebuilder: Rebuilder
+    monitor: HealthMonitor | None = None  # None when health monitoring is switched off
+    state: State = field(default_factory=lambda: State(LocalSessions(), None))
+    replica: Replica | None = None  # with a shared state: the lease, publishing, events, the sweep
+    ender: BackendSessionEnder | None = None  # ends the backend sessions of ended sessions
+    _reloading: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
+
+    @classmethod
+    def build(cls, config: Config, embedder: Embedder, secrets: Mapping[str, str]) -> IndexerProcess:
+        settings = search_settings(config)
+        section = config.indexer
+        # the memory state has no password: one file serves both, its variables then may be unset
+        redis = section.state != "memory"
+        password_env = section.state_password_env if redis else None
+        sentinel_env = section.state_sentinel_password_env if redis else None
+        state = make_state(
+            section.state,
+            embedder.identity,
+            embedder.dimension,
+            section.cache_dir,
+            section.session_ttl,
+            section.lease_ttl,
+            password=state_secret(secrets, password_env, "indexer.state_password_env"),
+            sentinel_password=state_secret(secrets, sentinel_env, "indexer.state_sentinel_password_env"),
+            acks=section.state_acks,
+        )
+        embeddings = Embeddings(embedder, store=state.embeddings)
+        # one pooled transport for every discovery and probe: connections are reused across backends
+        transport = httpx2.AsyncHTTPTransport()
+        registry = Registry(config.backends, secrets, section.discovery_timeout, transport)
+        builder = Builder(
+            embed_documents=embeddings.embed_documents,
+            count_tokens=embedder.count_tokens,
+            max_tokens=embedder.max_tokens,
+            settings=settings,
+            separator=section.naming.separator,
+        )
+        pool = VersionPool(builder)
+        shared = state.shared
+        # with a shared state, the lease holder's verdicts reach this replica's registry through it
+        follower = HealthFollower(shared, registry) if shared is not None else None
+        ender = BackendSessionEnder(registry, transport, state.sessions.take_expired)
+        sessions = SessionManager(
+            registry,
+            pool,
+            section.naming,
+            max_per_principal=section.max_sessions_per_principal,
+            store=state.sessions,
+            shared=shared,
+            follower=follower,
+            max_sessions=section.max_sessions,
+            ender=ender,
+        )
+        finder = Finder(embeddings, registry, pool, section.search)
+        rebuilder = Rebuilder(sessions)
+        health = section.health
+        replica = None
+        if shared is not None and follower is not None:
+            follow = min(health.interval, 1.0)  # how stale a follower's view of the backends may get
+            replica = Replica(shared, registry, follower, sessions, rebuilder, follow)
+        monitor = HealthMonitor(registry, health, rebuilder, replica) if health.enabled else None
+        return cls(
+            config,
+            embeddings,
+            registry,
+            pool,
+            sessions,
+            finder,
+            transport,
+            rebuilder,
+            monitor,
+            state,
+            replica,
+            ender,
+        )
+
+    async def start(self) -> None:
+        """Discover every backend (failures are left out until they recover), then start probing.
+
+        With a shared state, Redis must answer first (else `StateUnavailable`); then this replica
+        takes the lease or adopts its holder's verdicts before it serves.
+        """
+        await self.state.ready()
+        logger.info("state: %s", self.state.description)
+        await self.registry.discover_all()
+        for state in self.registry.states.values():
+            tools = len(state.listing.tools) if state.listing else 0
+            logger.info(
+                "backend %s: %s, %d tools %s", state.config.id, state.status, tools, state.health.last_error
+            )
+        if self.replica is not None:
+            await self.replica.join()
+        # embed every tool before serving, so the first session opens as fast as the next
+        await self.sessions.warm()
+        if self.monitor is not None:
+            self.monitor.start()
+        if self.replica is not None:
+            self.replica.start()
+        if self.ender is not None:
+            self.ender.start()
+
+    async def reload(self, config: Config) -> None:
+        """Apply a reread configuration's backend list; other settings need a restart."""
+        async with self._reloading:
+            changes = backend_changes(self.config.backends, config.backends)
+            if config.model_copy(update={"backends": self.config.backends}) != self.config:
+                logger.warning("config reload: only the backend list changes without a restart")
+            await apply_changes(changes, self.registry, self.sessions, self.monitor, self.rebuilder)
+            self.config = self.config.model_copy(update={"backends": config.backends})
+            if self.replica is not None:
+                await self.replica.publish(force=True)
+
+    async def close(self) -> None:
+        if self.monitor is not None:
+            await self.monitor.close()
+        if self.replica is not None:
+            await self.replica.close()
+        await self.rebuilder.close()
+        if self.ender is not None:
+            if not self.state.sessions.shared:
+                # the sessions die with this process: so do their backend sessions
+                for record in await self.sessions.records():
+                    if record.backend_sessions:
+                        self.ender.end(EndedSession(record.id, record.token, dict(record.backend_sessions)))
+            await self.ender.close()
+        self.embeddings.close()
+        await self.state.close()
+        await self.transport.aclose()
+
+
+async def create_server(
+    indexer: IndexerProcess,
+    listen: str | None = None,
+    interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
+    security: ServerSecurity | None = None,
+) -> tuple[grpc.aio.Server, int]:
+    """A gRPC server with the indexer, health and reflection services; binds, does not start.
+
+    `security` protects the port (toolsearch/transport.py): TLS credentials, a shared secret.
+    """
+    security = security or ServerSecurity()
+    if security.secret is not None:
+        interceptors = [*interceptors, SharedSecretGuard(security.secret)]
+    age = indexer.config.indexer.connection_max_age
+    options: list[tuple[str, int]] = [("grpc.so_reuseport", 0)]
+    if age > 0:
+        # a connection closed now and then (GOAWAY: calls in flight finish) makes each router resolve
+        # dns:/// again, so replicas an autoscaler adds take calls within `connection_max_age`
+        options += [
+            ("grpc.max_connection_age_ms", int(age * 1000)),
+            ("grpc.max_connection_age_grace_ms", 60_000),
+        ]
+    server = grpc.aio.server(options=options, interceptors=list(interceptors) or None)
+    service = IndexerService(
+        indexer.sessions, indexer.registry, indexer.finder, indexer.embeddings, indexer.config.indexer.naming
+    )
+    indexer_pb2_grpc.add_IndexerServicer_to_server(service, server)
+    health = HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health, server)
+    reflection.enable_server_reflection(
+        (SERVICE_NAME, reflection.SERVICE_NAME, "grpc.health.v1.Health"), server
+    )
+    address = listen or indexer.config.indexer.listen
+    if security.credentials is not None:
+        port = server.add_secure_port(address, security.credentials)
+    else:
+        port = server.add_insecure_port(address)
+    if port == 0:
+        raise OSError(f"cannot listen on {listen or indexer.config.indexer.listen}")
+    # SERVING from the start: the server is only started once the indexer is ready
+    for name in ("", SERVICE_NAME):
+        await health.set(name, health_pb2.HealthCheckResponse.SERVING)
+    return server, port
+
+
+async def _reload_from(indexer: IndexerProcess, path: Path, env: Mapping[str, str]) -> None:
+    """Reread the configuration file and apply it; a bad file is reported and changes nothing."""
+    try:
+        config = await asyncio.to_thread(load_config, path, env)
+    except ConfigError as exc:
+        logger.error("config reload ignored: %s", exc)
+        return
+    await indexer.reload(config)
+
+
+async def serve(config: Config, secrets: Mapping[str, str], config_path: Path | None = None) -> None:
+    """Run the indexer until SIGTERM or SIGINT, then drain in-flight calls; SIGHUP rereads `config_path`."""
+    security = server_security(config.indexer, secrets)  # before the slow start: a bad secret fails fast
+    embedder = await asyncio.to_thread(
+        load_embedder, config.indexer.embedder, config.indexer.model, config.indexer.model_threads
+    )
+    indexer = IndexerProcess.build(config, embedder, secrets)
+    await indexer.start()
+    # What start-up loaded lives as long as the process (torch, the model, the warm-up's versions):
+    # frozen, a full collection no longer walks it, which took up to a second in the middle of a
+    # re-index or a request.
+    gc.freeze()
+    parts = (indexer.sessions, indexer.pool, indexer.registry, indexer.embeddings)
+    metrics = IndexerMetrics(metrics_reader(*parts, asyncio.get_running_loop()))
+    interceptors = [RpcSpans(), metrics.interceptor()]  # the span outermost: the log context runs in it
+    server, port = await create_server(indexer, interceptors=interceptors, security=security)
+    await server.start()
+    exporter = None
+    host = config.indexer.listen.rpartition(":")[0]
+    print(f"indexer listening on {host}:{port}", file=sys.stderr, flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    reloads: set[asyncio.Task[None]] = set()  # held so a running reload is not garbage-collected
+    if config_path is not None:
+
+        def on_hangup() -> None:
+            task = loop.create_task(_reload_from(indexer, config_path, secrets), name="config-reload")
+            reloads.add(task)
+            task.add_done_callback(reloads.discard)
+
+        loop.add_signal_handler(signal.SIGHUP, on_hangup)
+    try:
+        if config.indexer.metrics_listen:
+            exporter = metrics.serve(config.indexer.metrics_listen)
+        await stop.wait()
+    finally:
+        for task in list(reloads):
+            task.cancel()
+        await server.stop(config.indexer.shutdown_grace)
+        if exporter is not None:
+            await asyncio.to_thread(exporter.close)  # waits for its serving thread
+        await indexer.close()

@@ -1,0 +1,260 @@
+"""The gRPC servicer of `toolsearch.v1.Indexer`: the one place indexer errors become status codes.
+
+The indexer's records become protobuf messages through indexer/api/messages.py (a backend's
+`BackendHealth` a `BackendStatus`, for instance): the models inside stay free of the wire format.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import grpc
+
+from indexer.api.finder import Finder
+from indexer.api.messages import (
+    auth,
+    backend_session,
+    backend_status,
+    principal_of,
+    session_status,
+    suggestions,
+    version_ref,
+)
+from indexer.api.reachable import reachable_backends
+from indexer.api.resolution import ToolResolver
+from indexer.backends.registry import Registry
+from indexer.errors import (
+    IndexerError,
+    InvalidRequest,
+    NotReady,
+    SessionNotFound,
+    SessionsFull,
+    ToolNotFound,
+    TooManySessions,
+)
+from indexer.retrieval.embeddings import Embeddings
+from indexer.retrieval.tools import advertise
+from indexer.sessions.manager import SessionManager
+from indexer.state import BackendSession, StateUnavailable
+from toolsearch.indexer_settings import Naming
+from toolsearch.v1 import indexer_pb2 as pb
+from toolsearch.v1 import indexer_pb2_grpc as pb_grpc
+
+logger = logging.getLogger(__name__)
+
+_Req = TypeVar("_Req")
+_Resp = TypeVar("_Resp")
+
+_MAX_SESSION_ID = 1024  # characters of a backend session id or protocol version the state keeps
+SUGGESTIONS_KEY = "toolsearch-suggestions-bin"  # a tool-not-found's close names (pb.ToolSuggestions)
+_STATUS: dict[type, tuple[grpc.StatusCode, str]] = {
+    SessionNotFound: (grpc.StatusCode.NOT_FOUND, "session-not-found"),
+    ToolNotFound: (grpc.StatusCode.NOT_FOUND, "tool-not-found"),
+    InvalidRequest: (grpc.StatusCode.INVALID_ARGUMENT, "invalid-request"),
+    SessionsFull: (grpc.StatusCode.RESOURCE_EXHAUSTED, "sessions-full"),
+    TooManySessions: (grpc.StatusCode.RESOURCE_EXHAUSTED, "too-many-sessions"),
+    NotReady: (grpc.StatusCode.UNAVAILABLE, "not-ready"),
+    StateUnavailable: (grpc.StatusCode.UNAVAILABLE, "state-unavailable"),
+}
+
+
+def _status_for(exc: IndexerError | StateUnavailable) -> tuple[grpc.StatusCode, str]:
+    for cls in type(exc).__mro__:
+        if cls in _STATUS:
+            return _STATUS[cls]
+    return grpc.StatusCode.INTERNAL, "internal"
+
+
+def translated(
+    method: Callable[[Any, _Req, grpc.aio.ServicerContext], Awaitable[_Resp]],
+) -> Callable[[Any, _Req, grpc.aio.ServicerContext], Awaitable[_Resp]]:
+    """Turn indexer errors into status codes, and anything unexpected into INTERNAL without details."""
+
+    @functools.wraps(method)
+    async def wrapper(self: Any, request: _Req, context: grpc.aio.ServicerContext) -> _Resp:
+        try:
+            return await method(self, request, context)
+        except (IndexerError, StateUnavailable) as exc:
+            code, kind = _status_for(exc)
+            trailers = [("toolsearch-error", kind)]
+            if isinstance(exc, TooManySessions):
+                trailers.append(("toolsearch-retry-after", str(exc.retry_after)))  # seconds
+            if isinstance(exc, ToolNotFound):
+                trailers.append((SUGGESTIONS_KEY, suggestions(exc).SerializeToString()))  # type: ignore[arg-type]
+            context.set_trailing_metadata(tuple(trailers))
+            await context.abort(code, str(exc))
+        except grpc.aio.AbortError:
+            raise
+        except Exception:
+            logger.exception("%s failed", method.__name__)
+            context.set_trailing_metadata((("toolsearch-error", "internal"),))
+            await context.abort(grpc.StatusCode.INTERNAL, "internal error in the indexer (logged)")
+        raise AssertionError("unreachable: abort raises")
+
+    return wrapper
+
+
+class IndexerService(pb_grpc.IndexerServicer):
+    """Answers the router: sessions, searches, resolutions and status."""
+
+    def __init__(
+        self,
+        sessions: SessionManager,
+        registry: Registry,
+        finder: Finder,
+        embeddings: Embeddings,
+        naming: Naming | None = None,
+    ) -> None:
+        self._sessions = sessions
+        self._registry = registry
+        self._finder = finder
+        self._embeddings = embeddings
+        self._naming = naming or Naming()  # how tool names are made unique; resources and prompts follow it
+        self._resolver = ToolResolver(registry)
+
+    @translated
+    async def OpenSession(
+        self, request: pb.OpenSessionRequest, context: grpc.aio.ServicerContext
+    ) -> pb.OpenSessionResponse:
+        session = await self._sessions.open(
+            principal_of(request.principal), request.credentials.bearer_token or None, implied=request.implied
+        )
+        return pb.OpenSessionResponse(
+            session_id=session.id,
+            version=version_ref(session),
+            backends=sorted(session.record.accepted),
+            rejected_backends=sorted(session.record.rejected_at_creation),
+            tool=self._resolver.resolved(session, request.resolve) if request.resolve else None,
+        )
+
+    @translated
+    async def GetSession(
+        self, request: pb.GetSessionRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetSessionResponse:
+        session = await self._sessions.get(request.session_id, principal_of(request.principal))
+        tool = self._resolver.resolved(session, request.resolve) if request.resolve else None
+        return pb.GetSessionResponse(session_id=session.id, version=version_ref(session), tool=tool)
+
+    @translated
+    async def CloseSession(
+        self, request: pb.CloseSessionRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CloseSessionResponse:
+        token = request.credentials.bearer_token or None
+        await self._sessions.close(request.session_id, principal_of(request.principal), token)
+        return pb.CloseSessionResponse()
+
+    @translated
+    async def SetBackendSession(
+        self, request: pb.SetBackendSessionRequest, context: grpc.aio.ServicerContext
+    ) -> pb.SetBackendSessionResponse:
+        if request.backend_id not in self._registry.states:
+            raise InvalidRequest(f"unknown backend: {request.backend_id}")
+        given = request.backend_session
+        if len(given.session_id) > _MAX_SESSION_ID or len(given.protocol_version) > _MAX_SESSION_ID:
+            raise InvalidRequest(f"a backend session id is at most {_MAX_SESSION_ID} characters")
+        # a stateless backend's "session" is its negotiated version alone
+        known = given.session_id or given.protocol_version
+        wanted = BackendSession(given.session_id, given.protocol_version) if known else None
+        stored = await self._sessions.set_backend_session(
+            request.session_id, principal_of(request.principal), request.backend_id, request.previous, wanted
+        )
+        return pb.SetBackendSessionResponse(stored=backend_session(stored))
+
+    @translated
+    async def BackendSessions(
+        self, request: pb.BackendSessionsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.BackendSessionsResponse:
+        session = await self._sessions.get(request.session_id, principal_of(request.principal))
+        response = pb.BackendSessionsResponse()
+        for backend_id, kept in sorted(session.record.backend_sessions.items()):
+            state = self._registry.states.get(backend_id)
+            if state is None or not kept.session_id:
+                continue  # gone from the configuration, or a stateless backend's
+            backend = state.config
+            response.backends.append(
+                pb.SessionAtBackend(
+                    backend_id=backend_id,
+                    backend_url=backend.url,
+                    auth=auth(backend),
+                    backend_session=backend_session(kept),
+                    timeout_seconds=backend.timeout,
+                )
+            )
+        return response
+
+    @translated
+    async def ReachableBackends(
+        self, request: pb.ReachableBackendsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ReachableBackendsResponse:
+        session = await self._sessions.get(request.session_id, principal_of(request.principal))
+        return reachable_backends(session, self._registry, self._naming)
+
+    @translated
+    async def FindTools(
+        self, request: pb.FindToolsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.FindToolsResponse:
+        session = await self._sessions.get(request.session_id, principal_of(request.principal))
+        return await self._finder.find(
+            session, request.query, list(request.keywords), request.limit, request.compact
+        )
+
+    @translated
+    async def ResolveTool(
+        self, request: pb.ResolveToolRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ResolveToolResponse:
+        session = await self._sessions.get(request.session_id, principal_of(request.principal))
+        return self._resolver.resolve(session, request.name)
+
+    @translated
+    async def PinnedTools(
+        self, request: pb.PinnedToolsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.PinnedToolsResponse:
+        session = await self._sessions.get(request.session_id, principal_of(request.principal))
+        patterns = [tuple(p.split("/", 1)) for p in request.patterns if "/" in p]
+        listings: dict[str, Any] = {}
+        for backend_id in sorted(session.record.accepted):
+            state = self._registry.states.get(backend_id)
+            # the last listing, kept while the backend is down: health does not change the set
+            listing = session.record.own_listings.get(backend_id) or (state.listing if state else None)
+            if listing is not None:
+                listings[backend_id] = listing.tools
+        tools = [
+            t
+            for t in advertise(listings)
+            if any(b == t.backend_id and n in ("*", t.original_name) for b, n in patterns)
+        ]
+        return pb.PinnedToolsResponse(
+            tools=[
+                pb.FoundTool(name=t.name, backend_id=t.backend_id, definition_json=t.definition_json)
+                for t in tools
+            ]
+        )
+
+    @translated
+    async def Status(self, request: pb.StatusRequest, context: grpc.aio.ServicerContext) -> pb.StatusResponse:
+        embeddings = self._embeddings
+        response = pb.StatusResponse(
+            model=embeddings.identity,
+            embedding=pb.EmbeddingCounters(
+                model_calls=embeddings.model_calls,
+                texts_embedded=embeddings.texts_embedded,
+                cache_hits=embeddings.cache_hits,
+            ),
+        )
+        response.backends.extend(backend_status(state) for state in self._registry.states.values())
+        shared: dict[str, int] = {}
+        for session in await self._sessions.records():
+            shared[session.ref.fingerprint] = shared.get(session.ref.fingerprint, 0) + 1
+            response.sessions.append(session_status(session))
+        for version in self._finder.versions():
+            response.versions.append(
+                pb.VersionStatus(
+                    fingerprint=version.fingerprint,
+                    tool_count=len(version.tools),
+                    sessions=shared.get(version.fingerprint, 0),
+                )
+            )
+        return response

@@ -1,0 +1,4 @@
+"""Retrieval.
+
+Tools and their documents, the embedding cache, index versions, the hybrid search and tool names.
+"""

@@ -1,0 +1,450 @@
+"""Hybrid retrieval over one index version: dense (FAISS) and lexical (BM25), fused by standardised score.
+
+Each arm scores every tool: the dense arm as the best inner product between the query and the
+tool's views (FAISS over normalised vectors), the lexical arm with BM25 (bm25s) over the tool text
+plus any keywords. Each arm's scores are standardised over the catalog (z-scores) and combined with
+the configured weights, so a tool far ahead in one arm stays ahead after fusion whatever the other
+arm says, and every tool gets a score: the answer is always filled to `limit`. Exact names go first.
+
+A query that states several needs is scored need by need as well as whole: each need gets both arms
+of its own, and a tool's score mixes the whole query's with its best need's. Where the catalog has
+several backends, each server is also scored as a unit (its own text: name, what it says of itself,
+a line per tool), and that score lifts its tools, as hierarchical server-then-tool routing does.
+docs/retrieval.md has the measurements behind the defaults.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import bm25s
+import faiss
+import numpy as np
+import numpy.typing as npt
+
+from indexer.retrieval.documents import ServerDocument, ToolDocument, server_documents, tool_documents
+from indexer.retrieval.text import (
+    estimate_word_pieces,
+    lexical_tokens,
+    name_key,
+    query_texts,
+)
+
+Method = Literal["hybrid", "dense", "lexical"]
+FloatArray = npt.NDArray[np.float32]
+MAX_NAME_CHARS = 200  # longer queries are descriptions, never looked up as names
+# Match bands, cut from `Hit.match` (docs/retrieval.md has the precision each band had on the tune splits)
+STRONG_MATCH = 1.5
+POSSIBLE_MATCH = 1.0
+BLOCK_VIEWS = 512  # vectors per block (768 kB at 384 dimensions): small enough to stay in cache
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    """How the arms are weighed; the defaults are tuned (docs/retrieval.md)."""
+
+    dense_weight: float = 0.7
+    lexical_weight: float = 0.3
+    min_score: float | None = None  # hits below it are dropped, but never the best one
+    sentence_weight: float = 0.6  # share of a multi-need query's score from its best need
+    backend_weight: float = 0.2  # lift toward the tools of the backends that match best
+    server_weight: float = (
+        0.3  # lift by how well a tool's server, read as a unit, matches (with the backend lift)
+    )
+    server_lexical_share: float = 0.3  # of the server score, the share of BM25 over the server's text
+    bm25_k1: float = 1.2
+    bm25_b: float = 0.75
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    """One search result: the tool's position in the index, its fused score, and how it stands out.
+
+    `match` is the fused score standardised over the whole catalog and divided by sqrt(2 ln n), about
+    where the best of n unrelated scores would fall, so that one scale serves a catalog of 50 tools
+    and one of 5,000: over 1 a tool stands out more than chance would put any tool, and exact names
+    are always at least `STRONG_MATCH`.
+    """
+
+    position: int
+    score: float
+    match: float = 0.0
+
+
+def match_band(match: float) -> str:
+    """A `Hit.match` as a word a model can act on: strong, possible or weak."""
+    if match >= STRONG_MATCH:
+        return "strong"
+    return "possible" if match >= POSSIBLE_MATCH else "weak"
+
+
+def _standardise(scores: FloatArray) -> FloatArray:
+    """Scores as z-scores over the catalog; all zeros when they do not vary (nothing to tell apart)."""
+    std = float(scores.std())
+    if not np.isfinite(std) or std < 1e-9:
+        return np.zeros_like(scores)
+    standard: FloatArray = ((scores - scores.mean()) / std).astype(np.float32)
+    return standard
+
+
+def _standardise_rows(scores: FloatArray) -> FloatArray:
+    """`_standardise` applied to each row of a (rows, items) matrix at once."""
+    mean = scores.mean(axis=1, keepdims=True)
+    std = scores.std(axis=1, keepdims=True)
+    flat = ~np.isfinite(std) | (std < 1e-9)
+    standard: FloatArray = np.where(flat, 0.0, (scores - mean) / np.where(flat, 1.0, std)).astype(np.float32)
+    return standard
+
+
+def _run_starts(labels: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """Where each run of equal labels starts in a sorted label array."""
+    starts: npt.NDArray[np.int64] = np.flatnonzero(np.r_[True, labels[1:] != labels[:-1]]).astype(np.int64)
+    return starts
+
+
+class _Backends:
+    """Tools grouped by backend, for lifting the siblings of a backend's best-scoring tool."""
+
+    def __init__(self, backends: Sequence[str], weight: float) -> None:
+        labels = {backend: label for label, backend in enumerate(sorted(set(backends)))}
+        self.of = np.array([labels[b] for b in backends], dtype=np.int64)
+        self.order = np.argsort(self.of, kind="stable")
+        self.starts = _run_starts(self.of[self.order])
+        self.weight = np.float32(weight)
+
+    def lift(self, scores: FloatArray) -> FloatArray:
+        """Add a share of each backend's best score to each of its tools."""
+        best = np.maximum.reduceat(scores[self.order], self.starts)
+        lifted: FloatArray = (scores + self.weight * best[self.of]).astype(np.float32, copy=False)
+        return lifted
+
+
+def _inner_products(stored: FloatArray, queries: FloatArray) -> FloatArray:
+    """Every query row's inner product with every stored vector: shape (rows, vectors).
+
+    Fusion needs every tool's score, so the arm takes every inner product (a top-k search with
+    k=ntotal would also sort them) with FAISS's single-threaded kernel over the stored vectors: a
+    threaded BLAS product is faster on an idle machine but stalls on a busy one. Rows of a multi-row
+    query read the vectors block by block, each block once from memory.
+    """
+    count, dimension = stored.shape
+    by_view = np.empty((queries.shape[0], count), dtype=np.float32)
+    step = count if queries.shape[0] == 1 else BLOCK_VIEWS
+    for start in range(0, count, step):
+        size = min(step, count - start)
+        block = faiss.swig_ptr(stored[start : start + size])
+        for row, query in enumerate(queries):
+            faiss.fvec_inner_products_ny(  # type: ignore[attr-defined]  # the SWIG kernel has no stub
+                faiss.swig_ptr(by_view[row, start:]), faiss.swig_ptr(query), block, dimension, size
+            )
+    return by_view
+
+
+class _Servers:
+    """Each backend read as one unit, both arms over the servers' own texts, for the server lift."""
+
+    def __init__(
+        self, of: npt.NDArray[np.int64], vectors: FloatArray, owners: npt.NDArray[np.int64], terms: Any
+    ) -> None:
+        self.of = of  # tool -> server label
+        order = np.argsort(owners, kind="stable")
+        self.vectors = np.ascontiguousarray(vectors[order], dtype=np.float32)
+        self.starts = _run_starts(owners[order])
+        self.lexical: Any = None
+        self.vocabulary: dict[str, int] = {}
+        if any(terms):
+            self.lexical = bm25s.BM25(method="lucene")
+            self.lexical.index(terms, show_progress=False)
+            self.vocabulary = dict(self.lexical.vocab_dict)
+        self.count = len(self.starts)
+
+    def scores(self, queries: FloatArray, texts: Sequence[str], lexical_share: float) -> FloatArray:
+        """Per query row, each server's standardised score: dense (best view) and BM25, mixed."""
+        dense = np.maximum.reduceat(_inner_products(self.vectors, queries), self.starts, axis=1)
+        lexical = np.zeros_like(dense)
+        for row, text in enumerate(texts):
+            terms = [self.vocabulary[t] for t in lexical_tokens([text]) if t in self.vocabulary]
+            if terms and self.lexical is not None:
+                lexical[row] = self.lexical.get_scores(terms)
+        mixed: FloatArray = (1 - lexical_share) * _standardise_rows(dense)
+        return mixed + lexical_share * _standardise_rows(lexical)
+
+
+class SearchIndex:
+    """Both arms over one tool set. Immutable after `build`; safe to search from several threads."""
+
+    def __init__(
+        self,
+        settings: SearchSettings,
+        size: int,
+        dense: Any,
+        view_starts: npt.NDArray[np.int64],
+        lexical: Any,
+        exact: Mapping[str, tuple[int, ...]],
+        backends: _Backends | None,
+        servers: _Servers | None = None,
+    ) -> None:
+        """Use `build`; this only stores what it made."""
+        self.settings = settings
+        self.size = size
+        self._dense = dense
+        # the vectors FAISS holds, as an array without a copy: valid as long as `dense` lives
+        self._stored: FloatArray = faiss.rev_swig_ptr(dense.get_xb(), dense.ntotal * dense.d).reshape(
+            dense.ntotal, dense.d
+        )
+        self._view_starts = view_starts
+        self._lexical = lexical
+        self._vocabulary: dict[str, int] = dict(lexical.vocab_dict) if lexical is not None else {}
+        self._exact = exact
+        self._backends = backends
+        self._servers = servers
+
+    @classmethod
+    def build(
+        cls,
+        texts: Sequence[str],
+        names: Sequence[str],
+        aliases: Sequence[Sequence[str]],
+        vectors: np.ndarray,
+        settings: SearchSettings,
+        owners: np.ndarray | None = None,
+        backends: Sequence[str] | None = None,
+    ) -> SearchIndex:
+        """Index tools: `texts[i]` (lexical text), `names[i]` and `aliases[i]` belong to tool i.
+
+        `vectors` has one row per view; `owners[r]` is the tool of row r (default: one row per tool,
+        in order). `backends[i]`, when given, is tool i's backend, for the backend lift.
+        """
+        terms = [lexical_tokens([text]) for text in texts]
+        return cls.from_terms(terms, names, aliases, vectors, settings, owners, backends)
+
+    @classmethod
+    def from_terms(
+        cls,
+        terms: Sequence[Sequence[str]],
+        names: Sequence[str],
+        aliases: Sequence[Sequence[str]],
+        vectors: np.ndarray,
+        settings: SearchSettings,
+        owners: np.ndarray | None = None,
+        backends: Sequence[str] | None = None,
+        servers: Sequence[ServerDocument] | None = None,
+    ) -> SearchIndex:
+        """Index tools whose BM25 terms are known already: `terms[i]` are tool i's (`lexical_tokens`).
+
+        `servers`, when given with `backends`, are the servers' own documents (`server_documents`),
+        one per distinct backend, for the server lift. The other arguments are as for `build`.
+        """
+        size = len(terms)
+        if len(names) != size or len(aliases) != size or (backends is not None and len(backends) != size):
+            raise ValueError("texts, names, aliases and backends must have one entry per tool")
+        matrix = np.ascontiguousarray(vectors, dtype=np.float32)
+        rows = np.arange(size) if owners is None else np.asarray(owners, dtype=np.int64)
+        if matrix.ndim != 2 or matrix.shape[0] != rows.shape[0]:
+            raise ValueError(f"vectors has shape {matrix.shape}; expected one row per view ({rows.shape[0]})")
+        order = np.argsort(rows, kind="stable")
+        rows = rows[order]
+        if size and not np.array_equal(rows[_run_starts(rows)], np.arange(size)):
+            raise ValueError("every tool needs at least one vector, and owners must be tool positions")
+        dense = faiss.IndexFlatIP(matrix.shape[1])
+        dense.add(matrix[order])
+        lexical = None
+        if any(terms):  # bm25s cannot index a corpus without a single term
+            lexical = bm25s.BM25(k1=settings.bm25_k1, b=settings.bm25_b, method="lucene")
+            lexical.index(terms, show_progress=False)
+        exact: dict[str, list[int]] = {}
+        for position, (name, others) in enumerate(zip(names, aliases, strict=True)):
+            for key in {name_key(name), *(name_key(alias) for alias in others)} - {""}:
+                exact.setdefault(key, []).append(position)
+        grouped = None
+        if backends is not None and settings.backend_weight and len(set(backends)) > 1:
+            grouped = _Backends(backends, settings.backend_weight)
+        units = None
+        if grouped is not None and servers and settings.server_weight:
+            # the server arm is a backend-level signal like the lift: no backends, or no lift, none
+            units = _server_arm(backends or (), servers)
+        return cls(
+            settings,
+            size,
+            dense,
+            _run_starts(rows) if size else np.zeros(0, dtype=np.int64),
+            lexical,
+            {key: tuple(positions) for key, positions in exact.items()},
+            grouped,
+            units,
+        )
+
+    def _query_rows(self, query_vector: np.ndarray) -> FloatArray:
+        queries = np.ascontiguousarray(np.atleast_2d(query_vector), dtype=np.float32)
+        if queries.shape[1] != self._dense.d:
+            raise ValueError(f"query vector has dimension {queries.shape[1]}; the index has {self._dense.d}")
+        return queries
+
+    def _dense_rows(self, queries: FloatArray) -> FloatArray:
+        """Per query row and tool, the best inner product over the tool's views: shape (rows, tools)."""
+        rows: FloatArray = np.maximum.reduceat(
+            _inner_products(self._stored, queries), self._view_starts, axis=1
+        )
+        return rows
+
+    def dense_scores(self, query_vector: np.ndarray) -> FloatArray:
+        """Per tool, the best inner product over its views; for a multi-row query (the whole query,
+        then its needs) a mix of the whole query's score and the best need's."""
+        rows = self._dense_rows(self._query_rows(query_vector))
+        whole: FloatArray = rows[0]
+        if rows.shape[0] == 1:
+            return whole
+        share = np.float32(self.settings.sentence_weight)
+        mixed: FloatArray = (np.float32(1.0) - share) * whole + share * rows[1:].max(axis=0)
+        return mixed
+
+    def lexical_scores(self, query: str, keywords: Sequence[str]) -> FloatArray:
+        """BM25 of every tool for the query's terms and the keywords' terms."""
+        terms = [self._vocabulary[t] for t in lexical_tokens([query, *keywords]) if t in self._vocabulary]
+        if not terms or self._lexical is None:
+            return np.zeros(self.size, dtype=np.float32)
+        return np.asarray(self._lexical.get_scores(terms), dtype=np.float32)
+
+    def _fused_rows(self, query: str, queries: FloatArray, keywords: Sequence[str]) -> FloatArray:
+        """Per query row (the whole query, then each need), both arms standardised and weighed.
+
+        A need gets a lexical arm of its own, and, with servers, the lift of each tool's server as
+        that need reads it. Rows past the whole query are the needs `query_texts` gives, in order;
+        a caller that embedded only the whole query gets the whole query's row alone.
+        """
+        texts = query_texts(query, keywords)
+        if len(texts) != queries.shape[0]:
+            texts, queries = texts[:1], queries[:1]
+        dense = self._dense_rows(queries)
+        settings = self.settings
+        lexical = np.empty_like(dense)
+        for row, text in enumerate(texts):
+            lexical[row] = self.lexical_scores(query, keywords) if row == 0 else self.lexical_scores(text, ())
+        fused: FloatArray = settings.dense_weight * _standardise_rows(dense)
+        fused += settings.lexical_weight * _standardise_rows(lexical)
+        if self._servers is not None:
+            texts = [" ".join([query, *keywords]), *texts[1:]]
+            units = self._servers.scores(queries, texts, settings.server_lexical_share)
+            fused += np.float32(settings.server_weight) * units[:, self._servers.of]
+        return fused
+
+    def scores(
+        self, query: str, query_vector: np.ndarray, keywords: Sequence[str], method: Method
+    ) -> FloatArray:
+        """Every tool's score for a query under one method."""
+        if method == "dense":
+            return _standardise(self.dense_scores(query_vector))
+        if method == "lexical":
+            return _standardise(self.lexical_scores(query, keywords))
+        if method != "hybrid":
+            raise ValueError(f"unknown search method {method!r}")
+        rows = self._fused_rows(query, self._query_rows(query_vector), keywords)
+        fused: FloatArray = rows[0]
+        if rows.shape[0] > 1:
+            share = np.float32(self.settings.sentence_weight)
+            fused = (np.float32(1.0) - share) * rows[0] + share * rows[1:].max(axis=0)
+        return fused if self._backends is None else self._backends.lift(fused)
+
+    def search(
+        self,
+        query: str,
+        query_vector: np.ndarray,
+        keywords: Sequence[str],
+        limit: int,
+        method: Method = "hybrid",
+    ) -> list[Hit]:
+        """The best `limit` tools, best first: tools named exactly by the query, then by score.
+
+        `query_vector` is the embedded `query_text` (shape (d,)) or the embedded `query_texts`
+        (shape (m, d), whole query first). Empty only for an empty catalog or an empty query.
+        """
+        keywords = [k for k in keywords if k.strip()]
+        if not self.size or limit < 1 or (not query.strip() and not keywords):
+            return []
+        scores = self.scores(query, query_vector, keywords, method)
+        named: tuple[int, ...] = ()
+        if len(query) <= MAX_NAME_CHARS:
+            named = self._exact.get(name_key(query), ())
+        named = tuple(sorted(named, key=lambda p: (-scores[p], p)))[:limit]
+        ranked = scores.copy()
+        ranked[list(named)] = -np.inf
+        wanted = min(limit, self.size) - len(named)
+        best = np.arange(self.size)
+        if 0 < wanted < self.size:
+            best = np.argpartition(-ranked, wanted - 1)[:wanted]
+        best = best[np.lexsort((best, -ranked[best]))][: max(wanted, 0)]
+        top = float(scores.max())
+        mean, spread = float(scores.mean()), float(scores.std())
+        scale = spread * math.sqrt(2 * math.log(max(self.size, 3)))
+
+        def match(score: float) -> float:
+            return round((score - mean) / scale, 3) if scale > 1e-9 else 0.0
+
+        hits = [Hit(p, top + 1.0, max(match(top), STRONG_MATCH)) for p in named]
+        hits += [Hit(int(p), float(scores[p]), match(float(scores[p]))) for p in best]
+        if self.settings.min_score is not None:
+            kept = [h for h in hits if h.score >= self.settings.min_score]
+            hits = kept or hits[:1]
+        return hits
+
+
+def _server_arm(backends: Sequence[str], servers: Sequence[ServerDocument]) -> _Servers:
+    label = {server.backend: position for position, server in enumerate(servers)}
+    if missing := set(backends) - set(label):
+        raise ValueError(f"no server document for backends {sorted(missing)[:3]}")
+    vectors = np.concatenate([server.vectors for server in servers])
+    owners = np.repeat(np.arange(len(servers)), [len(server.vectors) for server in servers])
+    of = np.array([label[b] for b in backends], dtype=np.int64)
+    return _Servers(of, vectors, owners.astype(np.int64), [list(server.terms) for server in servers])
+
+
+def index_documents(
+    documents: Sequence[ToolDocument],
+    names: Sequence[str],
+    aliases: Sequence[Sequence[str]],
+    settings: SearchSettings,
+    backends: Sequence[str] | None = None,
+    servers: Sequence[ServerDocument] | None = None,
+) -> SearchIndex:
+    """An index over tools already derived: their vectors and terms concatenated, FAISS and BM25 built."""
+    if not documents:
+        raise ValueError("an index needs at least one tool")
+    vectors = np.concatenate([document.vectors for document in documents])
+    owners = np.repeat(np.arange(len(documents)), [len(document.vectors) for document in documents])
+    terms = [document.terms for document in documents]
+    return SearchIndex.from_terms(
+        terms, names, aliases, vectors, settings, owners=owners, backends=backends, servers=servers
+    )
+
+
+def build_tool_index(
+    definitions: Sequence[Mapping[str, Any]],
+    backends: Sequence[str],
+    names: Sequence[str],
+    aliases: Sequence[Sequence[str]],
+    embed_documents: Callable[[Sequence[str]], np.ndarray],
+    settings: SearchSettings,
+    count_tokens: Callable[[str], int] = estimate_word_pieces,
+    max_tokens: int = 256,
+    about: Mapping[str, str] | None = None,
+) -> SearchIndex:
+    """Text, views, embeddings and index for tools in one call: `tool_documents`, then `index_documents`.
+
+    The indexer runs the same two steps through its `Builder` (`indexer.index`), which memoises the
+    first per tool; `toolsearch eval` and the tests call this, so they measure what the indexer serves.
+
+    `count_tokens` and `max_tokens` are the embedder's, so that views are cut to what it reads;
+    `about[backend]` is what a server says of itself, for its server document.
+    """
+    if not definitions:  # nothing to concatenate: the empty index takes its dimension from the embedder
+        return SearchIndex.build(
+            [], names, aliases, np.asarray(embed_documents([])), settings, backends=backends
+        )
+    documents = tool_documents(definitions, backends, embed_documents, count_tokens, max_tokens)
+    servers = None
+    if settings.server_weight and settings.backend_weight and len(set(backends)) > 1:
+        servers = server_documents(definitions, backends, embed_documents, about, count_tokens, max_tokens)
+    return index_documents(documents, names, aliases, settings, backends, servers)

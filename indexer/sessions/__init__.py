@@ -1,0 +1,4 @@
+"""Sessions.
+
+Their records and limits, each session's catalog now, and the live view a request reads.
+"""

@@ -1,0 +1,288 @@
+"""Backend health: each backend probed on an interval, its status judged from the outcomes.
+
+A probe is what discovery does (MCP `initialize` + `tools/list`), bounded by the health timeout;
+at most `max_concurrent_probes` run at once, and a probe's timeout starts once it holds a slot.
+`judge` turns the previous status and one outcome into the next status; `CircuitBreaker` decides
+whether a dead backend is probed at all; `HealthMonitor` runs one probe loop per backend and records
+each verdict in the `Registry`. When what sessions may see changes (a backend crossing the
+advertised line, or an advertised backend's tool list changing) it asks the fan-out's `Rebuilder`
+(`indexer.fanout`) for a rebuild pass, which gives the sessions their new index versions. With
+replicas sharing state, only the lease holder probes, and its `Replica` publishes each verdict for
+the others to adopt. docs/health.md describes the statuses and transitions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import zlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Literal
+
+from indexer.backends.registry import Registry
+from indexer.errors import BackendError, BackendRejected, BackendUnavailable
+from indexer.state.backends import ADVERTISED, Status
+from indexer.state.listings import Listing
+from indexer.upkeep.rebuilds import Rebuilder
+from indexer.upkeep.replica import Replica
+from toolsearch.backend_settings import Backend
+from toolsearch.indexer_settings import Health
+
+logger = logging.getLogger(__name__)
+
+Outcome = Literal["ok", "rejected", "failed"]
+Circuit = Literal["closed", "open", "half-open"]
+Clock = Callable[[], float]
+Probe = Callable[[Backend, float], Awaitable[Listing]]
+
+# The listing's own deadline ends a probe; this later one only stops a probe that ignores it, so a
+# hanging backend never stalls its loop. Two deadlines at the same instant would race inside the SDK.
+_GUARD_SLACK = 1.0
+
+
+def judge(previous: Status, failures: int, outcome: Outcome, latency: float, settings: Health) -> Status:
+    """The status after one probe, given the status and consecutive failures before it.
+
+    - An answer: `degraded` when slower than `degraded_latency`, or when the backend was not
+      advertised and had failed before (one interval on probation after recovering); else `healthy`.
+    - A 401/403 to the indexer's own credentials: `unauthenticated` at once (an answer, not a fault
+      that may pass).
+    - A failure: `unhealthy` once `unhealthy_after` failures are consecutive. Fewer keep an
+      advertised status, so one lost probe does not drop a backend; a backend that is not advertised
+      has nothing to keep and is `unhealthy` at once (so a backend down at startup is never advertised).
+    """
+    if outcome == "ok":
+        if latency > settings.degraded_latency:
+            return "degraded"
+        recovering = previous not in ADVERTISED and (previous != "unknown" or failures > 0)
+        return "degraded" if recovering else "healthy"
+    if outcome == "rejected":
+        return "unauthenticated"
+    if failures + 1 >= settings.unhealthy_after or previous not in ADVERTISED:
+        return "unhealthy"
+    return previous
+
+
+class CircuitBreaker:
+    """Closed (probe), open (skip probes for `cooldown` seconds), half-open (one trial probe)."""
+
+    def __init__(self, cooldown: float, clock: Clock = time.monotonic) -> None:
+        self.cooldown = cooldown
+        self._clock = clock
+        self.state: Circuit = "closed"
+        self._opened_at = 0.0
+
+    def allow(self) -> bool:
+        """Whether to probe now; an open breaker turns half-open once the cooldown has passed."""
+        if self.state == "open" and self._clock() - self._opened_at >= self.cooldown:
+            self.state = "half-open"
+        return self.state != "open"
+
+    def record(self, answered: bool, status: Status) -> None:
+        """Close on an answer; open when the backend turns unhealthy or a trial probe fails."""
+        if answered:
+            self.state = "closed"
+        elif self.state == "half-open" or status == "unhealthy":
+            self.state = "open"
+            self._opened_at = self._clock()
+
+
+def _reason(backend_id: str, before: Status, after: Status, tools_changed: bool) -> str | None:
+    """Why sessions need a new version after a verdict, or None when they do not."""
+    if (before in ADVERTISED) != (after in ADVERTISED):
+        if after in ADVERTISED:
+            return f"backend {backend_id} {'discovered' if before == 'unknown' else 'recovered'}"
+        return f"backend {backend_id} {after}"
+    if tools_changed and after in ADVERTISED:
+        return f"backend {backend_id} tool list changed"
+    return None
+
+
+class HealthMonitor:
+    """One probe loop per backend, concurrent and independent: a hanging backend stalls only itself."""
+
+    def __init__(
+        self,
+        registry: Registry,
+        settings: Health,
+        rebuilder: Rebuilder,
+        replica: Replica | None = None,
+        probe: Probe | None = None,
+        clock: Clock = time.monotonic,
+    ) -> None:
+        self._registry = registry
+        self._settings = settings
+        self._rebuilder = rebuilder  # told when what sessions may see changed
+        # With replicas sharing state: only the lease holder probes, and publishes each verdict for
+        # the others to adopt. None for an indexer alone, which always probes.
+        self._replica = replica
+        self._probe: Probe = probe or registry.probe
+        self._clock = clock
+        self._breakers: dict[str, CircuitBreaker] = {}
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._stops: dict[str, asyncio.Event] = {}
+        # Probes in flight, over all backends: hundreds at once would take the event loop from the
+        # requests being served, and wait for the shared connection pool.
+        self._slots = asyncio.Semaphore(settings.max_concurrent_probes)
+        self._queued: set[asyncio.Task[object]] = set()  # tasks waiting for a slot
+        self.probes = 0
+
+    @property
+    def tracked(self) -> list[str]:
+        """The backends with a running probe loop."""
+        return [b for b, task in self._tasks.items() if not task.done()]
+
+    @property
+    def queued(self) -> int:
+        """How many probes wait for a slot now."""
+        return len(self._queued)
+
+    def start(self) -> None:
+        """Start a probe loop for every backend of the registry."""
+        for backend_id in self._registry.states:
+            self.track(backend_id)
+
+    def track(self, backend_id: str) -> None:
+        """Start probing one backend (a no-op when it is already probed)."""
+        if backend_id in self.tracked:
+            return
+        breaker = self._settings.circuit_breaker
+        if breaker.enabled:
+            self._breakers[backend_id] = CircuitBreaker(breaker.cooldown, self._clock)
+            self._registry.set_circuit(backend_id, "closed")
+        stop = self._stops[backend_id] = asyncio.Event()
+        self._tasks[backend_id] = asyncio.get_running_loop().create_task(
+            self._loop(backend_id, stop), name=f"health-probe:{backend_id}"
+        )
+
+    async def untrack(self, backend_id: str) -> None:
+        """Stop probing one backend, wait until its loop has ended, and close its probe client."""
+        self._breakers.pop(backend_id, None)
+        task = self._tasks.pop(backend_id, None)
+        stop = self._stops.pop(backend_id, None)
+        if task is not None and stop is not None:
+            stop.set()
+            if task in self._queued:
+                task.cancel()  # still waiting for a slot: no exchange has begun, so it can end now
+            # A probe in flight is let finish (its timeout bounds it): cancelling the MCP client
+            # half-way through an exchange can leave the SDK's own tasks waiting forever.
+            done, _ = await asyncio.wait({task}, timeout=self._settings.timeout + 2 * _GUARD_SLACK)
+            if not done:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        await self._registry.close_probe_client(backend_id)
+
+    async def close(self) -> None:
+        """Stop every probe loop, all at once, and close every probe client."""
+        await asyncio.gather(*(self.untrack(backend_id) for backend_id in list(self._tasks)))
+        await self._registry.close_probe_clients()
+
+    async def _loop(self, backend_id: str, stop: asyncio.Event) -> None:
+        # A fixed cadence rather than a pause after each probe, so a slow probe does not stretch it.
+        loop = asyncio.get_running_loop()
+        interval = self._settings.interval
+        # Each backend keeps its own phase within the interval, so hundreds of backends are not
+        # probed in one burst that starves the requests the indexer is serving.
+        phase = zlib.crc32(backend_id.encode()) / 2**32
+        due = loop.time() + interval * (1 + phase)
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), max(0.0, due - loop.time()))
+            if stop.is_set():
+                return
+            due = max(due + interval, loop.time())
+            if self._replica is not None and not self._replica.leading:
+                continue  # another replica probes; this one adopts its verdicts
+            breaker = self._breakers.get(backend_id)
+            if breaker is not None and not breaker.allow():
+                continue
+            try:
+                await self.check(backend_id)
+                if self._replica is not None:
+                    await self._replica.publish(backend_id)
+            except Exception:
+                # a bug in one verdict must not end monitoring of this backend
+                logger.exception("health probe of %s failed unexpectedly", backend_id)
+
+    @contextlib.asynccontextmanager
+    async def _slot(self) -> AsyncIterator[None]:
+        """Hold one of the probe slots; while waiting, `untrack` may cancel the task at once."""
+        task = asyncio.current_task()
+        assert task is not None
+        self._queued.add(task)
+        try:
+            await self._slots.acquire()
+        finally:
+            self._queued.discard(task)
+        try:
+            yield
+        finally:
+            self._slots.release()
+
+    async def _outcome(self, backend: Backend) -> tuple[Outcome, Listing | None, BackendError | None]:
+        timeout = min(self._settings.timeout, backend.timeout)
+        try:
+            async with asyncio.timeout(timeout + _GUARD_SLACK):
+                listing = await self._probe(backend, timeout)
+        except BackendRejected as exc:
+            # Passthrough backends are probed without a caller's token: refusing it means alive.
+            if backend.auth.type == "passthrough":
+                return "ok", None, None
+            return "rejected", None, exc
+        except BackendError as exc:
+            return "failed", None, exc
+        except TimeoutError:
+            return "failed", None, BackendUnavailable(backend.id, f"no answer within {timeout:g}s")
+        return "ok", listing, None
+
+    async def check(self, backend_id: str) -> str | None:
+        """Probe one backend once a slot is free and record the verdict; returns the reason announced, if any.
+
+        Neither the timeout nor the latency counts the wait for a slot: waiting is not the backend's doing.
+        """
+        probed = self._registry.states.get(backend_id)
+        if probed is None:
+            return None
+        backend = probed.config
+        async with self._slot():
+            started = time.perf_counter()
+            outcome, listing, error = await self._outcome(backend)
+            latency = time.perf_counter() - started
+        self.probes += 1
+        # judged against the state now: other verdicts may have been recorded while it was probed
+        state = self._registry.states.get(backend_id)
+        if state is None or state.config is not backend:
+            return None  # removed or replaced by a config reload while it was probed
+        before = state.status
+        after = judge(before, state.health.consecutive_failures, outcome, latency, self._settings)
+        tools_changed = False
+        if outcome != "ok":
+            assert error is not None
+            self._registry.record_failure(backend_id, error, after)
+        elif listing is None or backend.auth.type == "passthrough":
+            # a passthrough backend's tools are listed per session, with each caller's token
+            self._registry.record_answer(backend_id, latency, after)
+        else:
+            tools_changed = self._registry.record_listing(backend_id, listing, after)
+        breaker = self._breakers.get(backend_id)
+        if breaker is not None:
+            breaker.record(outcome != "failed", after)
+            self._registry.set_circuit(backend_id, breaker.state)
+        reason = _reason(backend_id, before, after, tools_changed)
+        # every probe at debug (one per backend per interval); only a change of status at info
+        logger.debug(
+            "probe of %s: %s in %.0f ms, %s%s",
+            backend_id,
+            outcome,
+            latency * 1000,
+            after,
+            f" ({error.reason})" if error else "",
+        )
+        if before != after:
+            logger.info("backend %s: %s -> %s %s", backend_id, before, after, error.reason if error else "")
+        if reason is not None:
+            self._rebuilder.request(reason)
+        return reason

@@ -1,0 +1,298 @@
+"""The router application: MCP Streamable HTTP at `/mcp`, health at `/healthz` and `/readyz`, `/metrics`,
+and the status page at `/status` and `/status.json` (router/observe/status_page.py).
+
+`create_app` builds a plain Starlette app (the SDK's own framework); its lifespan opens what every
+request shares (the gRPC channel to the indexer, the backends' connection pools, the SDK's
+stateless session managers behind the session layer: JSON answers, and SSE for calls that
+ask for progress), hands it to requests as lifespan state, and
+closes it on shutdown. Every request first passes the Host and Origin guard (router/frontdoor/origins.py).
+In `jwt` mode the app also serves its OAuth protected resource metadata
+(router/frontdoor/resource_metadata.py).
+`serve` runs the app under uvicorn with the front door's bounds (router/frontdoor/server.py;
+`toolsearch router --config FILE`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import Any, TypedDict
+
+import httpx2
+from mcp.server.caching import CacheHint
+from mcp.server.lowlevel.server import Server
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp_types import (
+    CallToolRequestParams,
+    CompleteRequestParams,
+    GetPromptRequestParams,
+    PaginatedRequestParams,
+    ReadResourceRequestParams,
+)
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
+
+from router.caller import Authenticator
+from router.errors import AuthConfigError
+from router.frontdoor.auth import AnonymousAuthenticator, authenticator_for
+from router.frontdoor.bodies import DRAIN_FACTOR
+from router.frontdoor.origins import HostPolicy, OriginGuard
+from router.frontdoor.resource_metadata import ResourceMetadata
+from router.frontdoor.server import ShutdownGuard, router_server
+from router.frontdoor.session_layer import SessionLayer
+from router.handlers.meta_tools import MetaTools
+from router.handlers.prompts import Prompts
+from router.handlers.resources import Resources
+from router.link.indexer_client import IndexerClient
+from router.observe.access_log import AccessInterceptor, AccessLog
+from router.observe.latency_window import FindToolLatency
+from router.observe.metrics import RequestObserver, RouterMetrics
+from router.observe.status_page import StatusPage
+from router.upstream.backend_requests import BackendRequests
+from router.upstream.backends import BackendCaller
+from router.upstream.pools import BackendPools
+from toolsearch.config import Config
+from toolsearch.router_settings import RouterAuth
+from toolsearch.transport import ChannelSecurity, TransportConfigError, channel_security
+
+logger = logging.getLogger(__name__)
+
+INSTRUCTIONS = (
+    "This server fronts many tools through two: find_tool searches them by what you need done and "
+    "returns the best matches with their input schemas; call_tool runs one of them by name."
+)
+# The two meta-tools never change while the router runs, so clients may keep the list a while.
+_TOOLS_LIST_HINT = CacheHint(ttl_ms=600_000, scope="public")
+# Resources and prompts are the session's backends', which health changes at any moment: stale at
+# once, and never shared across callers.
+_SESSION_HINT = CacheHint(ttl_ms=0, scope="private")
+
+
+def build_server(
+    tools: MetaTools,
+    metrics: RouterMetrics | None = None,
+    resources: Resources | None = None,
+    prompts: Prompts | None = None,
+) -> Server[Any]:
+    """The MCP server behind `/mcp`: `tools/list` and `tools/call` answered by the meta-tools, and,
+    with `resources` and `prompts`, the resource, prompt and completion methods over the session's
+    backends (which the SDK then advertises in the initialize answer's capabilities).
+
+    With `metrics`, every `tools/call` is counted and timed.
+    """
+    server: Server[Any] = Server(
+        "toolsearch",
+        version="0.1.0",
+        instructions=INSTRUCTIONS,
+        cache_hints={
+            "tools/list": _TOOLS_LIST_HINT,
+            "resources/list": _SESSION_HINT,
+            "resources/templates/list": _SESSION_HINT,
+            "resources/read": _SESSION_HINT,
+            "prompts/list": _SESSION_HINT,
+        },
+        get_tool_input_schema=tools.input_schema,
+        on_list_tools=tools.list_tools,
+    )
+    # Registered directly so the handler may return the wire dict it built (find_tool's answer).
+    handler = metrics.observe_tool_calls(tools.call_tool) if metrics is not None else tools.call_tool
+    server.add_request_handler("tools/call", CallToolRequestParams, AccessLog.observe_tool_calls(handler))
+    # Registered directly too: the backends' entries and results pass through as the wire had them.
+    if resources is not None:
+        server.add_request_handler("resources/list", PaginatedRequestParams, resources.list_resources)
+        server.add_request_handler(
+            "resources/templates/list", PaginatedRequestParams, resources.list_templates
+        )
+        server.add_request_handler("resources/read", ReadResourceRequestParams, resources.read)
+    if prompts is not None:
+        server.add_request_handler("prompts/list", PaginatedRequestParams, prompts.list_prompts)
+        server.add_request_handler("prompts/get", GetPromptRequestParams, prompts.get_prompt)
+        server.add_request_handler("completion/complete", CompleteRequestParams, prompts.complete)
+    return server
+
+
+class RouterState(TypedDict):
+    """What the lifespan opens for every request, handed to requests as Starlette lifespan state.
+
+    An ASGI server copies it into each request's `scope["state"]`; handlers read `request.state`.
+    """
+
+    indexer: IndexerClient
+    sessions: SessionLayer  # `/mcp`: the session layer in front of the SDK's handler
+
+
+class _Mcp:
+    """`/mcp`: the session layer the lifespan built.
+
+    An object rather than a function: Starlette routes an object as an ASGI app, a function as a
+    request handler.
+    """
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        state: RouterState = scope["state"]
+        await state["sessions"](scope, receive, send)
+
+
+async def _healthz(request: Request) -> JSONResponse:
+    return JSONResponse({"status": "ok"})
+
+
+async def _readyz(request: Request[RouterState]) -> JSONResponse:
+    statuses = await request.state["indexer"].check_health()
+    if "SERVING" in statuses.values():
+        return JSONResponse({"status": "ready", "indexer": statuses})
+    reason = "no indexer answers the health check with SERVING"
+    return JSONResponse({"status": "not ready", "reason": reason, "indexer": statuses}, status_code=503)
+
+
+async def _http_error(request: Request, exc: Exception) -> JSONResponse:
+    # Routing's 404 and 405 answer JSON, as everything else the router says does.
+    assert isinstance(exc, HTTPException)  # the only exception it is registered for
+    return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=exc.headers)
+
+
+def create_app(
+    config: Config,
+    secrets: Mapping[str, str],
+    authenticator: Authenticator | None = None,
+    backend_transport: httpx2.AsyncBaseTransport | None = None,
+    indexer_security: ChannelSecurity | None = None,
+) -> Starlette:
+    """The router app for `config`.
+
+    `secrets` holds the values of backends' `header` credentials and of the indexer's shared secret
+    (entry points pass the environment); `authenticator` decides who callers are (default: everyone
+    is anonymous); `backend_transport` replaces the backends' connection pools with one transport
+    (the app then leaves closing it to the caller); `indexer_security` is the link to the indexer's
+    protection (default: read from `config` and `secrets`, raising `TransportConfigError`).
+    """
+    settings = config.router
+    security = indexer_security or channel_security(settings, secrets)
+    metrics = RouterMetrics()
+    resource_metadata = ResourceMetadata(settings.auth) if settings.auth.mode == "jwt" else None
+    authenticator = authenticator or AnonymousAuthenticator()
+    latency = FindToolLatency()
+    status_page = StatusPage(authenticator, latency)
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[RouterState]:
+        indexer = IndexerClient(
+            settings.indexer,
+            settings.indexer_timeout,
+            interceptors=[metrics.indexer_interceptor(), AccessInterceptor()],
+            security=security,
+            open_session_timeout=settings.open_session_timeout,
+        )
+        pools = BackendPools(settings.max_connections_per_backend, backend_transport)
+        caller = BackendCaller(pools)
+        tools = MetaTools(
+            indexer,
+            caller,
+            config.indexer.search,
+            secrets,
+            max_arguments_bytes=settings.max_arguments_bytes,
+            pinned=settings.pinned,
+        )
+        requests = BackendRequests(indexer, caller, secrets)
+        server = build_server(tools, metrics, Resources(requests), Prompts(requests))
+        manager = StreamableHTTPSessionManager(
+            server, stateless=True, json_response=True, max_request_body_size=settings.max_body_bytes
+        )
+        # the same server, answering with an SSE stream: for calls that asked for progress
+        streaming = StreamableHTTPSessionManager(
+            server, stateless=True, json_response=False, max_request_body_size=settings.max_body_bytes
+        )
+        sessions = SessionLayer(
+            manager.handle_request,
+            indexer,
+            authenticator,
+            settings.max_body_bytes,
+            resource_metadata,
+            streaming.handle_request,
+            tools.cancel,
+        )
+        try:
+            async with manager.run(), streaming.run():
+                yield {"indexer": indexer, "sessions": sessions}
+        finally:
+            await pools.aclose()
+            await indexer.close()
+
+    async def prometheus_metrics(request: Request) -> Response:
+        body, content_type = metrics.render()
+        return Response(body, media_type=content_type)
+
+    return Starlette(
+        routes=[
+            Route("/mcp", _Mcp()),
+            Route("/healthz", _healthz),
+            Route("/readyz", _readyz),
+            Route("/metrics", prometheus_metrics),
+            *status_page.routes(),
+            *(resource_metadata.routes() if resource_metadata is not None else []),
+        ],
+        middleware=[
+            Middleware(RequestObserver, metrics=metrics),
+            Middleware(AccessLog, listeners=[latency.observe]),
+            Middleware(ShutdownGuard, grace=settings.shutdown_grace),
+            Middleware(
+                OriginGuard,
+                policy=HostPolicy.for_listen(
+                    settings.listen, settings.allowed_hosts, settings.allowed_origins
+                ),
+                drain_limit=DRAIN_FACTOR * settings.max_body_bytes,
+            ),
+        ],
+        exception_handlers={HTTPException: _http_error},
+        lifespan=lifespan,
+    )
+
+
+def configured_authenticator(settings: RouterAuth, environ: Mapping[str, str]) -> Authenticator:
+    """The authenticator of `router.auth`, its key material read from `environ` and the JWKS file."""
+    if settings.mode == "anonymous":
+        return AnonymousAuthenticator()
+    secret = None
+    if settings.hs256_secret_env:
+        secret = environ.get(settings.hs256_secret_env)
+        if not secret:
+            name = settings.hs256_secret_env
+            raise AuthConfigError(f"router.auth.hs256_secret_env: the environment variable {name} is not set")
+    jwks = None
+    if settings.jwks_file is not None:
+        try:
+            jwks = json.loads(settings.jwks_file.read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise AuthConfigError(
+                f"router.auth.jwks_file: cannot read {settings.jwks_file} ({exc.strerror})"
+            ) from None
+        except ValueError:
+            raise AuthConfigError(f"router.auth.jwks_file: {settings.jwks_file} is not JSON") from None
+        if not isinstance(jwks, dict):
+            raise AuthConfigError(f"router.auth.jwks_file: {settings.jwks_file} is not a JSON Web Key Set")
+    return authenticator_for(settings, secret, jwks)
+
+
+def serve(config: Config, environ: Mapping[str, str], log_level: str, log_format: str) -> int:
+    """Serve `config` under uvicorn until interrupted; returns the exit code.
+
+    `environ` holds the key material the configuration names (entry points pass the environment).
+    """
+    try:
+        authenticator = configured_authenticator(config.router.auth, environ)
+        security = channel_security(config.router, environ)
+    except (AuthConfigError, TransportConfigError) as exc:
+        print(f"router: {exc}", file=sys.stderr)
+        return 2
+    app = create_app(config, environ, authenticator, indexer_security=security)
+    server = router_server(app, config.router, log_level, log_format)
+    server.run()
+    return 0 if server.started else 1

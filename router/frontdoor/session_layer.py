@@ -1,0 +1,267 @@
+"""The `Mcp-Session-Id` layer: an ASGI app in front of the SDK's stateless Streamable HTTP handler.
+
+The SDK's stateful session manager keeps each session's transport in process memory, which would
+pin a session to one router replica. The router runs the SDK stateless and keeps sessions in the
+indexer instead; this layer issues the session id on the `initialize` response, checks it on every
+other handshake-era request, ends it on `DELETE`, and hands the session to the tool handlers through
+`scope["state"]`. Clients of the stateless 2026-07-28 protocol send no session header: their session
+is implied by their principal.
+
+Router errors become HTTP responses through `http_answer` (router/error_answers.py); the body is
+always a JSON-RPC error.
+Every answer the layer gives itself (an error, a DELETE's 200) is sent after the request's body is
+drained (router/frontdoor/bodies.py), so a client still sending a body reads the answer instead of a reset.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from mcp_types import INVALID_REQUEST, PARSE_ERROR
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
+from starlette.datastructures import Headers
+from starlette.responses import Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from router.caller import STATE_KEY, Authenticator, Caller, Identity
+from router.error_answers import http_answer, jsonrpc_error_response
+from router.errors import (
+    RouterError,
+    Unauthenticated,
+)
+from router.frontdoor.bodies import DRAIN_FACTOR, Body, BodyTooLarge, ClientGone, answer_early
+from router.frontdoor.resource_metadata import ResourceMetadata
+from router.link.indexer_client import IndexerClient
+from toolsearch.logs import bind_session
+from toolsearch.v1 import indexer_pb2 as pb
+
+logger = logging.getLogger(__name__)
+
+JSONRPC_ID_KEY = "toolsearch.jsonrpc_id"  # and the posted message's id, for answers given outside it
+SESSION_HEADER = "mcp-session-id"
+VERSION_HEADER = "mcp-protocol-version"
+MISSING_SESSION = "missing Mcp-Session-Id header: send the id returned by initialize"
+# 2026-07-28 requests that reach backends, and so need the session the caller's principal implies
+SESSION_METHODS = frozenset(
+    {
+        "tools/call",
+        "resources/list",
+        "resources/templates/list",
+        "resources/read",
+        "prompts/list",
+        "prompts/get",
+        "completion/complete",
+    }
+)
+
+
+class ClientError(Exception):
+    """Raised when a request is malformed; carries the HTTP status and the JSON-RPC error code."""
+
+    def __init__(self, status: int, code: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+
+
+@dataclass(frozen=True, slots=True)
+class JsonRpcMessage:
+    """The parts of a posted JSON-RPC message the layer routes on."""
+
+    method: str | None  # None for a posted response
+    id: Any  # None for a notification or a response without one
+    is_request: bool
+    wants_progress: bool = False  # its params carry `_meta.progressToken`
+    params: Any = None  # as posted
+
+    @property
+    def named_tool(self) -> str:
+        """The `tool_name` a `tools/call` passes (call_tool's), looked up with the session check."""
+        params = self.params
+        if self.method != "tools/call" or not isinstance(params, dict):
+            return ""
+        arguments = params.get("arguments")
+        name = arguments.get("tool_name") if isinstance(arguments, dict) else None
+        return name if isinstance(name, str) else ""
+
+
+def parse_message(body: bytes) -> JsonRpcMessage:
+    """Sniff one JSON-RPC message; raises `ClientError` (400) for bad JSON, batches and non-messages."""
+    try:
+        decoded = json.loads(body)
+    except (ValueError, RecursionError):
+        raise ClientError(400, PARSE_ERROR, "Parse error: the body is not valid JSON") from None
+    if isinstance(decoded, list):
+        raise ClientError(
+            400, INVALID_REQUEST, "Batches are not supported: send one JSON-RPC message per request"
+        )
+    if not isinstance(decoded, dict) or decoded.get("jsonrpc") != "2.0":
+        raise ClientError(
+            400, INVALID_REQUEST, "Invalid request: the body must be a JSON-RPC 2.0 message object"
+        )
+    request_id = decoded.get("id")
+    if "method" in decoded:
+        if not isinstance(decoded["method"], str):
+            raise ClientError(400, INVALID_REQUEST, "Invalid request: 'method' must be a string")
+        params = decoded.get("params")
+        meta = params.get("_meta") if isinstance(params, dict) else None
+        wants_progress = isinstance(meta, dict) and meta.get("progressToken") is not None
+        return JsonRpcMessage(decoded["method"], request_id, "id" in decoded, wants_progress, params)
+    if "result" in decoded or "error" in decoded:
+        return JsonRpcMessage(None, request_id, False)
+    raise ClientError(400, INVALID_REQUEST, "Invalid request: a JSON-RPC message needs 'method' or 'result'")
+
+
+def is_handshake_era(headers: Headers) -> bool:
+    """Whether a request speaks the handshake protocol: no version header, or a handshake version."""
+    version = headers.get(VERSION_HEADER)
+    return version is None or version in HANDSHAKE_PROTOCOL_VERSIONS
+
+
+class SessionLayer:
+    """Issues, checks and ends `Mcp-Session-Id` around the SDK's stateless handler `app`.
+
+    With `resource_metadata`, every 401 points at the RFC 9728 document
+    (router/frontdoor/resource_metadata.py).
+    A `tools/call` that asks for progress goes to `streaming_app` (the SDK's handler answering with
+    an SSE stream), so what its backend reports during the call reaches the client before the result.
+    A handshake session's `notifications/cancelled` is handed to `on_cancelled` (which passes it on
+    to the backends) before the SDK acknowledges it: the call it cancels may run on another replica.
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        indexer: IndexerClient,
+        authenticator: Authenticator,
+        max_body_bytes: int,
+        resource_metadata: ResourceMetadata | None = None,
+        streaming_app: ASGIApp | None = None,
+        on_cancelled: Callable[[Caller, Mapping[str, Any]], Awaitable[None]] | None = None,
+    ) -> None:
+        self.app = app
+        self.streaming_app = streaming_app
+        self.on_cancelled = on_cancelled
+        self.indexer = indexer
+        self.authenticator = authenticator
+        self.max_body_bytes = max_body_bytes
+        self.resource_metadata = resource_metadata
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        request_id: Any = None
+        headers = Headers(scope=scope)
+        body = Body(receive, headers, self.max_body_bytes, DRAIN_FACTOR * self.max_body_bytes)
+        try:
+            identity = await self.authenticator.authenticate(headers)
+            method = scope["method"]
+            if method == "POST":
+                content_type = headers.get("content-type", "").partition(";")[0].strip().lower()
+                if content_type != "application/json":
+                    raise ClientError(
+                        415, INVALID_REQUEST, "Unsupported Media Type: send Content-Type: application/json"
+                    )
+                content = await body.read()
+                message = parse_message(content)
+                request_id = message.id
+                scope.setdefault("state", {})[JSONRPC_ID_KEY] = request_id
+                receive = body.replay(content)
+                await self._post(scope, receive, send, headers=headers, identity=identity, message=message)
+                return
+            if method == "DELETE":
+                response = await self._delete(headers, identity)
+            else:
+                # Stateless: no standalone server-to-client stream to open with GET.
+                response = Response(status_code=405, headers={"Allow": "POST, DELETE"})
+        except BodyTooLarge as exc:
+            response = jsonrpc_error_response(413, INVALID_REQUEST, str(exc), request_id)
+        except ClientError as exc:
+            response = jsonrpc_error_response(exc.status, exc.code, exc.message, request_id)
+        except Unauthenticated as exc:
+            response = http_answer(exc, request_id)
+            if self.resource_metadata is not None:
+                challenge = self.resource_metadata.challenge(exc.www_authenticate, scope)
+                response.headers["www-authenticate"] = challenge
+        except RouterError as exc:
+            response = http_answer(exc, request_id)
+        except ClientGone:
+            return
+        await answer_early(response, body, scope, send)
+
+    async def _post(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        *,
+        headers: Headers,
+        identity: Identity,
+        message: JsonRpcMessage,
+    ) -> None:
+        session_id = ""
+        resolved: pb.ResolveToolResponse | None = None
+        if is_handshake_era(headers):
+            if message.method == "initialize" and message.is_request:
+                await self._initialize(scope, receive, send, identity)
+                return
+            session_id = headers.get(SESSION_HEADER, "")
+            if not session_id:
+                raise ClientError(400, INVALID_REQUEST, MISSING_SESSION)
+            checked = await self.indexer.get_session(session_id, identity.principal, message.named_tool)
+            resolved = checked.tool if checked.HasField("tool") else None
+            cancelled = message.method == "notifications/cancelled" and not message.is_request
+            if cancelled and self.on_cancelled is not None and isinstance(message.params, dict):
+                await self.on_cancelled(Caller(identity, session_id), message.params)
+        elif message.method in SESSION_METHODS and headers.get(VERSION_HEADER) in MODERN_PROTOCOL_VERSIONS:
+            opened = await self.indexer.open_session(
+                identity.principal, identity.bearer_token, implied=True, resolve=message.named_tool
+            )
+            session_id = opened.session_id
+            resolved = opened.tool if opened.HasField("tool") else None
+        bind_session(session_id)  # the logs of the rest of this request name the session (a prefix)
+        streaming = self.streaming_app
+        streamed = streaming is not None and message.method == "tools/call" and message.wants_progress
+        scope.setdefault("state", {})[STATE_KEY] = Caller(identity, session_id, streamed, resolved)
+        await (streaming if streamed and streaming is not None else self.app)(scope, receive, send)
+
+    async def _initialize(self, scope: Scope, receive: Receive, send: Send, identity: Identity) -> None:
+        # The SDK answers first, held back, so a refused initialize opens no session at all.
+        held: list[Message] = []
+
+        async def hold(message: Message) -> None:
+            held.append(message)
+
+        scope.setdefault("state", {})[STATE_KEY] = Caller(identity, "")
+        await self.app(scope, receive, hold)
+        start = held[0] if held and held[0]["type"] == "http.response.start" else None
+        if start is not None and start["status"] == 200 and not _is_jsonrpc_error(held[1:]):
+            opened = await self.indexer.open_session(identity.principal, identity.bearer_token)
+            bind_session(opened.session_id)
+            session_header = (SESSION_HEADER.encode(), opened.session_id.encode())
+            held[0] = {**start, "headers": [*start.get("headers", []), session_header]}
+        for message in held:
+            await send(message)
+
+    async def _delete(self, headers: Headers, identity: Identity) -> Response:
+        if not is_handshake_era(headers):
+            # 2026-07-28 has no sessions to end.
+            return Response(status_code=405, headers={"Allow": "POST"})
+        session_id = headers.get(SESSION_HEADER, "")
+        if not session_id:
+            raise ClientError(400, INVALID_REQUEST, MISSING_SESSION)
+        bind_session(session_id)
+        await self.indexer.close_session(session_id, identity.principal, identity.bearer_token)
+        return Response(status_code=200)
+
+
+def _is_jsonrpc_error(body_messages: list[Message]) -> bool:
+    body = b"".join(m.get("body", b"") for m in body_messages if m["type"] == "http.response.body")
+    try:
+        decoded = json.loads(body)
+    except ValueError:
+        return True  # not the JSON answer of a successful initialize
+    return not isinstance(decoded, dict) or "error" in decoded

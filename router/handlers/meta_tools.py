@@ -1,0 +1,244 @@
+"""`find_tool` and `call_tool`: the only two tools a client sees, their schemas and their handlers.
+
+Router errors become MCP answers here and only here: a mistake the model can correct (a wrong
+argument, an unknown tool, a failing backend) is a tool result with `isError` and a message saying
+how to correct it; a fault of the router's own (the indexer down) is a JSON-RPC error.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import mcp_types as types
+from mcp.server.context import HandlerResult, ServerRequestContext
+
+from router.caller import Caller
+from router.error_answers import text_result, tool_result_for
+from router.errors import RouterError
+from router.handlers.arguments import parse_find_tool
+from router.handlers.tool_calls import ToolCalls
+from router.link.indexer_client import IndexerClient
+from router.upstream.backend_messages import backend_request_id
+from router.upstream.backend_requests import caller_of
+from router.upstream.backends import BackendCaller
+from router.upstream.relays import NotificationRelay
+from toolsearch.answers import Answer, AnswerServer, AnswerTool, render_answer
+from toolsearch.indexer_settings import Search
+
+logger = logging.getLogger(__name__)
+
+FIND_TOOL = "find_tool"
+CALL_TOOL = "call_tool"
+INDEX_META_KEY = "toolsearch/index"
+CALL_TOOL_DESCRIPTION = (
+    "Run a tool that find_tool returned: pass its name as tool_name and its arguments, matching the "
+    "tool's inputSchema, as the parameters object."
+)
+CALL_TOOL_INPUT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "tool_name": {"type": "string", "description": "The name of a tool find_tool returned."},
+        "parameters": {
+            "type": "object",
+            "description": "The tool's arguments, as its inputSchema describes.",
+        },
+    },
+    "required": ["tool_name", "parameters"],
+}
+FIND_TOOL_OUTPUT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "tools": {
+            "type": "array",
+            "items": {"type": "object"},
+            "description": "MCP tool definitions, each with its server (backend id) and match "
+            "(strong, possible or weak).",
+        },
+        "servers": {
+            "type": "object",
+            "description": "Each server named in tools, by backend id: its own title and description.",
+        },
+        "unavailable": {
+            "type": "array",
+            "items": {"type": "object"},
+            "description": "Backends down now or that rejected the credentials: their tools cannot be had.",
+        },
+        "token_metrics": {
+            "type": "object",
+            "properties": {
+                "baseline_tokens": {"type": "integer"},
+                "returned_tokens": {"type": "integer"},
+                "savings_percent": {"type": "number"},
+            },
+        },
+        "message": {
+            "type": "string",
+            "description": "Why no tool was returned, or that the best match is weak.",
+        },
+    },
+    "required": ["tools", "token_metrics"],
+}
+_END_TIMEOUT = 2.0  # seconds to end a backend session that lost a race, at most
+
+
+def find_tool_input_schema(search: Search) -> dict[str, Any]:
+    """find_tool's input schema; the limit bounds come from the indexer's search settings.
+
+    A `compact` argument (true or false) is also accepted, over `indexer.search.compact`, but not
+    advertised: the schema is what every client sees, and the operator's default is what most need.
+    """
+    return {
+        "type": "object",
+        "properties": {
+            "tool_description": {"type": "string", "description": "What the tool should do, in plain words."},
+            "tool_keywords": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": "Optional keywords: names, domains, technical terms.",
+            },
+            "limit": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": search.max_limit,
+                "default": search.default_limit,
+                "description": "The most tools to return.",
+            },
+        },
+        "required": ["tool_description"],
+    }
+
+
+META_TOOLS = frozenset({FIND_TOOL, CALL_TOOL})
+
+
+def _listed(definition_json: str) -> types.Tool:
+    """A pinned tool as tools/list advertises it: its definition as the backend gave it."""
+    return types.Tool.model_validate(json.loads(definition_json))
+
+
+def _progress_token(params: types.CallToolRequestParams) -> str | int | None:
+    meta = params.meta  # a TypedDict of its snake_case keys
+    return meta.get("progress_token") if meta is not None else None
+
+
+class MetaTools:
+    """The handlers behind `tools/list` and `tools/call`; `max_arguments_bytes` 0 sets no size limit."""
+
+    def __init__(
+        self,
+        indexer: IndexerClient,
+        backends: BackendCaller,
+        search: Search,
+        secrets: Mapping[str, str],
+        max_arguments_bytes: int = 0,
+        pinned: Sequence[str] = (),
+    ) -> None:
+        self.indexer = indexer
+        self.pinned = list(pinned)  # "backend/tool" or "backend/*": advertised beside the meta-tools
+        self.max_limit = search.max_limit
+        self.compact = search.compact
+        self.calls = ToolCalls(indexer, backends, secrets, max_arguments_bytes)
+        self.cancel = self.calls.cancel  # a client's notifications/cancelled (the session layer's hook)
+        self.schemas = {FIND_TOOL: find_tool_input_schema(search), CALL_TOOL: CALL_TOOL_INPUT_SCHEMA}
+        self.tools = [
+            types.Tool(
+                name=FIND_TOOL,
+                description=search.find_tool_description,
+                input_schema=self.schemas[FIND_TOOL],
+                output_schema=FIND_TOOL_OUTPUT_SCHEMA,
+                annotations=types.ToolAnnotations(read_only_hint=True, open_world_hint=False),
+            ),
+            types.Tool(
+                name=CALL_TOOL, description=CALL_TOOL_DESCRIPTION, input_schema=CALL_TOOL_INPUT_SCHEMA
+            ),
+        ]
+
+    def input_schema(self, name: str) -> Mapping[str, Any] | None:
+        """A meta-tool's input schema by name (the SDK checks `Mcp-Param-*` headers against it)."""
+        return self.schemas.get(name)
+
+    async def list_tools(
+        self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        if not self.pinned:
+            return types.ListToolsResult(tools=self.tools)
+        caller = caller_of(ctx)
+        if not caller.session_id:
+            # a sessionless (2026-07-28) listing: pinned tools belong to a session's backends
+            return types.ListToolsResult(tools=self.tools)
+        try:
+            pinned = await self.indexer.pinned_tools(
+                caller.session_id, caller.identity.principal, self.pinned
+            )
+        except RouterError as exc:
+            tool_result_for(exc)  # raises the JSON-RPC error for the router's own faults
+            return types.ListToolsResult(tools=self.tools)
+        extra = [_listed(tool.definition_json) for tool in pinned.tools]
+        return types.ListToolsResult(tools=[*self.tools, *(t for t in extra if t.name not in META_TOOLS)])
+
+    async def call_tool(
+        self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
+    ) -> HandlerResult:
+        """`tools/call`: run find_tool or call_tool for the caller the session layer identified."""
+        caller = caller_of(ctx)
+        # only a streamed answer (the session layer's choice) can carry notifications before the result
+        relay = NotificationRelay(ctx, _progress_token(params)) if caller.streamed else None
+        try:
+            if params.name == FIND_TOOL:
+                return await self.find_tool(caller, params.arguments)
+            call_id = backend_request_id(ctx.request_id) if ctx.request_id is not None else None
+            if params.name == CALL_TOOL:
+                return await self.calls.run(caller, params.arguments, relay, call_id)
+            if self.pinned:
+                # a pinned tool called by its own name: the same path as call_tool, health included
+                arguments = {"tool_name": params.name, "parameters": params.arguments or {}}
+                return await self.calls.run(caller, arguments, relay, call_id)
+        except RouterError as exc:
+            return tool_result_for(exc)
+        return text_result(
+            f"unknown tool {params.name}: this server has two tools, find_tool and call_tool. To run "
+            f"{params.name}, call call_tool with tool_name {json.dumps(params.name)}.",
+            is_error=True,
+        )
+
+    async def find_tool(self, caller: Caller, arguments: Mapping[str, Any] | None) -> dict[str, Any]:
+        """Search the caller's session; the answer is the same JSON as structured content and as text."""
+        args = parse_find_tool(arguments, self.max_limit)
+        compact = self.compact if args.compact is None else args.compact
+        found = await self.indexer.find_tools(
+            caller.session_id,
+            caller.identity.principal,
+            args.description,
+            args.keywords,
+            args.limit,
+            compact=compact,
+        )
+        metrics = {
+            "baseline_tokens": found.token_metrics.baseline_tokens,
+            "returned_tokens": found.token_metrics.returned_tokens,
+            "savings_percent": round(found.token_metrics.savings_percent, 2),
+        }
+        message = found.note
+        if not found.tools:
+            message = found.empty_reason or "no tool matched the description"
+        answer = Answer(
+            tools=[AnswerTool(t.definition_json, t.backend_id, t.match or "possible") for t in found.tools],
+            servers={t.backend_id: AnswerServer(t.server_title, t.server_description) for t in found.tools},
+            token_metrics=metrics,
+            message=message,
+            unavailable=[
+                {"backend": u.id, "status": u.status, **({"title": u.server_title} if u.server_title else {})}
+                for u in found.unavailable
+            ],
+            compact=compact,
+        )
+        structured, text = render_answer(answer)
+        result = text_result(text, is_error=False)
+        result["structuredContent"] = structured
+        result["_meta"] = {
+            INDEX_META_KEY: {"version": found.version.number, "fingerprint": found.version.fingerprint}
+        }
+        return result

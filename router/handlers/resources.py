@@ -1,0 +1,146 @@
+"""`resources/list`, `resources/templates/list` and `resources/read` over the session's reachable backends.
+
+Each request asks the indexer which backends the session reaches now (router/upstream/backend_requests.py),
+lists what those that offer resources have (router/upstream/broadcast.py: at once, bounded, a failing backend
+left out), names it on collision (router/handlers/offerings.py) and answers with one page: the router keeps
+no cursor between requests, so a listing is whole, up to `MAX_ENTRIES` per backend. A read finds the
+backend a URI belongs to the same way, and forwards it under the backend's own URI; when only one
+reachable backend offers resources and nothing is prefixed, the read goes to it without a listing.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from mcp.server.context import ServerRequestContext
+from mcp.shared.exceptions import MCPError
+from mcp_types import PaginatedRequestParams, ReadResourceRequestParams
+
+from router.error_answers import mcp_error
+from router.errors import RouterError
+from router.handlers.offerings import Ambiguous, Offering, Target, ambiguity, namespaced, resolve
+from router.upstream.backend_requests import BackendRequests, Reach, answered
+from router.upstream.broadcast import ask_each
+from toolsearch.naming import prefixed
+from toolsearch.v1 import indexer_pb2 as pb
+
+RESOURCE_NOT_FOUND = -32002  # MCP's code for a resource that does not exist
+
+
+class Listed(NamedTuple):
+    """One backend's resources and templates, as it listed them."""
+
+    resources: list[dict[str, Any]]
+    templates: list[dict[str, Any]]
+
+
+class Catalogue(NamedTuple):
+    """The reachable backends' resources and templates under their advertised URIs."""
+
+    resources: list[Offering]
+    templates: list[Offering]
+
+
+async def catalogue(reach: Reach, resources: bool = True, templates: bool = True) -> Catalogue:
+    """List the resources and/or templates of every reachable backend that offers resources."""
+
+    async def ask(backend: pb.ReachableBackend) -> Listed:
+        # one after the other: the first may open the backend session the second then uses
+        found = await reach.list_all(backend, "resources/list", "resources") if resources else []
+        shapes = (
+            await reach.list_all(backend, "resources/templates/list", "resourceTemplates")
+            if templates
+            else []
+        )
+        return Listed(found, shapes)
+
+    what = "resources/list" if resources else "resources/templates/list"
+    answers = await ask_each(reach.offering("resources"), ask, what, requests=2)
+    return Catalogue(
+        namespaced(
+            {a.backend.backend_id: a.value.resources for a in answers}, "uri", reach.prefix, reach.separator
+        ),
+        namespaced(
+            {a.backend.backend_id: a.value.templates for a in answers},
+            "uriTemplate",
+            reach.prefix,
+            reach.separator,
+            template=True,
+        ),
+    )
+
+
+def _not_found(uri: str) -> MCPError:
+    return MCPError(
+        RESOURCE_NOT_FOUND,
+        f"resource not found: {uri}. Read a URI that resources/list gives, or one that a template of "
+        "resources/templates/list expands to (list them first: the URIs of backends that share one "
+        "carry the backend's prefix).",
+    )
+
+
+def _shortcut(reach: Reach, uri: str) -> Target | None:
+    """The backend a URI goes to without a listing: the one reachable backend offering resources,
+    when nothing can collide. A URI that starts with the backend's prefix is left to `resolve`: it
+    may be the prefixed form (`always` naming, or a collision that went away) or the backend's own."""
+    offering = reach.offering("resources")
+    if len(offering) != 1:
+        return None
+    backend_id = offering[0].backend_id
+    head = prefixed(backend_id, "", reach.separator)
+    if reach.prefix == "on_collision" and not uri.startswith(head):
+        return Target(backend_id, uri)
+    return None
+
+
+def _renamed(result: dict[str, Any], original: str, asked: str) -> dict[str, Any]:
+    """A read's result with the backend's own URI given back as the client asked for it."""
+    contents = result.get("contents")
+    if original == asked or not isinstance(contents, list):
+        return result
+    renamed = [
+        {**c, "uri": asked} if isinstance(c, dict) and c.get("uri") == original else c for c in contents
+    ]
+    return {**result, "contents": renamed}
+
+
+class Resources:
+    """The handlers of the resource methods."""
+
+    def __init__(self, requests: BackendRequests) -> None:
+        self.requests = requests
+
+    async def list_resources(
+        self, ctx: ServerRequestContext[Any, Any], params: PaginatedRequestParams
+    ) -> dict[str, Any]:
+        found = await catalogue(await self.requests.reach_from(ctx), templates=False)
+        return answered({"resources": [dict(o.entry) for o in found.resources]})
+
+    async def list_templates(
+        self, ctx: ServerRequestContext[Any, Any], params: PaginatedRequestParams
+    ) -> dict[str, Any]:
+        found = await catalogue(await self.requests.reach_from(ctx), resources=False)
+        return answered({"resourceTemplates": [dict(o.entry) for o in found.templates]})
+
+    async def read(
+        self, ctx: ServerRequestContext[Any, Any], params: ReadResourceRequestParams
+    ) -> dict[str, Any]:
+        reach = await self.requests.reach_from(ctx)
+        uri = params.uri
+        target = _shortcut(reach, uri)
+        if target is None:
+            found = await catalogue(reach)
+            backends = [b.backend_id for b in reach.offering("resources")]
+            where = resolve(uri, [*found.resources, *found.templates], backends, reach.separator)
+            if isinstance(where, Ambiguous):
+                raise MCPError(RESOURCE_NOT_FOUND, ambiguity("the resource", uri, where.choices))
+            if where is None:
+                raise _not_found(uri)
+            target = where
+        backend = next(b for b in reach.backends if b.backend_id == target.backend_id)
+        wire = params.model_dump(mode="json", by_alias=True, exclude_none=True)
+        try:
+            result = await reach.send(backend, "resources/read", {**wire, "uri": target.original})
+        except RouterError as exc:
+            raise mcp_error(exc) from None
+        return answered(_renamed(result, target.original, uri))

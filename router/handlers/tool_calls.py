@@ -1,0 +1,141 @@
+"""call_tool's way to a backend: the name resolved, the arguments checked, the backend called inside
+the client session's backend session, and a client's cancellation passed on.
+
+The backend session a call opens is stored with the client session in the indexer
+(`SetBackendSession`), so every router replica's next call reuses it; the tool's resolution hands it
+back. That resolution mostly comes with the session check the request made already (the session
+layer asks `GetSession` to resolve the `tool_name` it sees); `ResolveTool` is asked only when the
+name did not resolve there, and says why. Errors are router errors (router/errors.py); the
+meta-tools turn them into answers.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import anyio
+import mcp_types as types
+
+from router.caller import Caller
+from router.errors import BackendError, InvalidRequest, RouterError
+from router.handlers.arguments import parse_call_tool
+from router.handlers.schemas import SchemaValidators
+from router.link.indexer_client import IndexerClient
+from router.upstream.backend_messages import BackendSession, backend_request_id, kept_session
+from router.upstream.backend_requests import END_TIMEOUT, keep_backend_session
+from router.upstream.backends import BackendCaller, outgoing_headers
+from router.upstream.relays import NotificationRelay
+from toolsearch.settings import DEFAULT_BACKEND_TIMEOUT, DEFAULT_MAX_RESPONSE_BYTES
+from toolsearch.v1 import indexer_pb2 as pb
+
+logger = logging.getLogger(__name__)
+
+
+class ToolCalls:
+    """Runs call_tool for a caller; `max_arguments_bytes` 0 sets no size limit."""
+
+    def __init__(
+        self,
+        indexer: IndexerClient,
+        backends: BackendCaller,
+        secrets: Mapping[str, str],
+        max_arguments_bytes: int = 0,
+    ) -> None:
+        self.indexer = indexer
+        self.backends = backends
+        self.secrets = secrets
+        self.max_arguments_bytes = max_arguments_bytes
+        self.validators = SchemaValidators()
+
+    async def run(
+        self,
+        caller: Caller,
+        arguments: Mapping[str, Any] | None,
+        relay: NotificationRelay | None = None,
+        call_id: str | None = None,
+    ) -> types.CallToolResult:
+        """call_tool: resolve the name in the caller's session, check the arguments, call the backend."""
+        args = parse_call_tool(arguments, self.max_arguments_bytes)
+        # resolved with the session check from the same `tool_name`, unless it did not resolve there
+        tool = caller.resolved or await self.indexer.resolve_tool(
+            caller.session_id, caller.identity.principal, args.name
+        )
+        problem = self.validators.problem(tool.input_schema_json, args.parameters)
+        if problem is not None:
+            raise InvalidRequest(
+                f"invalid parameters for {args.name}: {problem}. Fix the parameters to match the tool's "
+                "inputSchema (find_tool shows it) and call again."
+            )
+        headers = outgoing_headers(tool.backend_id, tool.auth, self.secrets, caller.identity.bearer_token)
+        session = kept_session(tool.backend_session)
+        timeout = tool.timeout_seconds or DEFAULT_BACKEND_TIMEOUT
+        outcome = await self.backends.call_tool(
+            backend_id=tool.backend_id,
+            url=tool.backend_url,
+            protocol_version=tool.protocol_version,
+            timeout_seconds=timeout,
+            name=tool.original_name or args.name,
+            arguments=args.parameters,
+            headers=headers,
+            max_response_bytes=tool.max_response_bytes or DEFAULT_MAX_RESPONSE_BYTES,
+            transport=tool.transport or "streamable_http",
+            session=session,
+            relay=relay,
+            call_id=call_id,
+        )
+        if outcome.session is not None and outcome.session != session:
+            await self._keep(caller, tool, session, outcome.session, headers, timeout)
+        return outcome.result
+
+    async def cancel(self, caller: Caller, params: Mapping[str, Any]) -> None:
+        """Pass a client's `notifications/cancelled` on to every backend its session has a session at.
+
+        The call it cancels may run on another replica, and only the backend knows it: the backend
+        request's id comes from the client's own (`backend_request_id`), so each backend session is
+        told, and the one running it stops (a backend ignores an id it does not know). Best effort,
+        each within `END_TIMEOUT`.
+        """
+        request_id = params.get("requestId")
+        if not isinstance(request_id, str | int) or isinstance(request_id, bool):
+            return
+        reason = params.get("reason") if isinstance(params.get("reason"), str) else None
+        try:
+            found = await self.indexer.backend_sessions(caller.session_id, caller.identity.principal)
+        except RouterError as exc:
+            logger.debug("a cancellation was not passed on: %s", exc)
+            return
+        call_id = backend_request_id(request_id)
+
+        async def one(entry: pb.SessionAtBackend) -> None:
+            try:
+                headers = outgoing_headers(
+                    entry.backend_id, entry.auth, self.secrets, caller.identity.bearer_token
+                )
+            except BackendError:
+                return
+            kept = BackendSession(entry.backend_session.session_id, entry.backend_session.protocol_version)
+            within = min(entry.timeout_seconds or END_TIMEOUT, END_TIMEOUT)
+            await self.backends.cancel(
+                entry.backend_id, entry.backend_url, kept, headers, call_id, reason, within
+            )
+
+        async with anyio.create_task_group() as group:
+            for entry in found.backends:
+                group.start_soon(one, entry)
+
+    async def _keep(
+        self,
+        caller: Caller,
+        tool: pb.ResolveToolResponse,
+        previous: BackendSession | None,
+        opened: BackendSession,
+        headers: Mapping[str, str],
+        timeout: float,
+    ) -> None:
+        """Store a backend session this call opened with the client session, for every replica."""
+        target = (tool.backend_id, tool.backend_url)
+        await keep_backend_session(
+            self.indexer, self.backends, caller, target, previous, opened, headers, timeout
+        )

@@ -1,0 +1,4 @@
+"""The link to the indexer.
+
+The typed gRPC calls, and which failed calls are tried again where.
+"""

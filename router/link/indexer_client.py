@@ -1,0 +1,384 @@
+"""The router's connection to the indexer: one gRPC channel per address and the calls the router makes.
+
+Every call carries a deadline and fails fast instead of queueing while a channel is down
+(`wait_for_ready=False`); the channel reconnects by itself in the background, so the router
+recovers as soon as an indexer answers again. A call that finds its indexer gone or too slow is tried
+on the next address when that is safe (router/link/failover.py says when), addresses whose connection is
+down last, and later calls start from the address that answered. A `dns:///HOST:PORT` address is one
+channel over every address the name resolves to, balanced round-robin (several indexer replicas
+behind one service name); a call that fails over is retried on that same channel, which picks
+another replica. gRPC status codes become router errors here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
+
+import grpc
+from google.protobuf.message import DecodeError, Message
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from router.caller import Principal
+from router.errors import (
+    IndexerFailed,
+    IndexerUnavailable,
+    InvalidRequest,
+    RouterError,
+    SessionNotFound,
+    SessionsFull,
+    ToolNotFound,
+    TooManySessions,
+)
+from router.link.failover import error_kind, judge, next_address
+from toolsearch.transport import ChannelSecurity, aio_channel
+from toolsearch.v1 import indexer_pb2 as pb
+from toolsearch.v1 import indexer_pb2_grpc
+
+if TYPE_CHECKING:
+    from toolsearch.v1.indexer_pb2_grpc import IndexerAsyncStub  # declared for type checkers only
+
+logger = logging.getLogger(__name__)
+
+# A fast reconnect after an indexer restart matters more than sparing a dead address a few dials.
+_CHANNEL_OPTIONS: list[tuple[str, Any]] = [
+    ("grpc.initial_reconnect_backoff_ms", 200),
+    ("grpc.min_reconnect_backoff_ms", 200),
+    ("grpc.max_reconnect_backoff_ms", 2000),
+    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+]
+# Spreads calls over every resolved address; the default (pick_first) would use one replica only.
+_ROUND_ROBIN = json.dumps({"loadBalancingConfig": [{"round_robin": {}}]})
+_UNAVAILABLE = frozenset(
+    {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED}
+)
+_RETRY_AFTER_KEY = "toolsearch-retry-after"  # seconds until a session cap has room again
+_SUGGESTIONS_KEY = "toolsearch-suggestions-bin"  # a tool-not-found's close names (pb.ToolSuggestions)
+UNAVAILABLE_MESSAGE = "indexer unavailable, retry shortly"
+
+_Request = TypeVar("_Request", bound=Message)
+_Response = TypeVar("_Response", bound=Message)
+_Request_contra = TypeVar("_Request_contra", bound=Message, contravariant=True)
+_Response_co = TypeVar("_Response_co", bound=Message, covariant=True)
+
+
+class _Unary(Protocol[_Request_contra, _Response_co]):
+    """A unary-unary method of an asyncio stub, as the router calls it; grpc ships no types of its own."""
+
+    def __call__(
+        self,
+        request: _Request_contra,
+        *,
+        timeout: float,
+        wait_for_ready: bool,
+        metadata: Sequence[tuple[str, str]] | None,
+    ) -> Awaitable[_Response_co]: ...
+
+
+def _principal(principal: Principal) -> pb.Principal:
+    return pb.Principal(issuer=principal.issuer, subject=principal.subject)
+
+
+def _retry_after(exc: grpc.aio.AioRpcError) -> int:
+    for key, value in exc.trailing_metadata() or ():
+        if key == _RETRY_AFTER_KEY and str(value).isdigit():
+            return max(1, int(value))
+    return 1
+
+
+def _tool_not_found(exc: grpc.aio.AioRpcError, tool_name: str) -> ToolNotFound:
+    """A tool-not-found with the close names and the reason the indexer sent beside it, if any."""
+    detail = pb.ToolSuggestions()
+    for key, value in exc.trailing_metadata() or ():
+        if key == _SUGGESTIONS_KEY and isinstance(value, bytes):
+            try:
+                detail.ParseFromString(value)
+            except DecodeError:
+                logger.warning("the indexer sent suggestions that do not parse; ignored")
+    suggestions = tuple((s.name, s.backend_id, s.server_title) for s in detail.suggestions)
+    return ToolNotFound(tool_name, suggestions, detail.reason)
+
+
+def translate(exc: grpc.aio.AioRpcError, tool_name: str = "") -> RouterError:
+    """The router error for a failed indexer call; `tool_name` names the tool a ResolveTool asked for."""
+    code = exc.code()
+    details = exc.details() or code.name
+    if code in _UNAVAILABLE:
+        return IndexerUnavailable(UNAVAILABLE_MESSAGE)
+    if code == grpc.StatusCode.NOT_FOUND:
+        if error_kind(exc) == "tool-not-found":
+            return _tool_not_found(exc, tool_name)
+        return SessionNotFound()
+    if code == grpc.StatusCode.INVALID_ARGUMENT:
+        return InvalidRequest(details)
+    if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+        if error_kind(exc) == "sessions-full":
+            return SessionsFull(details, _retry_after(exc))
+        return TooManySessions(details, _retry_after(exc))
+    return IndexerFailed(f"indexer error ({code.name})")
+
+
+def channel_options(address: str) -> list[tuple[str, Any]]:
+    """The channel options for one indexer address: round-robin balancing for a `dns:` target."""
+    if address.startswith("dns:"):
+        return [*_CHANNEL_OPTIONS, ("grpc.service_config", _ROUND_ROBIN)]
+    return list(_CHANNEL_OPTIONS)
+
+
+class IndexerClient:
+    """The calls the router makes to the indexer, over one channel per indexer address.
+
+    Create it inside the event loop that uses it (the application's lifespan) and `close` it there.
+    `interceptors` see every call on every channel (the router's metrics use one); `security` is
+    the link's protection (TLS credentials, the shared secret every call carries). OpenSession gets
+    `open_session_timeout` (it may list backends and build an index version), other calls `timeout`.
+    """
+
+    def __init__(
+        self,
+        addresses: Sequence[str],
+        timeout: float,
+        interceptors: Sequence[grpc.aio.ClientInterceptor] = (),
+        security: ChannelSecurity | None = None,
+        open_session_timeout: float | None = None,
+    ) -> None:
+        if not addresses:
+            raise ValueError("IndexerClient needs at least one indexer address")
+        self.addresses = list(addresses)
+        self.timeout = timeout
+        self.open_session_timeout = open_session_timeout or timeout
+        self._security = security or ChannelSecurity()
+        self._channels = [
+            aio_channel(a, self._security, channel_options(a), interceptors) for a in self.addresses
+        ]
+        # The stub of an asyncio channel is an IndexerAsyncStub; grpc ships no types to tell mypy so.
+        self._stubs = [cast("IndexerAsyncStub", indexer_pb2_grpc.IndexerStub(c)) for c in self._channels]
+        self._health = [health_pb2_grpc.HealthStub(channel) for channel in self._channels]
+        self._current = 0  # the address calls start from: the last one that answered
+        # indexers a call may run on; a balanced channel counts twice: its retry goes to another replica
+        self._tries = min(2, len(self.addresses) + sum(a.startswith("dns:") for a in self.addresses))
+
+    async def close(self) -> None:
+        """Close every channel; calls in flight are cancelled."""
+        await asyncio.gather(*(channel.close() for channel in self._channels))
+
+    async def _call(
+        self,
+        method: Callable[[IndexerAsyncStub], _Unary[_Request, _Response]],
+        request: _Request,
+        tool_name: str = "",
+        timeout: float | None = None,
+        idempotent: bool = True,
+    ) -> _Response:
+        """Call `method` with `request`, failing over to other addresses; a failure becomes a router error.
+
+        `method` picks the method off a stub (`lambda stub: stub.FindTools`) rather than being one
+        stub's bound method: each address has a stub of its own, and a failover calls another's.
+        `idempotent`: whether running the call twice is harmless (router/link/failover.py).
+        """
+        metadata = self._security.metadata or None
+        each = timeout or self.timeout
+        # a call costs at most `tries` timeouts, however it fails over
+        loop = asyncio.get_running_loop()
+        ends = loop.time() + self._tries * each
+        ran = 0  # attempts that may have run on an indexer
+        tried: set[int] = set()
+        # every address once and one of them again (a lone plain address once); then, if every one
+        # refused it unrun, the first whose connection is back
+        attempts = len(self._stubs) + 1 if self._tries > 1 else 1
+        for attempt in range(attempts + 1):
+            left = ends - loop.time()
+            if attempt < attempts:
+                down = [c.get_state() == grpc.ChannelConnectivity.TRANSIENT_FAILURE for c in self._channels]
+                index = next_address(self._current, down, tried)
+            elif self._tries > 1 and left > 0 and (ready := await self._first_ready(left)) is not None:
+                # none connected (say, each replica restarted in turn, and their connections wait out
+                # a reconnect backoff): the first back gets the call
+                index = ready
+            else:
+                break
+            tried.add(index)
+            rpc = method(self._stubs[index])
+            try:
+                response = await rpc(
+                    request,
+                    timeout=min(each, max(ends - loop.time(), 0.001)),
+                    wait_for_ready=False,
+                    metadata=metadata,
+                )
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() == grpc.StatusCode.UNAUTHENTICATED:
+                    # a deployment fault, not the caller's: say which settings to check
+                    logger.error(
+                        "indexer %s refused this router's credentials: check router.indexer_secret_env "
+                        "and router.indexer_tls",
+                        self.addresses[index],
+                    )
+                failure = judge(exc, idempotent)
+                if failure is None:
+                    raise translate(exc, tool_name) from None
+                # each request message is named for its method: OpenSessionRequest, ...
+                name = request.DESCRIPTOR.name.removesuffix("Request")
+                logger.warning(
+                    "indexer %s: %s %s (%s)", self.addresses[index], name, exc.code().name, exc.details()
+                )
+                ran += failure.ran
+                if not failure.retry or ran >= self._tries:
+                    raise translate(exc, tool_name) from None
+                continue
+            self._current = index
+            return response
+        raise IndexerUnavailable(UNAVAILABLE_MESSAGE)  # no indexer took the call
+
+    async def _first_ready(self, within: float) -> int | None:
+        """The first address whose connection is up within `within` seconds, if any."""
+        waits = {
+            asyncio.ensure_future(channel.channel_ready()): i for i, channel in enumerate(self._channels)
+        }
+        try:
+            done, _ = await asyncio.wait(waits, timeout=within, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiting in waits:
+                waiting.cancel()
+            await asyncio.gather(*waits, return_exceptions=True)
+        ready = [waits[task] for task in done if not task.cancelled() and task.exception() is None]
+        return min(ready) if ready else None
+
+    async def open_session(
+        self, principal: Principal, bearer_token: str | None, *, implied: bool = False, resolve: str = ""
+    ) -> pb.OpenSessionResponse:
+        """Open a session for `principal`; with `implied`, its implied session (created on first use).
+
+        With `resolve`, the answer carries that tool's resolution too, when the name resolves.
+        """
+        request = pb.OpenSessionRequest(
+            principal=_principal(principal),
+            credentials=pb.Credentials(bearer_token=bearer_token or ""),
+            implied=implied,
+            resolve=resolve,
+        )
+        # a handshake session opened twice would be two: tried again only where the first did not run
+        return await self._call(
+            lambda stub: stub.OpenSession, request, timeout=self.open_session_timeout, idempotent=implied
+        )
+
+    async def get_session(
+        self, session_id: str, principal: Principal, resolve: str = ""
+    ) -> pb.GetSessionResponse:
+        """Check that a session exists and belongs to `principal`; raises `SessionNotFound`.
+
+        With `resolve`, the answer carries that tool's resolution too, when the name resolves.
+        """
+        principal_message = _principal(principal)
+        request = pb.GetSessionRequest(session_id=session_id, principal=principal_message, resolve=resolve)
+        return await self._call(lambda stub: stub.GetSession, request)
+
+    async def close_session(
+        self, session_id: str, principal: Principal, bearer_token: str | None = None
+    ) -> None:
+        """End a session (its backend sessions too, at passthrough ones with `bearer_token`).
+
+        Raises `SessionNotFound` when it is unknown or foreign.
+        """
+        request = pb.CloseSessionRequest(
+            session_id=session_id,
+            principal=_principal(principal),
+            credentials=pb.Credentials(bearer_token=bearer_token or ""),
+        )
+        await self._call(lambda stub: stub.CloseSession, request)
+
+    async def set_backend_session(
+        self,
+        session_id: str,
+        principal: Principal,
+        backend_id: str,
+        previous: str,
+        backend_session: pb.BackendSession,
+    ) -> pb.BackendSession:
+        """Keep a backend session with the client session, unless another replica's came first.
+
+        Returns the one the session keeps now: `backend_session`, or the one that won.
+        """
+        request = pb.SetBackendSessionRequest(
+            session_id=session_id,
+            principal=_principal(principal),
+            backend_id=backend_id,
+            previous=previous,
+            backend_session=backend_session,
+        )
+        response: pb.SetBackendSessionResponse = await self._call(
+            lambda stub: stub.SetBackendSession, request
+        )
+        return response.stored
+
+    async def backend_sessions(self, session_id: str, principal: Principal) -> pb.BackendSessionsResponse:
+        """The session's backend sessions and how to reach them; raises `SessionNotFound`."""
+        request = pb.BackendSessionsRequest(session_id=session_id, principal=_principal(principal))
+        response: pb.BackendSessionsResponse = await self._call(lambda stub: stub.BackendSessions, request)
+        return response
+
+    async def reachable_backends(self, session_id: str, principal: Principal) -> pb.ReachableBackendsResponse:
+        """The session's advertised backends that offer resources, prompts or completions."""
+        request = pb.ReachableBackendsRequest(session_id=session_id, principal=_principal(principal))
+        response: pb.ReachableBackendsResponse = await self._call(
+            lambda stub: stub.ReachableBackends, request
+        )
+        return response
+
+    async def find_tools(
+        self,
+        session_id: str,
+        principal: Principal,
+        query: str,
+        keywords: Sequence[str],
+        limit: int,
+        compact: bool = False,
+    ) -> pb.FindToolsResponse:
+        """Search the session's current index version; `limit` 0 means the indexer's default."""
+        request = pb.FindToolsRequest(
+            session_id=session_id,
+            principal=_principal(principal),
+            query=query,
+            keywords=keywords,
+            limit=limit,
+            compact=compact,
+        )
+        return await self._call(lambda stub: stub.FindTools, request)
+
+    async def pinned_tools(
+        self, session_id: str, principal: Principal, patterns: Sequence[str]
+    ) -> pb.PinnedToolsResponse:
+        """The session's tools that match the operator's pinned patterns."""
+        request = pb.PinnedToolsRequest(
+            session_id=session_id, principal=_principal(principal), patterns=patterns
+        )
+        return await self._call(lambda stub: stub.PinnedTools, request)
+
+    async def resolve_tool(self, session_id: str, principal: Principal, name: str) -> pb.ResolveToolResponse:
+        """Resolve an advertised tool name to its backend; raises `ToolNotFound`."""
+        request = pb.ResolveToolRequest(session_id=session_id, principal=_principal(principal), name=name)
+        return await self._call(lambda stub: stub.ResolveTool, request, tool_name=name)
+
+    async def status(self) -> pb.StatusResponse:
+        """The indexer's backends, sessions, index versions and embedding counters (read-only)."""
+        return await self._call(lambda stub: stub.Status, pb.StatusRequest())
+
+    async def check_health(self) -> dict[str, str]:
+        """Each address's answer to the standard gRPC health check: SERVING, NOT_SERVING, or why not."""
+
+        async def check(address: str, stub: Any) -> tuple[str, str]:
+            try:
+                response = await stub.Check(
+                    health_pb2.HealthCheckRequest(service=""), timeout=self.timeout, wait_for_ready=False
+                )
+            except grpc.aio.AioRpcError as exc:
+                return address, f"unreachable ({exc.code().name})"
+            return address, health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)
+
+        answers = await asyncio.gather(
+            *(check(a, s) for a, s in zip(self.addresses, self._health, strict=True))
+        )
+        return dict(answers)

@@ -1,0 +1,274 @@
+"""JSON-RPC messages to a handshake-era Streamable HTTP backend, inside a backend session the router keeps.
+
+The SDK's client opens a session when it starts and ends it when it stops, which is one initialize,
+one call and one DELETE per `call_tool`. The router keeps a backend session for as long as the
+client session lives instead (its id is stored with the client session in the indexer, so every
+replica reuses it), so it posts the messages of the transport itself: `initialize` and
+`notifications/initialized` once, then each call as one POST carrying `Mcp-Session-Id` and the
+negotiated `MCP-Protocol-Version`. An answer is JSON or an SSE stream; in a stream, the answer is
+the message with the request's id, and what comes before it is the backend's notifications.
+
+Failures are router errors (router/errors.py): `BackendSessionGone` for a 404 inside a session (the
+backend restarted and forgot it; also a 400 whose error names the session), `BackendRejected` for
+401/403, `BackendUnavailable` for any other HTTP error or a dropped connection, `BackendError` for a
+JSON-RPC error or an answer that is not one.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator, Mapping
+from typing import Any, NamedTuple
+
+import httpx2
+from mcp_types import INTERNAL_ERROR, METHOD_NOT_FOUND
+from mcp_types.version import LATEST_HANDSHAKE_VERSION
+
+from router.errors import (
+    BackendAnswered,
+    BackendError,
+    BackendRejected,
+    BackendSessionGone,
+    BackendTooLarge,
+    BackendUnavailable,
+)
+from router.upstream.relays import NotificationRelay
+from toolsearch.responses import STREAMED, BoundedTransport
+from toolsearch.v1 import indexer_pb2 as pb
+
+logger = logging.getLogger(__name__)
+
+SESSION_HEADER = "Mcp-Session-Id"
+VERSION_HEADER = "MCP-Protocol-Version"
+_ACCEPT = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+CLIENT_INFO = {"name": "toolsearch-router", "version": "0.1.0"}
+
+
+def backend_request_id(client_request_id: str | int) -> str:
+    """The id a call is sent to its backend with, known from the client's own id alone.
+
+    So the client's cancellation, whichever replica it reaches, can name the backend's request.
+    """
+    return f"toolsearch:{json.dumps(client_request_id)}"
+
+
+class BackendSession(NamedTuple):
+    """A session at one backend: its `Mcp-Session-Id` ("" for a backend that issues none) and the
+    protocol version it negotiated."""
+
+    session_id: str
+    protocol_version: str
+
+
+def kept_session(kept: pb.BackendSession) -> BackendSession | None:
+    """The backend session the indexer keeps for a client session; None where none is kept yet."""
+    return BackendSession(kept.session_id, kept.protocol_version) if kept.protocol_version else None
+
+
+def _is_stream(response: httpx2.Response) -> bool:
+    content_type = response.headers.get("content-type", "").partition(";")[0].strip().lower()
+    return content_type == "text/event-stream"
+
+
+class _Events:
+    """SSE lines in, the JSON-RPC message of each complete event out."""
+
+    def __init__(self) -> None:
+        self._data: list[str] = []
+
+    def line(self, line: str) -> Any | None:
+        """Take one line; returns the event's message when the line ends an event that has one."""
+        if line:
+            if line.startswith("data:"):
+                self._data.append(line[5:].removeprefix(" "))
+            return None
+        payload, self._data = "\n".join(self._data).strip(), []
+        # an event without data (a priming event, which only carries an id) holds no message
+        return json.loads(payload) if payload else None
+
+
+def _messages(response: httpx2.Response) -> list[Any]:
+    """The JSON-RPC messages of a whole answer: one JSON body, or the `data` of each SSE event."""
+    if not _is_stream(response):
+        return [response.json()]
+    events = _Events()
+    found = (events.line(line) for line in [*response.text.splitlines(), ""])
+    return [message for message in found if message is not None]
+
+
+async def _streamed(response: httpx2.Response) -> AsyncIterator[Any]:
+    """The JSON-RPC messages of an answer as they arrive."""
+    if not _is_stream(response):
+        await response.aread()
+        yield response.json()
+        return
+    events = _Events()
+    async for line in response.aiter_lines():
+        if (message := events.line(line)) is not None:
+            yield message
+    if (message := events.line("")) is not None:
+        yield message
+
+
+def _forgot(response: httpx2.Response) -> bool:
+    """Whether an answer to a request inside a session says the backend does not know the session.
+
+    The transport says 404; some servers (server-everything among them) answer 400 with an error
+    about the session id instead, and are read the same way.
+    """
+    if response.status_code == 404:
+        return True
+    if response.status_code != 400:
+        return False
+    try:
+        error = response.json().get("error") or {}
+    except (ValueError, AttributeError):
+        return False
+    return isinstance(error, dict) and "session" in str(error.get("message", "")).lower()
+
+
+class BackendMessenger:
+    """Posts the messages of one call to one backend through `http` (headers, deadline, size bound)."""
+
+    def __init__(
+        self, backend_id: str, url: str, http: httpx2.AsyncClient, bounded: BoundedTransport
+    ) -> None:
+        self.backend_id = backend_id
+        self.url = url
+        self.http = http
+        self.bounded = bounded
+        self._next_id = 0
+
+    def _headers(self, session: BackendSession | None) -> dict[str, str]:
+        headers = dict(_ACCEPT)
+        if session is not None:
+            if session.session_id:
+                headers[SESSION_HEADER] = session.session_id
+            if session.protocol_version:
+                headers[VERSION_HEADER] = session.protocol_version
+        return headers
+
+    async def _post(self, message: Mapping[str, Any], session: BackendSession | None) -> httpx2.Response:
+        try:
+            response = await self.http.post(self.url, json=dict(message), headers=self._headers(session))
+        except httpx2.ConnectError:
+            raise BackendUnavailable(self.backend_id, "refused the connection") from None
+        return self._checked(response, session)
+
+    def _checked(self, response: httpx2.Response, session: BackendSession | None) -> httpx2.Response:
+        """The answer, if its status is a success; else the router error it means."""
+        if self.bounded.exceeded:  # the bounded transport's stand-in answer
+            raise BackendTooLarge(self.backend_id, self.bounded.limit)
+        status = response.status_code
+        if session is not None and session.session_id and _forgot(response):
+            raise BackendSessionGone(self.backend_id, f"forgot its session (HTTP {status})")
+        if status in (401, 403):
+            raise BackendRejected(self.backend_id, status)
+        if 300 <= status < 400:
+            # redirects are not followed (a call's POST would be replayed elsewhere): say where to
+            where = response.headers.get("location", "")
+            raise BackendUnavailable(self.backend_id, f"answered HTTP {status}, a redirect to {where!r}")
+        if status >= 400:
+            raise BackendUnavailable(self.backend_id, f"answered HTTP {status}")
+        return response
+
+    async def request(
+        self,
+        method: str,
+        params: Mapping[str, Any],
+        session: BackendSession | None,
+        relay: NotificationRelay | None = None,
+        request_id: str | int | None = None,
+    ) -> dict[str, Any]:
+        """Send one request and return its result; raises the router errors above.
+
+        The answer is read as it arrives: with a `relay`, the notifications before the result go to
+        it; a request the backend makes of its client meanwhile (sampling, elicitation, roots) is
+        refused at once (`_refuse`), so the backend goes on instead of waiting for an answer that
+        would never come. `request_id` is the id to send (a counter's when None).
+        """
+        if request_id is None:
+            self._next_id += 1
+            request_id = self._next_id
+        message = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": dict(params)}
+        headers = self._headers(session)
+        try:
+            async with self.http.stream(
+                "POST", self.url, json=message, headers=headers, extensions={STREAMED: True}
+            ) as response:
+                if response.status_code >= 400:
+                    await response.aread()
+                self._checked(response, session)
+                async for answer in _streamed(response):
+                    if not isinstance(answer, dict):
+                        continue
+                    if answer.get("id") == request_id and "method" not in answer:
+                        return self._result(answer)
+                    if "method" in answer and "id" in answer:
+                        await self._refuse(answer, session)
+                    elif relay is not None:
+                        await relay.forward(answer)
+        except httpx2.ConnectError:
+            raise BackendUnavailable(self.backend_id, "refused the connection") from None
+        except ValueError:
+            raise BackendError(self.backend_id, "answered with something that is not JSON-RPC") from None
+        raise BackendUnavailable(self.backend_id, "closed the connection without answering")
+
+    async def _refuse(self, request: Mapping[str, Any], session: BackendSession | None) -> None:
+        """Answer a backend's request of its client with an error naming it (docs/gateway.md says why)."""
+        method = str(request.get("method", ""))
+        error = {
+            "code": METHOD_NOT_FOUND,
+            "message": f"toolsearch does not relay {method} to its clients: the client of this call "
+            "cannot answer it",
+        }
+        try:
+            await self._post({"jsonrpc": "2.0", "id": request.get("id"), "error": error}, session)
+        except BackendError as exc:
+            logger.debug("backend %s: refusing its %s failed: %s", self.backend_id, method, exc)
+
+    def _result(self, answer: Mapping[str, Any]) -> dict[str, Any]:
+        if isinstance(error := answer.get("error"), dict):
+            code = error.get("code")
+            code = code if isinstance(code, int) and not isinstance(code, bool) else INTERNAL_ERROR
+            raise BackendAnswered(self.backend_id, code, str(error.get("message", "")))
+        result = answer.get("result")
+        if not isinstance(result, dict):
+            raise BackendError(self.backend_id, "answered with something that is not a result")
+        return result
+
+    async def initialize(self) -> BackendSession:
+        """Open a backend session: `initialize`, then `notifications/initialized` inside it."""
+        params = {"protocolVersion": LATEST_HANDSHAKE_VERSION, "capabilities": {}, "clientInfo": CLIENT_INFO}
+        self._next_id += 1
+        message = {"jsonrpc": "2.0", "id": self._next_id, "method": "initialize", "params": params}
+        response = await self._post(message, None)
+        try:
+            answers = _messages(response)
+        except ValueError:
+            raise BackendError(
+                self.backend_id, "answered initialize with something that is not JSON"
+            ) from None
+        result = next((a.get("result") for a in answers if isinstance(a, dict) and "result" in a), None)
+        if not isinstance(result, dict):
+            error = next((a.get("error") for a in answers if isinstance(a, dict) and "error" in a), None)
+            detail = f": {error.get('message', '')}" if isinstance(error, dict) else ""
+            raise BackendError(self.backend_id, f"refused to initialize a session{detail}")
+        # a backend without sessions (stateless) answers without the header: the session is then only
+        # the negotiated version, and later calls carry that alone
+        version = str(result.get("protocolVersion") or LATEST_HANDSHAKE_VERSION)
+        session = BackendSession(response.headers.get(SESSION_HEADER, ""), version)
+        await self._post({"jsonrpc": "2.0", "method": "notifications/initialized"}, session)
+        return session
+
+    async def notify(self, method: str, params: Mapping[str, Any], session: BackendSession) -> None:
+        """Send a notification inside a session; raises the router errors above."""
+        await self._post({"jsonrpc": "2.0", "method": method, "params": dict(params)}, session)
+
+    async def terminate(self, session: BackendSession) -> None:
+        """End a backend session (DELETE); a failure is the backend's idle timeout's to mend."""
+        try:
+            await self.http.delete(self.url, headers=self._headers(session))
+        except httpx2.HTTPError:
+            return

@@ -1,0 +1,199 @@
+"""Requests other than tools/call to the session's reachable backends, inside the client session's
+backend sessions: what resources, prompts and completions travel on.
+
+A client request asks the indexer once which backends its session reaches (`ReachableBackends`:
+advertised now, with what each offers and the backend session kept there), then sends each backend
+what it needs through a `Reach`. A handshake-era backend is asked inside the backend session the
+client session keeps there, the same one `call_tool` uses (router/handlers/tool_calls.py), so a stateful
+server sees one client: a resource a tool call made in the session can be listed and read. A request
+that had to open a backend session (none yet, or the backend forgot it) stores it with the client
+session (`SetBackendSession`, a compare-and-set), as a call does, and the requests after it in the
+same client request use it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from mcp.server.context import ServerRequestContext
+from mcp.shared.exceptions import MCPError
+from mcp_types import INTERNAL_ERROR
+
+from router.caller import STATE_KEY, Caller
+from router.error_answers import mcp_error
+from router.errors import BackendError, RouterError
+from router.link.indexer_client import IndexerClient
+from router.upstream.backend_messages import BackendSession, kept_session
+from router.upstream.backends import BackendCaller, outgoing_headers
+from toolsearch.naming import Prefix
+from toolsearch.settings import DEFAULT_BACKEND_TIMEOUT, DEFAULT_MAX_RESPONSE_BYTES
+from toolsearch.v1 import indexer_pb2 as pb
+
+logger = logging.getLogger(__name__)
+
+END_TIMEOUT = 2.0  # seconds to end a backend session that lost a race, at most
+MAX_PAGES = 20  # pages of one listing read from one backend
+MAX_ENTRIES = 1000  # entries of one listing kept from one backend: the rest are left out (logged)
+
+
+def caller_of(ctx: ServerRequestContext[Any, Any]) -> Caller:
+    """The caller the session layer identified for the request in hand."""
+    request = ctx.request
+    caller = request.scope.get("state", {}).get(STATE_KEY) if request is not None else None
+    if not isinstance(caller, Caller):
+        raise MCPError(INTERNAL_ERROR, "request did not come through the session layer")
+    return caller
+
+
+def answered(result: Mapping[str, Any]) -> dict[str, Any]:
+    """A result as the router answers it: complete (the 2026-07-28 wire requires it to say so), the
+    rest as the backend or the aggregation gave it."""
+    return {"resultType": "complete", **result}
+
+
+async def keep_backend_session(
+    indexer: IndexerClient,
+    backends: BackendCaller,
+    caller: Caller,
+    target: tuple[str, str],
+    previous: BackendSession | None,
+    opened: BackendSession,
+    headers: Mapping[str, str],
+    timeout: float,
+) -> None:
+    """Store a backend session a request opened with the client session, for every replica.
+
+    `target` is the backend's (id, url). The request has answered by now: a failure here costs the
+    next one a new backend session, not this one its result. Of two opened at once, the first
+    stored wins; the other is ended at once.
+    """
+    backend_id, url = target
+    wanted = pb.BackendSession(session_id=opened.session_id, protocol_version=opened.protocol_version)
+    try:
+        stored = await indexer.set_backend_session(
+            caller.session_id,
+            caller.identity.principal,
+            backend_id,
+            previous.session_id if previous is not None else "",
+            wanted,
+        )
+    except RouterError as exc:
+        logger.warning("backend %s: its new session could not be kept: %s", backend_id, exc)
+        stored = pb.BackendSession()
+    if stored.session_id != opened.session_id:
+        await backends.end_session(backend_id, url, opened, headers, min(timeout, END_TIMEOUT))
+
+
+class BackendRequests:
+    """Opens a `Reach` for a client request: the indexer asked once, the backends through `backends`."""
+
+    def __init__(self, indexer: IndexerClient, backends: BackendCaller, secrets: Mapping[str, str]) -> None:
+        self.indexer = indexer
+        self.backends = backends
+        self.secrets = secrets
+
+    async def reach(self, caller: Caller) -> Reach:
+        """The caller's session's reachable backends; raises the indexer's router errors."""
+        if not caller.session_id:
+            return Reach(self, caller, pb.ReachableBackendsResponse())
+        found = await self.indexer.reachable_backends(caller.session_id, caller.identity.principal)
+        return Reach(self, caller, found)
+
+    async def reach_from(self, ctx: ServerRequestContext[Any, Any]) -> Reach:
+        """`reach` for a handler's request; a router error becomes the JSON-RPC error it answers."""
+        try:
+            return await self.reach(caller_of(ctx))
+        except RouterError as exc:
+            raise mcp_error(exc) from None
+
+
+class Reach:
+    """One client request's way to its session's reachable backends, and the backend sessions it used.
+
+    Requests to one backend go one after the other (a listing's pages, then the read): the first to
+    open a backend session leaves it here for the next.
+    """
+
+    def __init__(
+        self, requests: BackendRequests, caller: Caller, found: pb.ReachableBackendsResponse
+    ) -> None:
+        self._requests = requests
+        self.caller = caller
+        self.backends: list[pb.ReachableBackend] = list(found.backends)
+        # the indexer's naming of tools; an indexer that says none names them on collision with "_"
+        self.prefix: Prefix = "always" if found.prefix == "always" else "on_collision"
+        self.separator = found.separator if found.prefix else "_"
+        self._sessions: dict[str, BackendSession | None] = {}
+
+    def offering(self, what: str) -> list[pb.ReachableBackend]:
+        """The backends that declared `what` (resources, prompts, completions) in their capabilities."""
+        return [b for b in self.backends if getattr(b, what)]
+
+    def _session(self, backend: pb.ReachableBackend) -> BackendSession | None:
+        if backend.backend_id in self._sessions:
+            return self._sessions[backend.backend_id]
+        return kept_session(backend.backend_session)
+
+    async def send(
+        self, backend: pb.ReachableBackend, method: str, params: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """One request to one backend; its result as it came. Raises `BackendError`s."""
+        requests = self._requests
+        caller = self.caller
+        headers = outgoing_headers(
+            backend.backend_id, backend.auth, requests.secrets, caller.identity.bearer_token
+        )
+        session = self._session(backend)
+        timeout = backend.timeout_seconds or DEFAULT_BACKEND_TIMEOUT
+        outcome = await requests.backends.request(
+            backend_id=backend.backend_id,
+            url=backend.backend_url,
+            protocol_version=backend.protocol_version,
+            timeout_seconds=timeout,
+            method=method,
+            params=params,
+            headers=headers,
+            max_response_bytes=backend.max_response_bytes or DEFAULT_MAX_RESPONSE_BYTES,
+            transport=backend.transport or "streamable_http",
+            session=session,
+        )
+        if outcome.session is not None and outcome.session != session:
+            self._sessions[backend.backend_id] = outcome.session
+            target = (backend.backend_id, backend.backend_url)
+            await keep_backend_session(
+                requests.indexer,
+                requests.backends,
+                caller,
+                target,
+                session,
+                outcome.session,
+                headers,
+                timeout,
+            )
+        return outcome.result
+
+    async def list_all(self, backend: pb.ReachableBackend, method: str, field: str) -> list[dict[str, Any]]:
+        """Every entry of a paginated listing of one backend, at most `MAX_ENTRIES` of them."""
+        entries: list[dict[str, Any]] = []
+        cursor: str | None = None
+        for _ in range(MAX_PAGES):
+            page = await self.send(backend, method, {"cursor": cursor} if cursor else {})
+            listed = page.get(field)
+            if not isinstance(listed, list):
+                raise BackendError(backend.backend_id, f"answered {method} without a list of {field}")
+            entries.extend(entry for entry in listed if isinstance(entry, dict))
+            cursor = page.get("nextCursor") if isinstance(page.get("nextCursor"), str) else None
+            if not cursor or len(entries) >= MAX_ENTRIES:
+                break
+        if len(entries) > MAX_ENTRIES or cursor:
+            logger.warning(
+                "backend %s: %s gave more than %d %s (or %d pages): the rest are left out",
+                backend.backend_id,
+                method,
+                MAX_ENTRIES,
+                field,
+                MAX_PAGES,
+            )
+        return entries[:MAX_ENTRIES]

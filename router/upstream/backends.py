@@ -1,0 +1,266 @@
+"""Calling backend tools over MCP (Streamable HTTP), with pooled connections and a deadline per call.
+
+Arguments are checked against the tool's input schema first (`SchemaValidators`, router/handlers/schemas.py),
+so a call the backend would refuse never leaves the router.
+
+Each backend has its own connection pool (router/upstream/pools.py) for as long as the application runs;
+each call wraps its backend's pool in a lightweight `httpx2.AsyncClient` carrying that call's
+headers and timeout, through a `BoundedTransport` (toolsearch/responses.py) that cuts the answer at
+the backend's `max_response_bytes` while it is read. The SDK leaves a client it was given open, and
+the per-call client is never closed either: the pool is the application's.
+
+A handshake-era backend is called inside the client session's backend session (router/
+backend_messages.py): opened at the session's first call to it, kept in the indexer, reused by every
+replica, ended by the indexer when the client session ends. A backend that spoke 2026-07-28 at
+discovery is called with one request, and a legacy `sse` backend in a session of its own per call,
+both through the SDK's clients (router/upstream/sdk_calls.py). Requests other than tools/call (`request`:
+resources, prompts, completions; router/upstream/backend_requests.py) take the very same ways.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+import anyio
+import httpx2
+import mcp_types as types
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from pydantic import ValidationError
+
+from router.errors import (
+    BackendError,
+    BackendSessionGone,
+    BackendTimeout,
+    BackendTooLarge,
+    BackendUnavailable,
+    MissingCredentials,
+)
+from router.upstream.backend_messages import BackendMessenger, BackendSession
+from router.upstream.pools import BackendPools
+from router.upstream.relays import NotificationRelay
+from router.upstream.sdk_calls import (
+    SdkLink,
+    StatusRecorder,
+    call_by_sdk,
+    request_by_sdk,
+    without_server_info,
+)
+from toolsearch.responses import BoundedTransport
+from toolsearch.v1 import indexer_pb2 as pb
+
+logger = logging.getLogger(__name__)
+
+
+def outgoing_headers(
+    backend_id: str, auth: pb.BackendAuth, secrets: Mapping[str, str], bearer_token: str | None
+) -> dict[str, str]:
+    """The headers that authenticate a call to a backend; raises `MissingCredentials`."""
+    header = auth.header or "Authorization"
+    if auth.type == "header":
+        value = secrets.get(auth.value_env)
+        if not value:
+            raise MissingCredentials(
+                backend_id, f"cannot be called: the router has no value for its credential ({auth.value_env})"
+            )
+        return {header: value}
+    if auth.type == "passthrough":
+        if not bearer_token:
+            raise MissingCredentials(backend_id, "requires the caller's bearer token")
+        return {header: f"Bearer {bearer_token}"}
+    return {}
+
+
+class CallOutcome(NamedTuple):
+    """A call's result, and the backend session it ran in (None: the backend keeps none for us)."""
+
+    result: types.CallToolResult
+    session: BackendSession | None
+
+
+class RequestOutcome(NamedTuple):
+    """A request's result as the wire has it, and the backend session it ran in (None: none kept)."""
+
+    result: dict[str, Any]
+    session: BackendSession | None
+
+
+class BackendCaller:
+    """Calls tools on backend MCP servers, each through its own backend's connection pool."""
+
+    def __init__(self, pools: BackendPools) -> None:
+        self._pools = pools
+
+    def _client(
+        self, backend_id: str, headers: Mapping[str, str], timeout_seconds: float, max_response_bytes: int
+    ) -> tuple[httpx2.AsyncClient, BoundedTransport, StatusRecorder]:
+        recorder = StatusRecorder()
+        bounded = BoundedTransport(self._pools.for_backend(backend_id), max_response_bytes)
+        http = httpx2.AsyncClient(
+            transport=bounded,
+            headers=dict(headers),
+            timeout=httpx2.Timeout(timeout_seconds),
+            event_hooks={"response": [recorder]},
+        )
+        return http, bounded, recorder
+
+    async def call_tool(
+        self,
+        *,
+        backend_id: str,
+        url: str,
+        protocol_version: str,
+        timeout_seconds: float,
+        name: str,
+        arguments: Mapping[str, Any],
+        headers: Mapping[str, str],
+        max_response_bytes: int,
+        transport: str = "streamable_http",
+        session: BackendSession | None = None,
+        relay: NotificationRelay | None = None,
+        call_id: str | None = None,
+    ) -> CallOutcome:
+        """Run `name` on the backend at `url` and return its result as it came.
+
+        A handshake-era Streamable HTTP backend is called inside `session`, the client session's
+        backend session (one POST); without one, or when the backend forgot it (404, once), a new
+        one is opened first, and the outcome names it for the caller to keep. A 2026-07-28 backend
+        gets one request and an `sse` backend a session of its own, both without a kept session.
+        With a `relay`, the backend gets the client's progress token, and its progress and log
+        notifications during the call go to the relay as they arrive. `call_id` is the id the call
+        goes to a kept session with (`backend_request_id`), for `cancel` to name.
+
+        Raises `BackendTimeout` after `timeout_seconds`, `BackendRejected` on HTTP 401/403,
+        `BackendTooLarge` for an answer over `max_response_bytes`, and `BackendUnavailable` or
+        `BackendError` for anything else that keeps a result from coming back.
+        """
+        params = types.CallToolRequestParams(name=name, arguments=dict(arguments))
+        if transport == "sse" or protocol_version in MODERN_PROTOCOL_VERSIONS:
+            http, bounded, recorder = self._client(backend_id, headers, timeout_seconds, max_response_bytes)
+            link = SdkLink(
+                http, bounded, recorder, backend_id, url, protocol_version, transport, timeout_seconds
+            )
+            return CallOutcome(await call_by_sdk(link, params, relay), None)
+        wire = params.model_dump(mode="json", by_alias=True, exclude_none=True)
+        if relay is not None and relay.progress_token is not None:
+            wire["_meta"] = {"progressToken": relay.progress_token}
+        http, bounded, _ = self._client(backend_id, headers, timeout_seconds, max_response_bytes)
+        messenger = BackendMessenger(backend_id, url, http, bounded)
+        answer, session = await _in_session(
+            messenger, timeout_seconds, "tools/call", wire, session, relay, call_id
+        )
+        return CallOutcome(_tool_result(backend_id, answer), session)
+
+    async def request(
+        self,
+        *,
+        backend_id: str,
+        url: str,
+        protocol_version: str,
+        timeout_seconds: float,
+        method: str,
+        params: Mapping[str, Any],
+        headers: Mapping[str, str],
+        max_response_bytes: int,
+        transport: str = "streamable_http",
+        session: BackendSession | None = None,
+    ) -> RequestOutcome:
+        """Send one request other than tools/call (a listing, a read, a prompt, a completion).
+
+        The same ways to the backend as `call_tool`, and the same errors: inside the client
+        session's backend session for a handshake-era backend (a new one opened when there is none
+        or it was forgotten), in a connection of its own for a 2026-07-28 or `sse` backend.
+        """
+        http, bounded, recorder = self._client(backend_id, headers, timeout_seconds, max_response_bytes)
+        if transport == "sse" or protocol_version in MODERN_PROTOCOL_VERSIONS:
+            link = SdkLink(
+                http, bounded, recorder, backend_id, url, protocol_version, transport, timeout_seconds
+            )
+            return RequestOutcome(without_meta_stamp(await request_by_sdk(link, method, params)), None)
+        messenger = BackendMessenger(backend_id, url, http, bounded)
+        answer, kept = await _in_session(messenger, timeout_seconds, method, params, session, None, None)
+        return RequestOutcome(without_meta_stamp(answer), kept)
+
+    async def cancel(
+        self,
+        backend_id: str,
+        url: str,
+        session: BackendSession,
+        headers: Mapping[str, str],
+        call_id: str,
+        reason: str | None,
+        timeout: float,
+    ) -> None:
+        """Tell a backend that the call `call_id` of `session` is cancelled (best effort, bounded)."""
+        http, bounded, _ = self._client(backend_id, headers, timeout, 65_536)
+        params: dict[str, Any] = {"requestId": call_id, **({"reason": reason} if reason else {})}
+        with anyio.move_on_after(timeout):
+            try:
+                await BackendMessenger(backend_id, url, http, bounded).notify(
+                    "notifications/cancelled", params, session
+                )
+            except (BackendError, httpx2.HTTPError) as exc:
+                logger.debug("backend %s: passing on a cancellation failed: %s", backend_id, exc)
+
+    async def end_session(
+        self, backend_id: str, url: str, session: BackendSession, headers: Mapping[str, str], timeout: float
+    ) -> None:
+        """End a backend session this router opened and does not keep (best effort, bounded)."""
+        if not session.session_id:
+            return
+        http, bounded, _ = self._client(backend_id, headers, timeout, 65_536)
+        with anyio.move_on_after(timeout):
+            await BackendMessenger(backend_id, url, http, bounded).terminate(session)
+
+
+async def _in_session(
+    messenger: BackendMessenger,
+    timeout_seconds: float,
+    method: str,
+    params: Mapping[str, Any],
+    session: BackendSession | None,
+    relay: NotificationRelay | None,
+    call_id: str | None,
+) -> tuple[dict[str, Any], BackendSession]:
+    """One request inside `session`, or inside a new backend session when there is none or the
+    backend forgot it (once); returns the result and the session it ran in."""
+    backend_id = messenger.backend_id
+    bounded = messenger.bounded
+    try:
+        with anyio.fail_after(timeout_seconds):
+            if session is not None:
+                try:
+                    return await messenger.request(method, params, session, relay, call_id), session
+                except BackendSessionGone:
+                    logger.info("backend %s forgot its session: opening a new one", backend_id)
+            session = await messenger.initialize()
+            return await messenger.request(method, params, session, relay, call_id), session
+    except TimeoutError:
+        raise BackendTimeout(backend_id, timeout_seconds) from None
+    except httpx2.TimeoutException:
+        raise BackendTimeout(backend_id, timeout_seconds) from None
+    except httpx2.TransportError:
+        if bounded.exceeded:
+            raise BackendTooLarge(backend_id, bounded.limit) from None
+        raise BackendUnavailable(backend_id, "dropped the connection") from None
+
+
+def without_meta_stamp(result: dict[str, Any]) -> dict[str, Any]:
+    """A result without the backend's `serverInfo` stamp, which would misname who answered."""
+    meta = result.get("_meta")
+    if isinstance(meta, dict) and types.SERVER_INFO_META_KEY in meta:
+        stripped = {k: v for k, v in meta.items() if k != types.SERVER_INFO_META_KEY}
+        return {
+            **{k: v for k, v in result.items() if k != "_meta"},
+            **({"_meta": stripped} if stripped else {}),
+        }
+    return result
+
+
+def _tool_result(backend_id: str, answer: Mapping[str, Any]) -> types.CallToolResult:
+    try:
+        result = types.CallToolResult.model_validate(answer)
+    except ValidationError:
+        raise BackendError(backend_id, "answered with something that is not a tool result") from None
+    return without_server_info(result)
