@@ -17,8 +17,9 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from commands.ports import free_port
 from tests.support.kubernetes import KUBERNETES, OVERLAYS, Manifests, render
-from tests.support.processes import free_port, start_process
+from tests.support.processes import start_process
 from tests.support.redis import START_TIMEOUT
 from tests.support.sentinel import DOWN_AFTER_MS, FAILOVER_TIMEOUT_MS, QUORUM, node
 from tests.support.stack import wait_until

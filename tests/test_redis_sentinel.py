@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from commands.ports import free_port
 from indexer.state import (
     BackendSession,
     Principal,
@@ -25,7 +26,7 @@ from indexer.state import (
 )
 from indexer.state.listings import Listing, listing_digest
 from indexer.state.redis import Keys
-from tests.support.processes import free_port, start_process
+from tests.support.processes import start_process
 from tests.support.redis import open_state
 from tests.support.sentinel import SERVICE, node, running_sentinels, sentinel_config
 from tests.support.stack import CLI, MODEL, wait_until

@@ -29,8 +29,9 @@ from pathlib import Path
 import psutil
 
 from commands.health_check import check_grpc, check_http
+from commands.ports import free_port
 from tests.support.kubernetes import ROOT, Manifests, Obj
-from tests.support.processes import Proc, free_port, start_process
+from tests.support.processes import Proc, start_process
 
 NAMESPACE = "toolsearch"
 ENTRYPOINT = [sys.executable, "-m", "commands.cli"]  # the images' ENTRYPOINT ["toolsearch"]

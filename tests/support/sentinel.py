@@ -22,7 +22,8 @@ from pathlib import Path
 import pytest
 import redis
 
-from tests.support.processes import Proc, free_port, start_process
+from commands.ports import free_port
+from tests.support.processes import Proc, start_process
 from tests.support.redis import START_TIMEOUT, redis_answers
 from tests.support.stack import wait_until
 
