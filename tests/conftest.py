@@ -7,7 +7,7 @@ import pytest
 import redis.asyncio as aredis
 
 from commands.ports import PORTS
-from indexer.state.redis import TIMEOUT
+from indexer.state.redis_connection import TIMEOUT
 from tests.support.redis import RedisServer, running_redis
 
 # Tests run in several worker processes side by side (pytest-xdist): each takes its ports from a

@@ -32,7 +32,8 @@ from indexer.state import (
     VersionRef,
 )
 from indexer.state.listings import Listing, listing_digest
-from indexer.state.redis import TIMEOUT, Keys
+from indexer.state.redis import Keys
+from indexer.state.redis_connection import TIMEOUT
 from indexer.state.redis_lease import RedisLease
 from tests.support.clients import until
 from tests.support.redis import RedisServer, open_state, running_redis

@@ -73,6 +73,7 @@ def _apply_env(raw: dict[str, object], env: Mapping[str, str]) -> None:
         "TOOLSEARCH_ROUTER_LISTEN": ("router", "listen"),
         "TOOLSEARCH_INDEXER_LISTEN": ("indexer", "listen"),
         "TOOLSEARCH_INDEXER_STATE": ("indexer", "state"),
+        "TOOLSEARCH_INDEXER_STATE_ACKS": ("indexer", "state_acks"),
         "TOOLSEARCH_INDEXER_CACHE_DIR": ("indexer", "cache_dir"),
         "TOOLSEARCH_INDEXER_MODEL": ("indexer", "model"),
         "TOOLSEARCH_INDEXER_MODEL_THREADS": ("indexer", "model_threads"),

@@ -11,6 +11,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from toolsearch.settings import Section, check_listen
+from toolsearch.state_url import check_state_url
 
 DEFAULT_FIND_TOOL_DESCRIPTION = (
     "Find the tools that can do a task. Describe the task in plain words (tool_description), "
@@ -88,7 +89,12 @@ class Indexer(Section):
     embedder: Literal["onnx", "torch"] = "onnx"
     model_threads: int | None = Field(default=None, ge=1)  # model threads; None: every CPU it may use
     cache_dir: Path = Path(".toolsearch/cache")
+    # memory, redis://HOST:PORT/DB, or redis+sentinel://HOST:PORT[,...]/SERVICE[/DB] (docs/kubernetes.md)
     state: str = "memory"
+    state_password_env: str | None = None  # the variable holding the Redis servers' password
+    state_sentinel_password_env: str | None = None  # the variable holding the sentinels' own, if any
+    # Redis replicas that must hold a new session before `initialize` is answered (WAIT); 0: none
+    state_acks: int = Field(default=0, ge=0, le=16)
     session_ttl: float = Field(default=86_400.0, ge=1)  # seconds a session lives after its last use
     lease_ttl: float = Field(default=10.0, ge=0.5, le=300)  # redis state: the lease's time to live
     metrics_listen: str | None = None  # HOST:PORT of the Prometheus endpoint; None serves none
@@ -96,6 +102,9 @@ class Indexer(Section):
     max_sessions_per_principal: int = Field(default=100, ge=0)  # 0: no limit
     max_sessions: int = Field(default=20_000, ge=1)  # live sessions over every principal, anonymous included
     shutdown_grace: float = Field(default=10.0, ge=0)  # seconds in-flight calls get after SIGTERM
+    # seconds a router's connection lives before the indexer asks it to reconnect (and resolve the
+    # replicas' names again); 0 keeps connections for ever
+    connection_max_age: float = Field(default=120.0, ge=0)
     shared_secret_env: str | None = None  # the variable holding the secret callers must present
     tls: IndexerTls | None = None  # mutual TLS on the gRPC port
     naming: Naming = Naming()
@@ -107,9 +116,4 @@ class Indexer(Section):
         classmethod(lambda cls, v: None if v is None else check_listen(v))
     )
 
-    @field_validator("state")
-    @classmethod
-    def _state(cls, value: str) -> str:
-        if value != "memory" and not value.startswith(("redis://", "rediss://", "unix://")):
-            raise ValueError("must be 'memory' or a redis:// URL")
-        return value
+    _state = field_validator("state")(classmethod(lambda cls, v: check_state_url(v)))

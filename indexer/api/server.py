@@ -43,7 +43,7 @@ from indexer.retrieval.embeddings import Embeddings
 from indexer.retrieval.index import Builder, VersionPool
 from indexer.retrieval.search import SearchSettings
 from indexer.sessions.manager import SessionManager
-from indexer.state import EndedSession, LocalSessions, State, make_state
+from indexer.state import EndedSession, LocalSessions, State, make_state, state_secret
 from indexer.traces import RpcSpans
 from indexer.upkeep.health import HealthMonitor
 from indexer.upkeep.rebuilds import Rebuilder
@@ -92,6 +92,10 @@ class IndexerProcess:
     def build(cls, config: Config, embedder: Embedder, secrets: Mapping[str, str]) -> IndexerProcess:
         settings = search_settings(config)
         section = config.indexer
+        # the memory state has no password: one file serves both, its variables then may be unset
+        redis = section.state != "memory"
+        password_env = section.state_password_env if redis else None
+        sentinel_env = section.state_sentinel_password_env if redis else None
         state = make_state(
             section.state,
             embedder.identity,
@@ -99,6 +103,9 @@ class IndexerProcess:
             section.cache_dir,
             section.session_ttl,
             section.lease_ttl,
+            password=state_secret(secrets, password_env, "indexer.state_password_env"),
+            sentinel_password=state_secret(secrets, sentinel_env, "indexer.state_sentinel_password_env"),
+            acks=section.state_acks,
         )
         embeddings = Embeddings(embedder, store=state.embeddings)
         # one pooled transport for every discovery and probe: connections are reused across backends
@@ -264,7 +271,16 @@ async def _bound_server(
     security = security or ServerSecurity()
     if security.secret is not None:
         interceptors = [*interceptors, SharedSecretGuard(security.secret)]
-    server = grpc.aio.server(options=[("grpc.so_reuseport", 0)], interceptors=list(interceptors) or None)
+    age = indexer.config.indexer.connection_max_age
+    options: list[tuple[str, int]] = [("grpc.so_reuseport", 0)]
+    if age > 0:
+        # a connection closed now and then (GOAWAY: calls in flight finish) makes each router resolve
+        # dns:/// again, so replicas an autoscaler adds take calls within `connection_max_age`
+        options += [
+            ("grpc.max_connection_age_ms", int(age * 1000)),
+            ("grpc.max_connection_age_grace_ms", 60_000),
+        ]
+    server = grpc.aio.server(options=options, interceptors=list(interceptors) or None)
     service = IndexerService(
         indexer.sessions, indexer.registry, indexer.finder, indexer.embeddings, indexer.config.indexer.naming
     )

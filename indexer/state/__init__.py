@@ -6,13 +6,13 @@
     await state.close()
 
 `memory` (the default) keeps everything in the process and embeddings in a SQLite file under
-`cache_dir`; a `redis://` (or `rediss://`, `unix://`) URL keeps it all in Redis, shared by every
-replica, and gives the replicas a lease and an event channel (`State.shared`).
+`cache_dir`; a `redis://` (or `rediss://`, `unix://`, `redis+sentinel://`) URL keeps it all in
+Redis, shared by every replica, and gives the replicas a lease and an event channel (`State.shared`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,7 +41,8 @@ from indexer.state.base import (
 )
 from indexer.state.disk import disk_embeddings
 from indexer.state.memory import LocalSessions
-from indexer.state.redis import Keys, RedisCatalogs, RedisEmbeddings, RedisHealth, connect, guarded, redacted
+from indexer.state.redis import Keys, RedisCatalogs, RedisEmbeddings, RedisHealth
+from indexer.state.redis_connection import RedisTarget
 from indexer.state.redis_lease import RedisEvents, RedisLease
 from indexer.state.redis_sessions import RedisSessions
 
@@ -70,6 +71,7 @@ __all__ = [
     "SwapChange",
     "VersionRef",
     "make_state",
+    "state_secret",
 ]
 
 
@@ -94,6 +96,18 @@ class State:
             await self.shared.close()
 
 
+def state_secret(environ: Mapping[str, str], name: str | None, setting: str) -> str | None:
+    """The value of the variable `setting` names (None when unnamed); StateUnavailable when unset."""
+    if not name:
+        return None
+    value = environ.get(name)
+    if not value:
+        raise StateUnavailable(
+            f"{setting}: the variable {name} is not set; set it to the password, or unset {setting}"
+        )
+    return value
+
+
 def make_state(
     url: str,
     identity: str,
@@ -102,14 +116,23 @@ def make_state(
     session_ttl: float = 86_400.0,
     lease_ttl: float = 10.0,
     prefix: str = "toolsearch:",
+    password: str | None = None,
+    sentinel_password: str | None = None,
+    acks: int = 0,
 ) -> State:
-    """The state backend `url` names (`memory` or a Redis URL); connects on first use."""
+    """The state backend `url` names (`memory`, a Redis URL or Redis Sentinel); connects on first use.
+
+    `password` (the Redis servers') and `sentinel_password` come from the variables the
+    configuration names, read by the entry point; `acks` replicas must hold a new session before
+    it is acknowledged (Redis's WAIT), so that a failover cannot lose it.
+    """
     if url == "memory":
         return State(LocalSessions(session_ttl), disk_embeddings(cache_dir, identity, dimension))
     keys = Keys(prefix)
-    client = connect(url)
+    target = RedisTarget(url, password, sentinel_password)
+    client = target.async_client()
     catalogs = RedisCatalogs(client, keys, session_ttl)
-    sessions = RedisSessions(client, keys, catalogs, session_ttl)
+    sessions = RedisSessions(client, keys, catalogs, session_ttl, acks)
     shared = Shared(
         catalogs=catalogs,
         health=RedisHealth(client, keys),
@@ -122,7 +145,7 @@ def make_state(
     )
 
     async def check() -> None:
-        async with guarded(f"connecting to {redacted(url)}"):
-            await client.ping()
+        await target.check(client)
 
-    return State(sessions, RedisEmbeddings(url, keys, identity), shared, redacted(url), check)
+    embeddings = RedisEmbeddings(target.sync_client(), keys, identity)
+    return State(sessions, embeddings, shared, target.description, check)

@@ -1,7 +1,8 @@
-"""The Redis state backend: connections, key names, listings, health, embeddings, and the sweep.
+"""The Redis state backend: key names, listings, health, embeddings, and the sweep.
 
 Every command has a deadline (`TIMEOUT` for connecting and for each answer) and a connection error
-is retried once (a pooled connection may predate a Redis restart); a failure becomes
+is retried once (a pooled connection may predate a Redis restart, or a Sentinel failover:
+`indexer.state.redis_connection`); a failure becomes
 `StateUnavailable` here, never a Redis exception further up. Keys (docs/scaling.md lists them) share
 one prefix, so several deployments can share a Redis database. Lua scripts build key names from that
 prefix, so the backend needs one Redis (with replicas, if wanted), not a Redis Cluster.
@@ -20,11 +21,7 @@ from dataclasses import asdict
 
 import redis
 import redis.asyncio as aredis
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
-from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
-from redis.retry import Retry as SyncRetry
 
 from indexer.state.backends import STATUSES, BackendHealth
 from indexer.state.base import StateUnavailable
@@ -32,7 +29,6 @@ from indexer.state.listings import Listing, Offers, ServerInfo, intern_listing
 
 logger = logging.getLogger(__name__)
 
-TIMEOUT = 2.0  # seconds to connect, and for each answer
 _LISTINGS_KEPT = 512  # listings this replica keeps decoded, by digest
 _WRITTEN_KEPT = 4096  # digests this replica remembers having stored lately
 _CHUNK = 500  # keys per command or pipeline
@@ -70,24 +66,6 @@ class Keys:
 
     def embeddings(self, identity: str) -> str:
         return f"{self.prefix}embeddings:{hashlib.sha256(identity.encode()).hexdigest()[:16]}"
-
-
-def redacted(url: str) -> str:
-    """The URL without a password, for messages."""
-    scheme, sep, rest = url.partition("://")
-    _, at, host = rest.rpartition("@")
-    return f"{scheme}{sep}{'***@' if at else ''}{host}" if sep else url
-
-
-def connect(url: str) -> aredis.Redis:
-    """An asyncio client with deadlines and one retry of a broken connection."""
-    return aredis.Redis.from_url(
-        url,
-        socket_timeout=TIMEOUT,
-        socket_connect_timeout=TIMEOUT,
-        retry=Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),
-        health_check_interval=30,
-    )
 
 
 @contextlib.asynccontextmanager
@@ -225,13 +203,8 @@ class RedisEmbeddings:
     SQLite store it never raises: when Redis cannot answer, the vectors are computed instead.
     """
 
-    def __init__(self, url: str, keys: Keys, identity: str) -> None:
-        self._client = redis.Redis.from_url(
-            url,
-            socket_timeout=TIMEOUT,
-            socket_connect_timeout=TIMEOUT,
-            retry=SyncRetry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),
-        )
+    def __init__(self, client: redis.Redis, keys: Keys, identity: str) -> None:
+        self._client = client
         self._key = keys.embeddings(identity)
 
     def get(self, keys: Sequence[bytes]) -> dict[bytes, bytes]:

@@ -15,6 +15,7 @@ computing the same change make one swap between them. `sessions` (every id) and 
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections import deque
 from collections.abc import Iterable, Sequence
@@ -33,6 +34,7 @@ from indexer.state.base import (
     Room,
     RoomFull,
     SessionRecord,
+    StateUnavailable,
     Swap,
     SwapChange,
     VersionRef,
@@ -41,6 +43,7 @@ from indexer.state.listings import digest_of, intern_backends
 from indexer.state.memory import ENDED_KEPT
 from indexer.state.redis import Keys, RedisCatalogs, chunks, guarded, text
 
+ACK_TIMEOUT_MS = 1000  # how long a new session waits for its replicas' confirmation (indexer.state_acks)
 # how much longer than its session a backend-sessions hash lives: more than a sweep interval (at
 # most a quarter of the session ttl) and a lease hand-over
 _BACKENDS_MARGIN_MS = 120_000
@@ -92,8 +95,11 @@ class RedisSessions:
 
     shared = True
 
-    def __init__(self, client: aredis.Redis, keys: Keys, catalogs: RedisCatalogs, ttl: float) -> None:
+    def __init__(
+        self, client: aredis.Redis, keys: Keys, catalogs: RedisCatalogs, ttl: float, acks: int = 0
+    ) -> None:
         self._client, self._keys, self._catalogs = client, keys, catalogs
+        self._acks = acks  # replicas that must hold a new session before it is acknowledged
         self._ttl_ms = int(ttl * 1000)
         self._backends_ttl_ms = self._ttl_ms + self._ttl_ms // 4 + _BACKENDS_MARGIN_MS
         self._ended: deque[EndedSession] = deque(maxlen=ENDED_KEPT)
@@ -147,9 +153,26 @@ class RedisSessions:
         claim = owner if record.implied else ""
         args: list[str | int] = [record.id, self._ttl_ms, claim, first, self._keys.session("")]
         pairs = [item for pair in fields.items() for item in pair]
-        async with guarded("creating a session"):
-            answer = await self._create(keys=keys, args=[*args, room.sessions, room.per_principal, *pairs])
+        args = [*args, room.sessions, room.per_principal, *pairs]
+        if not self._acks:
+            async with guarded("creating a session"):
+                answer = await self._create(keys=keys, args=args)
+            _refuse(answer, room)
+            return text(answer)
+        # WAIT counts the replicas that have this connection's writes: one pipeline, one connection
+        async with guarded("creating a session"), self._client.pipeline(transaction=False) as pipe:
+            await self._create(keys=keys, args=args, client=pipe)
+            pipe.wait(self._acks, ACK_TIMEOUT_MS)
+            answer, copies = await pipe.execute()
         _refuse(answer, room)
+        if int(copies) < self._acks:
+            # not acknowledged: a failover now could lose it, so the client is told to try again
+            with contextlib.suppress(StateUnavailable):
+                await self.delete(record)
+            raise StateUnavailable(
+                f"shared state: {copies} of {self._acks} replicas confirmed a new session within "
+                f"{ACK_TIMEOUT_MS} ms (indexer.state_acks)"
+            )
         return text(answer)
 
     async def implied(self, principal: Principal) -> str | None:

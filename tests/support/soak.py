@@ -175,7 +175,9 @@ class _Soak:
     async def client(self, number: int) -> None:
         while not self.stop.is_set():
             try:
-                async with Client(self.stack.mcp_url, mode="legacy") as client:
+                # each client keeps to one router; with several, the clients spread over them
+                router = self.stack.router_urls[number % len(self.stack.router_urls)]
+                async with Client(f"{router}/mcp", mode="legacy") as client:
                     self.report.sessions_opened += 1
                     await self._calls(number, client)
             except Exception as exc:
