@@ -43,6 +43,7 @@ from indexer.sessions.manager import SessionManager
 from indexer.state import BackendSession, StateUnavailable
 from toolsearch.backend_settings import Backend
 from toolsearch.indexer_settings import Naming
+from toolsearch.trailers import ERROR_KEY, RETRY_AFTER_KEY, SUGGESTIONS_KEY, ErrorKind
 from toolsearch.v1 import indexer_pb2 as pb
 from toolsearch.v1 import indexer_pb2_grpc as pb_grpc
 
@@ -52,23 +53,22 @@ _Req = TypeVar("_Req")
 _Resp = TypeVar("_Resp")
 
 _MAX_SESSION_ID = 1024  # characters of a backend session id or protocol version the state keeps
-SUGGESTIONS_KEY = "toolsearch-suggestions-bin"  # a tool-not-found's close names (pb.ToolSuggestions)
-_STATUS: dict[type, tuple[grpc.StatusCode, str]] = {
-    SessionNotFound: (grpc.StatusCode.NOT_FOUND, "session-not-found"),
-    ToolNotFound: (grpc.StatusCode.NOT_FOUND, "tool-not-found"),
-    InvalidRequest: (grpc.StatusCode.INVALID_ARGUMENT, "invalid-request"),
-    SessionsFull: (grpc.StatusCode.RESOURCE_EXHAUSTED, "sessions-full"),
-    TooManySessions: (grpc.StatusCode.RESOURCE_EXHAUSTED, "too-many-sessions"),
-    NotReady: (grpc.StatusCode.UNAVAILABLE, "not-ready"),
-    StateUnavailable: (grpc.StatusCode.UNAVAILABLE, "state-unavailable"),
+_STATUS: dict[type, tuple[grpc.StatusCode, ErrorKind]] = {
+    SessionNotFound: (grpc.StatusCode.NOT_FOUND, ErrorKind.SESSION_NOT_FOUND),
+    ToolNotFound: (grpc.StatusCode.NOT_FOUND, ErrorKind.TOOL_NOT_FOUND),
+    InvalidRequest: (grpc.StatusCode.INVALID_ARGUMENT, ErrorKind.INVALID_REQUEST),
+    SessionsFull: (grpc.StatusCode.RESOURCE_EXHAUSTED, ErrorKind.SESSIONS_FULL),
+    TooManySessions: (grpc.StatusCode.RESOURCE_EXHAUSTED, ErrorKind.TOO_MANY_SESSIONS),
+    NotReady: (grpc.StatusCode.UNAVAILABLE, ErrorKind.NOT_READY),
+    StateUnavailable: (grpc.StatusCode.UNAVAILABLE, ErrorKind.STATE_UNAVAILABLE),
 }
 
 
-def _status_for(exc: IndexerError | StateUnavailable) -> tuple[grpc.StatusCode, str]:
+def _status_for(exc: IndexerError | StateUnavailable) -> tuple[grpc.StatusCode, ErrorKind]:
     for cls in type(exc).__mro__:
         if cls in _STATUS:
             return _STATUS[cls]
-    return grpc.StatusCode.INTERNAL, "internal"
+    return grpc.StatusCode.INTERNAL, ErrorKind.INTERNAL
 
 
 def translated(
@@ -82,9 +82,9 @@ def translated(
             return await method(self, request, context)
         except (IndexerError, StateUnavailable) as exc:
             code, kind = _status_for(exc)
-            trailers = [("toolsearch-error", kind)]
+            trailers = [(ERROR_KEY, kind.value)]
             if isinstance(exc, TooManySessions):
-                trailers.append(("toolsearch-retry-after", str(exc.retry_after)))  # seconds
+                trailers.append((RETRY_AFTER_KEY, str(exc.retry_after)))  # seconds
             if isinstance(exc, ToolNotFound):
                 trailers.append((SUGGESTIONS_KEY, suggestions(exc).SerializeToString()))  # type: ignore[arg-type]
             context.set_trailing_metadata(tuple(trailers))
@@ -93,7 +93,7 @@ def translated(
             raise
         except Exception:
             logger.exception("%s failed", method.__name__)
-            context.set_trailing_metadata((("toolsearch-error", "internal"),))
+            context.set_trailing_metadata(((ERROR_KEY, ErrorKind.INTERNAL.value),))
             await context.abort(grpc.StatusCode.INTERNAL, "internal error in the indexer (logged)")
         raise AssertionError("unreachable: abort raises")
 

@@ -26,10 +26,11 @@ from typing import NamedTuple
 
 import grpc
 
-ERROR_KEY = "toolsearch-error"
+from toolsearch.trailers import ERROR_KEY, ErrorKind
+
 # gRPC's words when a call found no connection to send it on (pick_first and round_robin alike)
 _NO_CONNECTION = "failed to connect to all addresses"
-_REFUSED_KINDS = frozenset({"not-ready"})  # the indexer's own refusals of work it did not start
+_REFUSED_KINDS = frozenset({ErrorKind.NOT_READY})  # the indexer's own refusals of work it did not start
 
 
 class Failure(NamedTuple):

@@ -43,6 +43,7 @@ from router.link.backend_targets import (
 )
 from router.link.failover import error_kind, judge, next_address
 from router.targets import BackendSession, BackendTarget, ReachableTargets, ResolvedTool
+from toolsearch.trailers import RETRY_AFTER_KEY, SUGGESTIONS_KEY, ErrorKind
 from toolsearch.transport import ChannelSecurity, aio_channel
 from toolsearch.v1 import indexer_pb2 as pb
 from toolsearch.v1 import indexer_pb2_grpc
@@ -64,8 +65,6 @@ _ROUND_ROBIN = json.dumps({"loadBalancingConfig": [{"round_robin": {}}]})
 _UNAVAILABLE = frozenset(
     {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED}
 )
-_RETRY_AFTER_KEY = "toolsearch-retry-after"  # seconds until a session cap has room again
-_SUGGESTIONS_KEY = "toolsearch-suggestions-bin"  # a tool-not-found's close names (pb.ToolSuggestions)
 UNAVAILABLE_MESSAGE = "indexer unavailable, retry shortly"
 
 _Request = TypeVar("_Request", bound=Message)
@@ -93,7 +92,7 @@ def _principal(principal: Principal) -> pb.Principal:
 
 def _retry_after(exc: grpc.aio.AioRpcError) -> int:
     for key, value in exc.trailing_metadata() or ():
-        if key == _RETRY_AFTER_KEY and str(value).isdigit():
+        if key == RETRY_AFTER_KEY and str(value).isdigit():
             return max(1, int(value))
     return 1
 
@@ -102,7 +101,7 @@ def _tool_not_found(exc: grpc.aio.AioRpcError, tool_name: str) -> ToolNotFound:
     """A tool-not-found with the close names and the reason the indexer sent beside it, if any."""
     detail = pb.ToolSuggestions()
     for key, value in exc.trailing_metadata() or ():
-        if key == _SUGGESTIONS_KEY and isinstance(value, bytes):
+        if key == SUGGESTIONS_KEY and isinstance(value, bytes):
             try:
                 detail.ParseFromString(value)
             except DecodeError:
@@ -118,13 +117,13 @@ def translate(exc: grpc.aio.AioRpcError, tool_name: str = "") -> RouterError:
     if code in _UNAVAILABLE:
         return IndexerUnavailable(UNAVAILABLE_MESSAGE)
     if code == grpc.StatusCode.NOT_FOUND:
-        if error_kind(exc) == "tool-not-found":
+        if error_kind(exc) == ErrorKind.TOOL_NOT_FOUND:
             return _tool_not_found(exc, tool_name)
         return SessionNotFound()
     if code == grpc.StatusCode.INVALID_ARGUMENT:
         return InvalidRequest(details)
     if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
-        if error_kind(exc) == "sessions-full":
+        if error_kind(exc) == ErrorKind.SESSIONS_FULL:
             return SessionsFull(details, _retry_after(exc))
         return TooManySessions(details, _retry_after(exc))
     return IndexerFailed(f"indexer error ({code.name})")
