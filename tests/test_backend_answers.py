@@ -132,13 +132,13 @@ async def test_a_listing_over_the_limit_leaves_the_backend_out(stack: LightStack
 
 
 async def test_the_registry_lists_with_each_backends_own_limit(stack: LightStack) -> None:
-    registry = stack.indexer.registry
-    backend = registry.get("AI_Weather_by_Meteosource").config
+    lister = stack.indexer.lister
+    backend = lister.registry.get("AI_Weather_by_Meteosource").config
     with pytest.raises(BackendUnavailable, match="more than 2048 bytes"):
-        await registry.list_backend(backend.model_copy(update={"max_response_bytes": 2048}))
+        await lister.list_backend(backend.model_copy(update={"max_response_bytes": 2048}))
     with pytest.raises(BackendUnavailable, match="more than 2048 bytes"):
-        await registry.probe(backend.model_copy(update={"max_response_bytes": 2048}), WAIT)
-    assert len((await registry.list_backend(backend)).tools) == 10
+        await lister.probe(backend.model_copy(update={"max_response_bytes": 2048}), WAIT)
+    assert len((await lister.list_backend(backend)).tools) == 10
 
 
 # The bound itself, on answers made up in process

@@ -2,7 +2,7 @@
 
 Probes are fake coroutines and the breaker's clock is a number the test moves, so every case runs
 in milliseconds; loops that must run for real wait on conditions, never on fixed sleeps. What a probe
-sends over the wire is checked against an in-process MCP server behind the registry's transport.
+sends over the wire is checked against an in-process MCP server behind the lister's transport.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import pytest
 from mcp.server.lowlevel.server import Server
 from mcp.server.transport_security import TransportSecuritySettings
 
+from indexer.backends.lister import BackendLister
 from indexer.backends.registry import Registry
 from indexer.errors import BackendRejected, BackendUnavailable
 from indexer.state.backends import Status
@@ -77,16 +78,21 @@ class Announced:
         self.reasons.append(reason)
 
 
+def lister_of(registry: Registry, transport: httpx2.AsyncBaseTransport | None = None) -> BackendLister:
+    """A lister of `registry`'s backends, without secrets, as the tests' registries have none."""
+    return BackendLister(registry, {}, timeout=5.0, transport=transport)
+
+
 def make_monitor(
     settings: Health = SETTINGS, clock: FakeClock | None = None, **auth: BackendAuth
 ) -> tuple[HealthMonitor, Registry, FakeBackends, list[str]]:
     backends = [Backend(id=b, url=f"http://127.0.0.1:9/{b}", auth=auth.get(b, BackendAuth())) for b in "abc"]
-    registry = Registry(backends, {}, timeout=5.0)
+    registry = Registry(backends)
     for backend in backends:
         registry.record_listing(backend.id, listing("tool"))
     fake = FakeBackends()
     announced = Announced()
-    monitor = HealthMonitor(registry, settings, announced, probe=fake, clock=clock or FakeClock())
+    monitor = HealthMonitor(lister_of(registry), settings, announced, probe=fake, clock=clock or FakeClock())
     return monitor, registry, fake, announced.reasons
 
 
@@ -249,8 +255,8 @@ class GatedBackends:
         return listing("tool")
 
 
-def listed_registry(*backends: Backend, transport: httpx2.AsyncBaseTransport | None = None) -> Registry:
-    registry = Registry(backends, {}, timeout=5.0, transport=transport)
+def listed_registry(*backends: Backend) -> Registry:
+    registry = Registry(backends)
     for backend in backends:
         registry.record_listing(backend.id, listing("tool"))
     return registry
@@ -260,7 +266,7 @@ async def test_no_more_than_the_cap_of_probes_run_at_once() -> None:
     backends = [Backend(id=f"b{n}", url=f"http://127.0.0.1:9/b{n}") for n in range(6)]
     registry = listed_registry(*backends)
     gated = GatedBackends()
-    monitor = HealthMonitor(registry, Health(max_concurrent_probes=2), Announced(), probe=gated)
+    monitor = HealthMonitor(lister_of(registry), Health(max_concurrent_probes=2), Announced(), probe=gated)
     checks = [asyncio.create_task(monitor.check(b.id)) for b in backends]
     await wait_for(lambda: gated.in_flight == 2 and monitor.queued == 4)
     for backend in backends:
@@ -287,7 +293,7 @@ async def test_waiting_for_a_slot_counts_neither_towards_the_timeout_nor_the_lat
         return listing("tool")
 
     settings = Health(max_concurrent_probes=1, unhealthy_after=1, degraded_latency=0.2)
-    monitor = HealthMonitor(registry, settings, Announced(), probe=probe)
+    monitor = HealthMonitor(lister_of(registry), settings, Announced(), probe=probe)
     holding = asyncio.create_task(monitor.check("slow"))
     await wait_for(lambda: started == ["slow"])
     async with asyncio.timeout(WAIT):
@@ -301,7 +307,7 @@ async def test_untracking_a_backend_that_waits_for_a_slot_ends_its_loop_at_once(
     backends = [Backend(id=b, url=f"http://127.0.0.1:9/{b}") for b in "abc"]
     gated = GatedBackends()
     settings = Health(interval=0.02, timeout=5.0, max_concurrent_probes=1)
-    monitor = HealthMonitor(listed_registry(*backends), settings, Announced(), probe=gated)
+    monitor = HealthMonitor(lister_of(listed_registry(*backends)), settings, Announced(), probe=gated)
     monitor.start()
     try:
         await wait_for(lambda: gated.in_flight == 1 and monitor.queued == 2)
@@ -329,7 +335,7 @@ async def test_a_failed_probe_gives_its_slot_back() -> None:
 
 
 class WireBackend(httpx2.AsyncBaseTransport):
-    """The registry's shared transport to an in-process MCP server: notes each JSON-RPC method sent,
+    """The lister's shared transport to an in-process MCP server: notes each JSON-RPC method sent,
     and answers in the backend's stead with an HTTP status when the test says so."""
 
     def __init__(self, app: Any) -> None:
@@ -354,8 +360,8 @@ class WireBackend(httpx2.AsyncBaseTransport):
 
 
 @contextlib.asynccontextmanager
-async def wire_backend() -> AsyncIterator[tuple[WireBackend, Registry, HealthMonitor]]:
-    """A registry of one discovered backend `m` (an in-process MCP server) and a monitor probing it."""
+async def wire_backend() -> AsyncIterator[tuple[WireBackend, Registry, BackendLister, HealthMonitor]]:
+    """A registry of one discovered backend `m` (an in-process MCP server), its lister, and a monitor."""
 
     async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
         return types.ListToolsResult(tools=[types.Tool(name="add", input_schema={"type": "object"})])
@@ -367,12 +373,13 @@ async def wire_backend() -> AsyncIterator[tuple[WireBackend, Registry, HealthMon
     )
     async with app.router.lifespan_context(app):
         transport = WireBackend(app)
-        registry = Registry([Backend(id="m", url="http://m.test/mcp")], {}, timeout=5.0, transport=transport)
-        await registry.discover("m")
+        registry = Registry([Backend(id="m", url="http://m.test/mcp")])
+        lister = lister_of(registry, transport)
+        await lister.discover("m")
         assert registry.get("m").status == "healthy"
-        monitor = HealthMonitor(registry, Health(unhealthy_after=1), Announced())
+        monitor = HealthMonitor(lister, Health(unhealthy_after=1), Announced())
         try:
-            yield transport, registry, monitor
+            yield transport, registry, lister, monitor
         finally:
             await monitor.close()
 
@@ -385,7 +392,7 @@ def answered_in(registry: Registry, backend_id: str, protocol_version: str) -> N
 
 
 async def test_a_probe_speaks_the_protocol_the_backend_answered_in_without_negotiating_again() -> None:
-    async with wire_backend() as (wire, registry, monitor):
+    async with wire_backend() as (wire, registry, _, monitor):
         assert registry.get("m").health.protocol_version == "2026-07-28"
         wire.methods.clear()
         await monitor.check("m")
@@ -398,7 +405,7 @@ async def test_a_probe_speaks_the_protocol_the_backend_answered_in_without_negot
 
 
 async def test_after_a_failed_probe_the_next_one_negotiates_the_protocol_again() -> None:
-    async with wire_backend() as (wire, registry, monitor):
+    async with wire_backend() as (wire, registry, _, monitor):
         wire.status = 503
         await monitor.check("m")
         assert registry.get("m").status == "unhealthy"
@@ -412,7 +419,7 @@ async def test_after_a_failed_probe_the_next_one_negotiates_the_protocol_again()
 
 
 async def test_a_backend_that_dropped_its_pinned_protocol_is_listed_by_negotiating_at_once() -> None:
-    async with wire_backend() as (wire, registry, monitor):
+    async with wire_backend() as (wire, registry, _, monitor):
         answered_in(registry, "m", "2025-11-25")
         wire.refused = {"initialize"}
         wire.methods.clear()
@@ -433,7 +440,7 @@ async def test_probes_of_one_backend_share_one_http_client_closed_with_the_monit
             super().__init__(*args, **kwargs)
             built.append(self)
 
-    async with wire_backend() as (wire, registry, monitor):
+    async with wire_backend() as (wire, registry, lister, monitor):
         monkeypatch.setattr(httpx2, "AsyncClient", CountedClient)
         for _ in range(3):
             await monitor.check("m")
@@ -441,12 +448,12 @@ async def test_probes_of_one_backend_share_one_http_client_closed_with_the_monit
         await monitor.close()
         assert built[0].is_closed
         assert not wire.closed  # the pool is shared with discovery and every other backend
-        await registry.discover("m")
+        await lister.discover("m")
         assert registry.get("m").status == "healthy"
 
 
 async def test_a_kept_client_reports_a_401_only_for_the_probe_that_met_it() -> None:
-    async with wire_backend() as (wire, registry, monitor):
+    async with wire_backend() as (wire, registry, _, monitor):
         wire.status = 401
         assert await monitor.check("m") == "backend m unauthenticated"
         wire.status = 503

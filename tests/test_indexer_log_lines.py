@@ -6,6 +6,7 @@ import logging
 
 import pytest
 
+from indexer.backends.lister import BackendLister
 from indexer.backends.registry import Registry
 from indexer.embedder import FakeEmbedder
 from indexer.errors import BackendUnavailable
@@ -39,10 +40,11 @@ class Rebuilds:
 
 def monitor() -> tuple[HealthMonitor, Probe]:
     backend = Backend(id="a", url="http://127.0.0.1:9/a")
-    registry = Registry([backend], {}, timeout=5.0)
+    registry = Registry([backend])
     registry.record_listing("a", listing())
     probe = Probe()
-    return HealthMonitor(registry, Health(unhealthy_after=1), Rebuilds(), probe=probe), probe
+    lister = BackendLister(registry, {}, timeout=5.0)
+    return HealthMonitor(lister, Health(unhealthy_after=1), Rebuilds(), probe=probe), probe
 
 
 def lines(caplog: pytest.LogCaptureFixture, name: str, level: int) -> list[str]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from indexer.backends.lister import BackendLister
 from indexer.backends.registry import Registry
 from indexer.errors import BackendRejected, BackendSecretUnset
 from router.errors import MissingCredentials
@@ -54,11 +55,12 @@ async def test_the_indexer_judges_a_backend_whose_secret_is_missing_unauthentica
     None
 ):
     backend = keyed_backend()
-    registry = Registry([backend], secrets={}, timeout=1.0)
+    registry = Registry([backend])
+    lister = BackendLister(registry, secrets={}, timeout=1.0)
     with pytest.raises(BackendSecretUnset) as raised:
-        registry.headers(backend, None)
+        lister.headers(backend, None)
     assert raised.value.reason == REASON and isinstance(raised.value, BackendRejected)
     # discovery lists it without a request leaving: the verdict and the reason the status page shows
-    await registry.discover("weather")
+    await lister.discover("weather")
     health = registry.get("weather").health
     assert health.status == "unauthenticated" and health.last_error == REASON

@@ -1,7 +1,7 @@
 """Sessions are bounded with the memory state: idle ones expire, their number is capped, and an
 unverified caller's token is kept only when something needs it, and only so long.
 
-In process, with the fake embedder, a registry whose backends answer without a network, and a
+In process, with the fake embedder, a lister whose backends answer without a network, and a
 clock the test moves, so expiry is exact and nothing waits for time to pass; the one test of
 memory being freed runs on real time, with a short time to live and a bounded wait.
 """
@@ -17,6 +17,7 @@ import pytest
 
 from indexer.backends.backend_sessions import BackendSessionEnder
 from indexer.backends.credentials import ANONYMOUS, MAX_UNVERIFIED_TOKEN_BYTES
+from indexer.backends.lister import BackendLister
 from indexer.backends.registry import Registry
 from indexer.embedder.fake import FakeEmbedder
 from indexer.errors import (
@@ -58,7 +59,7 @@ class Clock:
         self.now += seconds
 
 
-class LocalRegistry(Registry):
+class LocalLister(BackendLister):
     """Backends listed without a network: `mail` (passthrough) answers any token but `denied-...`."""
 
     def __init__(self, passthrough: bool = True) -> None:
@@ -67,10 +68,10 @@ class LocalRegistry(Registry):
             backends.append(
                 Backend(id="mail", url="http://127.0.0.1:9/mail", auth=BackendAuth(type="passthrough"))
             )
-        super().__init__(backends, {}, timeout=5.0)
-        self.record_listing("weather", Listing(({"name": "get_forecast"},), "2025-11-25", 0.0))
+        super().__init__(Registry(backends), {}, timeout=5.0)
+        self.registry.record_listing("weather", Listing(({"name": "get_forecast"},), "2025-11-25", 0.0))
         if passthrough:
-            self.record_answer("mail", 0.0, "healthy")  # listed per caller, never for everyone
+            self.registry.record_answer("mail", 0.0, "healthy")  # listed per caller, never for everyone
         self.tokens: list[str | None] = []  # the tokens passthrough listings were made with
 
     async def list_backend(
@@ -86,7 +87,7 @@ class LocalRegistry(Registry):
 
 def manager(
     store: LocalSessions,
-    registry: Registry | None = None,
+    lister: BackendLister | None = None,
     sessions: int = 0,
     per_principal: int = 0,
     ender: BackendSessionEnder | None = None,
@@ -95,7 +96,7 @@ def manager(
     embed = Embeddings(embedder).embed_documents
     pool = VersionPool(Builder(embed, embedder.count_tokens, embedder.max_tokens, SearchSettings()))
     return SessionManager(
-        registry or LocalRegistry(),
+        lister or LocalLister(),
         pool,
         Naming(),
         max_per_principal=per_principal,
@@ -170,16 +171,16 @@ async def test_the_cap_on_every_session_counts_anonymous_callers_and_frees_by_cl
 
 async def test_the_cap_on_one_principal_counts_authenticated_ones_and_refuses_before_listing() -> None:
     clock = Clock()
-    registry = LocalRegistry()
-    sessions = manager(LocalSessions(TTL, clock), registry, sessions=100, per_principal=2)
+    lister = LocalLister()
+    sessions = manager(LocalSessions(TTL, clock), lister, sessions=100, per_principal=2)
     oldest = await sessions.open(ALICE, "alice-token")
     clock.advance(30)
     await sessions.open(ALICE, "alice-token")
     clock.advance(20)
     await sessions.get(oldest.id, ALICE)  # used: the other is now the least recently used
-    listed = len(registry.tokens)
+    listed = len(lister.tokens)
     full = await refused(sessions, ALICE)
-    assert not isinstance(full, SessionsFull) and len(registry.tokens) == listed  # nothing listed
+    assert not isinstance(full, SessionsFull) and len(lister.tokens) == listed  # nothing listed
     assert "this caller holds 2 sessions, the most indexer.max_sessions_per_principal allows" in str(full)
     assert full.retry_after == 40 and "DELETE /mcp" in str(full)
     await sessions.open(BOB, "bob-token")  # another principal is not affected
@@ -206,27 +207,27 @@ async def test_the_cap_on_one_principal_counts_authenticated_ones_and_refuses_be
 async def test_an_unverified_token_is_kept_only_while_a_backend_needs_it_and_within_its_bound(
     principal: Principal, token: str, passthrough: bool, kept: bool
 ) -> None:
-    registry = LocalRegistry(passthrough)
-    sessions = manager(LocalSessions(TTL), registry)
+    lister = LocalLister(passthrough)
+    sessions = manager(LocalSessions(TTL), lister)
     session = await sessions.open(principal, token)
     assert (session.record.token == token) is kept
     assert session.record.token is None or kept
     if passthrough and principal != ANONYMOUS:
-        assert registry.tokens == [token]  # listed at creation with the token it came with, whatever it keeps
+        assert lister.tokens == [token]  # listed at creation with the token it came with, whatever it keeps
 
 
 async def test_a_long_unverified_token_lists_at_creation_and_its_backend_leaves_at_a_relisting() -> None:
-    registry = LocalRegistry()
-    sessions = manager(LocalSessions(TTL), registry)
+    lister = LocalLister()
+    sessions = manager(LocalSessions(TTL), lister)
     long = "x" * (MAX_UNVERIFIED_TOKEN_BYTES + 1)
     session = await sessions.open(TOKEN_HOLDER, long)
     assert "mail" in session.current.version.backends and session.record.token is None
     # the backend goes down and comes back: it is listed again with what the session kept (nothing)
-    registry.record_failure("mail", BackendUnavailable("mail", "down"), "unhealthy")
+    lister.registry.record_failure("mail", BackendUnavailable("mail", "down"), "unhealthy")
     await sessions.rebuild_all("backend mail unhealthy")
-    registry.record_answer("mail", 0.0, "healthy")
+    lister.registry.record_answer("mail", 0.0, "healthy")
     await sessions.rebuild_all("backend mail healthy")
-    assert registry.tokens[-1] is None and "mail" not in session.current.version.backends
+    assert lister.tokens[-1] is None and "mail" not in session.current.version.backends
     assert (await sessions.get(session.id, TOKEN_HOLDER)) is session  # left out, never ended
 
 
@@ -239,9 +240,9 @@ async def test_a_sessions_backend_sessions_are_ended_when_it_is_closed_or_expire
         deletes.append((request.method, str(request.url), request.headers.get("mcp-session-id")))
         return httpx2.Response(200)
 
-    registry = LocalRegistry(passthrough=False)
-    ender = BackendSessionEnder(registry, httpx2.MockTransport(backend), store.take_expired, poll=3600)
-    sessions = manager(store, registry, ender=ender)
+    lister = LocalLister(passthrough=False)
+    ender = BackendSessionEnder(lister, httpx2.MockTransport(backend), store.take_expired, poll=3600)
+    sessions = manager(store, lister, ender=ender)
     ender.start()
     try:
         closed, expiring = await sessions.open(ANONYMOUS, None), await sessions.open(ANONYMOUS, None)

@@ -23,6 +23,7 @@ import pytest
 from commands.ports import free_port
 from indexer.api.server import IndexerProcess
 from indexer.backends.credentials import ANONYMOUS, list_at_creation
+from indexer.backends.lister import BackendLister
 from indexer.backends.registry import Registry
 from indexer.embedder.fake import FakeEmbedder
 from indexer.errors import BackendRejected, BackendUnavailable
@@ -158,14 +159,14 @@ async def test_a_passthrough_backend_is_relisted_when_it_recovers_and_not_for_ot
 ) -> None:
     async with running(catalog) as indexer:
         listed: list[str] = []
-        list_backend = indexer.registry.list_backend
+        list_backend = indexer.lister.list_backend
 
         async def counting(backend: Any, token: str | None = None, timeout: float | None = None) -> Any:
             if token is not None:
                 listed.append(backend.id)
             return await list_backend(backend, token, timeout)
 
-        indexer.registry.list_backend = counting  # type: ignore[method-assign]
+        indexer.lister.list_backend = counting  # type: ignore[method-assign]
         alice = await indexer.sessions.open(ALICE, token())
         assert listed == [PROTECTED]
         await flip(indexer, catalog, WEATHER)
@@ -236,10 +237,10 @@ async def test_a_header_backend_is_listed_once_with_the_secret_from_the_environm
         assert indexer.registry.get("cocktails_by_key").status == "unauthenticated"
 
 
-# In-process units: a registry whose passthrough backend answers by the caller's team, no server.
+# In-process units: a lister whose passthrough backend answers by the caller's team, no server.
 
 
-class TeamRegistry(Registry):
+class TeamLister(BackendLister):
     """Lists the passthrough backend `team` with the tools of the token's team ("<team>-<n>").
 
     Every walk makes fresh objects, as a real one does; `denied-*` gets 401 and `barred-*` 403.
@@ -247,9 +248,9 @@ class TeamRegistry(Registry):
 
     def __init__(self) -> None:
         team = Backend(id="team", url="http://127.0.0.1:9/team", auth=BackendAuth(type="passthrough"))
-        super().__init__([Backend(id="nba", url="http://127.0.0.1:9/nba"), team], {}, timeout=5.0)
-        self.record_listing("nba", Listing(({"name": "get_players"},), "2025-11-25", 0.0))
-        self.record_answer("team", 0.01, "healthy")
+        super().__init__(Registry([Backend(id="nba", url="http://127.0.0.1:9/nba"), team]), {}, timeout=5.0)
+        self.registry.record_listing("nba", Listing(({"name": "get_players"},), "2025-11-25", 0.0))
+        self.registry.record_answer("team", 0.01, "healthy")
 
     async def list_backend(
         self, backend: Backend, token: str | None = None, timeout: float | None = None
@@ -262,12 +263,12 @@ class TeamRegistry(Registry):
         return Listing(tuple({"name": name} for name in names), "2025-11-25", 0.01)
 
 
-def team_manager() -> tuple[TeamRegistry, VersionPool, SessionManager]:
-    registry = TeamRegistry()
+def team_manager() -> tuple[TeamLister, VersionPool, SessionManager]:
+    lister = TeamLister()
     embedder = FakeEmbedder()
     embed = Embeddings(embedder).embed_documents
     pool = VersionPool(Builder(embed, embedder.count_tokens, embedder.max_tokens, SearchSettings()))
-    return registry, pool, SessionManager(registry, pool, Naming())
+    return lister, pool, SessionManager(lister, pool, Naming())
 
 
 def member(team: str, n: int) -> Principal:
@@ -275,7 +276,7 @@ def member(team: str, n: int) -> Principal:
 
 
 async def test_sessions_of_one_team_share_one_listing_and_one_catalog() -> None:
-    registry, pool, manager = team_manager()
+    lister, pool, manager = team_manager()
     sessions = [await manager.open(member("alpha", n), f"alpha-{n}") for n in range(3)]
     first = sessions[0]
     assert {t.name for t in first.current.version.tools} == {"get_players", "search_docs", "alpha_report"}
@@ -287,14 +288,14 @@ async def test_sessions_of_one_team_share_one_listing_and_one_catalog() -> None:
         )
     assert pool.builds == 1
     # the memo is keyed by digests: a team's listings give one catalog, not one per session
-    catalogs = Catalogs(registry, pool, Naming())
-    own = [(await list_at_creation(registry, ["team"], f"alpha-{n}"))[0] for n in range(2)]
+    catalogs = Catalogs(lister.registry, pool, Naming())
+    own = [(await list_at_creation(lister, ["team"], f"alpha-{n}"))[0] for n in range(2)]
     assert catalogs.current({"nba", "team"}, own[0]) is catalogs.current({"nba", "team"}, own[1])
 
 
 async def test_equal_listings_made_apart_are_one_catalog() -> None:
-    registry, pool, _ = team_manager()
-    catalogs = Catalogs(registry, pool, Naming())
+    lister, pool, _ = team_manager()
+    catalogs = Catalogs(lister.registry, pool, Naming())
     apart = [Listing(({"name": "search_docs"},), "2025-11-25", latency) for latency in (0.1, 0.2)]
     assert apart[0] is not apart[1]
     assert catalogs.current({"nba", "team"}, {"team": apart[0]}) is catalogs.current(
@@ -327,9 +328,9 @@ async def test_a_rejected_listing_stays_with_the_caller_it_rejected() -> None:
 
 
 async def test_a_health_change_moves_a_team_s_sessions_to_one_new_version() -> None:
-    registry, pool, manager = team_manager()
+    lister, pool, manager = team_manager()
     sessions = [await manager.open(member("alpha", n), f"alpha-{n}") for n in range(3)]
-    registry.record_failure("nba", BackendUnavailable("nba", "down"), "unhealthy")
+    lister.registry.record_failure("nba", BackendUnavailable("nba", "down"), "unhealthy")
     assert await manager.rebuild_all("backend nba unhealthy") == 3
     assert pool.builds == 2
     assert all(s.current.version is sessions[0].current.version for s in sessions)

@@ -24,6 +24,7 @@ from commands.ports import free_port
 from indexer.api.resolution import ToolResolver
 from indexer.api.server import IndexerProcess
 from indexer.backends.credentials import ANONYMOUS
+from indexer.backends.lister import BackendLister
 from indexer.backends.registry import Registry
 from indexer.embedder.fake import FakeEmbedder
 from indexer.errors import BackendUnavailable, ToolNotFound
@@ -153,7 +154,7 @@ async def test_with_monitoring_off_sessions_keep_their_tools_and_no_probe_runs(
         # the backend really is down, and nothing that could notice it exists
         backend = indexer.registry.get(WEATHER).config
         with pytest.raises(BackendUnavailable):
-            await indexer.registry.list_backend(backend, timeout=2.0)
+            await indexer.lister.list_backend(backend, timeout=2.0)
         assert not our_tasks()
         assert indexer.registry.get(WEATHER).status == "healthy"
         assert session.current.number == 1 and WEATHER in session.current.version.backends
@@ -261,7 +262,7 @@ class GatedPool(VersionPool):
 
 async def test_a_session_opened_during_a_health_change_catches_up_with_it() -> None:
     backends = [Backend(id=b, url=f"http://127.0.0.1:9/{b}") for b in ("nba", "weather")]
-    registry = Registry(backends, {}, timeout=5.0)
+    registry = Registry(backends)
     for backend in backends:
         registry.record_listing(backend.id, Listing(({"name": f"{backend.id}_tool"},), "2025-11-25", 0.0))
     embedder = FakeEmbedder()
@@ -270,7 +271,7 @@ async def test_a_session_opened_during_a_health_change_catches_up_with_it() -> N
         embeddings.embed_documents, embedder.count_tokens, embedder.max_tokens, SearchSettings()
     )
     pool = GatedPool(builder)
-    manager = SessionManager(registry, pool, Naming())
+    manager = SessionManager(BackendLister(registry, {}, timeout=5.0), pool, Naming())
     gate = pool.gate = asyncio.Event()
     opening = asyncio.create_task(manager.open(ANONYMOUS, None))
     await wait_for(lambda: pool.gate is None)  # the new session's version is being looked up
@@ -379,10 +380,11 @@ def test_a_tool_no_version_holds_is_forgotten() -> None:
 
 async def test_sessions_with_the_same_backends_share_one_set_of_them() -> None:
     backends = [Backend(id=b, url=f"http://127.0.0.1:9/{b}") for b in ("nba", "weather")]
-    registry = Registry(backends, {}, timeout=5.0)
+    registry = Registry(backends)
     for backend in backends:
         registry.record_listing(backend.id, Listing(({"name": f"{backend.id}_tool"},), "2025-11-25", 0.0))
-    manager = SessionManager(registry, VersionPool(builder_of(FakeEmbedder())), Naming())
+    lister = BackendLister(registry, {}, timeout=5.0)
+    manager = SessionManager(lister, VersionPool(builder_of(FakeEmbedder())), Naming())
     first, second = [await manager.open(ANONYMOUS, None) for _ in range(2)]
     assert first.record.accepted == {"nba", "weather"} and first.record.accepted is second.record.accepted
     await manager.remove_backends(["weather"])

@@ -1,9 +1,10 @@
 """The indexer process: its parts wired together, and the gRPC server (`toolsearch indexer` runs `serve`).
 
 `IndexerProcess.build` constructs the parts in the order they depend on each other. The health path
-reads the same way: the `HealthMonitor` records each verdict in the `Registry` and asks the
-`Rebuilder` for a pass, which runs `SessionManager.rebuild_all`; with a shared state the `Replica`
-publishes the verdicts and the other replicas' `HealthFollower` adopts them.
+reads the same way: the `HealthMonitor` has the `BackendLister` probe each backend, records each
+verdict in the `Registry` and asks the `Rebuilder` for a pass, which runs
+`SessionManager.rebuild_all`; with a shared state the `Replica` publishes the verdicts and the other
+replicas' `HealthFollower` adopts them.
 
 Starting and stopping go through exit stacks: each part's close is pushed as it starts, so the parts
 close in the reverse order of their start, and a part that fails to start closes every part started
@@ -37,6 +38,7 @@ from indexer.api.metrics import IndexerMetrics, metrics_reader
 from indexer.api.service import IndexerService
 from indexer.backends.backend_sessions import BackendSessionEnder
 from indexer.backends.follower import HealthFollower
+from indexer.backends.lister import BackendLister
 from indexer.backends.registry import Registry
 from indexer.embedder import Embedder, load_embedder
 from indexer.retrieval.embeddings import Embeddings
@@ -76,6 +78,7 @@ class IndexerProcess:
     config: Config
     embeddings: Embeddings
     registry: Registry
+    lister: BackendLister  # every request listing a backend, recording what it learns in the registry
     pool: VersionPool
     sessions: SessionManager
     finder: Finder
@@ -110,7 +113,8 @@ class IndexerProcess:
         embeddings = Embeddings(embedder, store=state.embeddings)
         # one pooled transport for every discovery and probe: connections are reused across backends
         transport = httpx2.AsyncHTTPTransport()
-        registry = Registry(config.backends, secrets, section.discovery_timeout, transport)
+        registry = Registry(config.backends)
+        lister = BackendLister(registry, secrets, section.discovery_timeout, transport)
         builder = Builder(
             embed_documents=embeddings.embed_documents,
             count_tokens=embedder.count_tokens,
@@ -122,9 +126,9 @@ class IndexerProcess:
         shared = state.shared
         # with a shared state, the lease holder's verdicts reach this replica's registry through it
         follower = HealthFollower(shared, registry) if shared is not None else None
-        ender = BackendSessionEnder(registry, transport, state.sessions.take_expired)
+        ender = BackendSessionEnder(lister, transport, state.sessions.take_expired)
         sessions = SessionManager(
-            registry,
+            lister,
             pool,
             section.naming,
             max_per_principal=section.max_sessions_per_principal,
@@ -141,11 +145,12 @@ class IndexerProcess:
         if shared is not None and follower is not None:
             follow = min(health.interval, 1.0)  # how stale a follower's view of the backends may get
             replica = Replica(shared, registry, follower, sessions, rebuilder, follow)
-        monitor = HealthMonitor(registry, health, rebuilder, replica) if health.enabled else None
+        monitor = HealthMonitor(lister, health, rebuilder, replica) if health.enabled else None
         return cls(
             config,
             embeddings,
             registry,
+            lister,
             pool,
             sessions,
             finder,
@@ -174,7 +179,7 @@ class IndexerProcess:
             await self.state.ready()
             logger.info("state: %s", self.state.description)
             stack.callback(self.embeddings.close)
-            await self.registry.discover_all()
+            await self.lister.discover_all()
             for state in self.registry.states.values():
                 tools = len(state.listing.tools) if state.listing else 0
                 logger.info(
@@ -215,7 +220,7 @@ class IndexerProcess:
             changes = backend_changes(self.config.backends, config.backends)
             if config.model_copy(update={"backends": self.config.backends}) != self.config:
                 logger.warning("config reload: only the backend list changes without a restart")
-            await apply_changes(changes, self.registry, self.sessions, self.monitor, self.rebuilder)
+            await apply_changes(changes, self.lister, self.sessions, self.monitor, self.rebuilder)
             self.config = self.config.model_copy(update={"backends": config.backends})
             if self.replica is not None:
                 await self.replica.publish(force=True)

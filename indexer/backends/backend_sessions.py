@@ -22,7 +22,7 @@ from typing import NamedTuple
 
 import httpx2
 
-from indexer.backends.registry import Registry
+from indexer.backends.lister import BackendLister
 from indexer.errors import IndexerError
 from indexer.state import BackendSession, EndedSession
 from toolsearch.outgoing import SESSION_HEADER, VERSION_HEADER
@@ -48,12 +48,12 @@ class BackendSessionEnder:
 
     def __init__(
         self,
-        registry: Registry,
+        lister: BackendLister,
         transport: httpx2.AsyncBaseTransport,
         take_expired: Callable[[], list[EndedSession]],
         poll: float = EXPIRY_POLL,
     ) -> None:
-        self._registry = registry
+        self._lister = lister  # the backends' states, and each one's auth headers
         self._take_expired = take_expired
         self._poll = poll
         self._queue: asyncio.Queue[_Ending] = asyncio.Queue(QUEUE_SIZE)
@@ -106,12 +106,12 @@ class BackendSessionEnder:
                 self._queue.task_done()
 
     async def _delete(self, ending: _Ending) -> None:
-        state = self._registry.states.get(ending.backend_id)
+        state = self._lister.registry.states.get(ending.backend_id)
         if state is None:
             return  # the backend left the configuration: nothing to reach
         backend = state.config
         try:
-            headers = self._registry.headers(backend, ending.token)
+            headers = self._lister.headers(backend, ending.token)
         except IndexerError:
             headers = {}  # no caller token or no secret: try anyway, the backend decides
         headers[SESSION_HEADER] = ending.session.session_id

@@ -33,6 +33,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from indexer.backends.lister import BackendLister
 from indexer.backends.registry import Registry
 from indexer.errors import BackendError, BackendRejected, NoCallerToken
 from indexer.state import Principal
@@ -97,15 +98,15 @@ def due_for_listing(registry: Registry, accepted: frozenset[str], listed_epochs:
 
 
 async def list_passthrough(
-    registry: Registry, backend_ids: Sequence[str], token: str | None
+    lister: BackendLister, backend_ids: Sequence[str], token: str | None
 ) -> dict[str, Attempt]:
     """List each backend with `token`, concurrently; never raises for a backend's failure."""
 
     async def attempt(backend_id: str) -> Attempt:
-        state = registry.get(backend_id)
+        state = lister.registry.get(backend_id)
         epoch = state.health.epoch
         try:
-            listing = await registry.list_backend(state.config, token)
+            listing = await lister.list_backend(state.config, token)
         except NoCallerToken:
             return Attempt("rejected", epoch)
         except BackendRejected as exc:
@@ -124,14 +125,14 @@ async def list_passthrough(
 
 
 async def list_at_creation(
-    registry: Registry, backend_ids: Sequence[str], token: str | None
+    lister: BackendLister, backend_ids: Sequence[str], token: str | None
 ) -> tuple[dict[str, Listing], dict[str, int], frozenset[str]]:
     """List passthrough backends as a new session does: (listings, their epochs, rejected ones).
 
     A backend that refuses the token (401, 403, or no token) is rejected at creation: left out for
     the session's life. One that is down is kept, and listed once it answers again.
     """
-    attempts = await list_passthrough(registry, backend_ids, token)
+    attempts = await list_passthrough(lister, backend_ids, token)
     listed = {b: a for b, a in attempts.items() if a.listing is not None}
     rejected = intern_backends(b for b, a in attempts.items() if a.verdict in ("rejected", "forbidden"))
     own = {b: a.listing for b, a in listed.items() if a.listing is not None}

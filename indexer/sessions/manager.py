@@ -30,7 +30,7 @@ from indexer.backends.credentials import (
     record,
 )
 from indexer.backends.follower import HealthFollower
-from indexer.backends.registry import Registry
+from indexer.backends.lister import BackendLister
 from indexer.errors import SessionNotFound
 from indexer.retrieval.index import IndexVersion, VersionPool
 from indexer.sessions.catalogs import Catalog, Catalogs
@@ -63,7 +63,7 @@ class SessionManager:
 
     def __init__(
         self,
-        registry: Registry,
+        lister: BackendLister,
         pool: VersionPool,
         naming: Naming,
         max_per_principal: int = 0,
@@ -73,11 +73,12 @@ class SessionManager:
         max_sessions: int = 0,
         ender: BackendSessionEnder | None = None,
     ):
-        self._registry = registry
+        self._lister = lister  # lists the passthrough backends with each session's credentials
+        self._registry = lister.registry
         self._limits = SessionLimits(max_sessions, max_per_principal)
         self._store: SessionStore = store if store is not None else LocalSessions()
         self._shared = shared
-        self._catalogs = Catalogs(registry, pool, naming, shared.catalogs if shared else None)
+        self._catalogs = Catalogs(self._registry, pool, naming, shared.catalogs if shared else None)
         self._views = Views(self._catalogs, self._store.shared)
         self._warm: IndexVersion | None = None
         # with a shared state: brings the backends up to the lease holder's verdicts
@@ -109,7 +110,7 @@ class SessionManager:
         token = listing_token(principal, token, implied)
         states = self._registry.states
         passthrough = [b for b, s in states.items() if s.config.auth.type == "passthrough"]
-        own, epochs, rejected = await list_at_creation(self._registry, passthrough, token)
+        own, epochs, rejected = await list_at_creation(self._lister, passthrough, token)
         # one shared set: 30 kB at 800 backends, and `rebuild_all` groups by it without comparing sets
         accepted = intern_backends(frozenset(states) - rejected)
         relisted = any(backend in accepted for backend in passthrough)
@@ -226,7 +227,7 @@ class SessionManager:
 
         async def one(session: SessionRecord, due: list[str]) -> None:
             async with gate:
-                attempts = await list_passthrough(self._registry, due, session.token)
+                attempts = await list_passthrough(self._lister, due, session.token)
             rejected = record(attempts, session.own_listings, session.listed_epochs)
             relisted.append(session)
             # a caller without an issuer has no fresh credentials to reconnect with: the backend stays out
@@ -327,7 +328,7 @@ class SessionManager:
 
         async def offer(session: SessionRecord) -> None:
             async with gate:
-                own, epochs, rejected = await list_at_creation(self._registry, passthrough, session.token)
+                own, epochs, rejected = await list_at_creation(self._lister, passthrough, session.token)
             session.accepted = intern_backends(session.accepted | (frozenset(backend_ids) - rejected))
             session.rejected_at_creation = session.rejected_at_creation | rejected
             session.own_listings.update(own)

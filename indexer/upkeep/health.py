@@ -3,12 +3,13 @@
 A probe is what discovery does (MCP `initialize` + `tools/list`), bounded by the health timeout;
 at most `max_concurrent_probes` run at once, and a probe's timeout starts once it holds a slot.
 `judge` turns the previous status and one outcome into the next status; `CircuitBreaker` decides
-whether a dead backend is probed at all; `HealthMonitor` runs one probe loop per backend and records
-each verdict in the `Registry`. When what sessions may see changes (a backend crossing the
-advertised line, or an advertised backend's tool list changing) it asks the fan-out's `Rebuilder`
-(`indexer.fanout`) for a rebuild pass, which gives the sessions their new index versions. With
-replicas sharing state, only the lease holder probes, and its `Replica` publishes each verdict for
-the others to adopt. docs/health.md describes the statuses and transitions.
+whether a dead backend is probed at all; `HealthMonitor` runs one probe loop per backend, has the
+`BackendLister` probe it, and records each verdict in the `Registry`. When what sessions may see
+changes (a backend crossing the advertised line, or an advertised backend's tool list changing) it
+asks the fan-out's `Rebuilder` (`indexer.fanout`) for a rebuild pass, which gives the sessions their
+new index versions. With replicas sharing state, only the lease holder probes, and its `Replica`
+publishes each verdict for the others to adopt. docs/health.md describes the statuses and
+transitions.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Literal
 
-from indexer.backends.registry import Registry
+from indexer.backends.lister import BackendLister
 from indexer.errors import BackendError, BackendRejected, BackendUnavailable
 from indexer.state.backends import ADVERTISED, Status
 from indexer.state.listings import Listing
@@ -105,20 +106,21 @@ class HealthMonitor:
 
     def __init__(
         self,
-        registry: Registry,
+        lister: BackendLister,
         settings: Health,
         rebuilder: Rebuilder,
         replica: Replica | None = None,
         probe: Probe | None = None,
         clock: Clock = time.monotonic,
     ) -> None:
-        self._registry = registry
+        self._lister = lister  # probes the backends, and keeps their probe clients
+        self._registry = lister.registry  # where each verdict is recorded
         self._settings = settings
         self._rebuilder = rebuilder  # told when what sessions may see changed
         # With replicas sharing state: only the lease holder probes, and publishes each verdict for
         # the others to adopt. None for an indexer alone, which always probes.
         self._replica = replica
-        self._probe: Probe = probe or registry.probe
+        self._probe: Probe = probe or lister.probe
         self._clock = clock
         self._breakers: dict[str, CircuitBreaker] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
@@ -173,12 +175,12 @@ class HealthMonitor:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
-        await self._registry.close_probe_client(backend_id)
+        await self._lister.close_probe_client(backend_id)
 
     async def close(self) -> None:
         """Stop every probe loop, all at once, and close every probe client."""
         await asyncio.gather(*(self.untrack(backend_id) for backend_id in list(self._tasks)))
-        await self._registry.close_probe_clients()
+        await self._lister.close_probe_clients()
 
     async def _loop(self, backend_id: str, stop: asyncio.Event) -> None:
         # A fixed cadence rather than a pause after each probe, so a slow probe does not stretch it.

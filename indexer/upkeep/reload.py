@@ -14,7 +14,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from indexer.backends.registry import Registry
+from indexer.backends.lister import BackendLister
 from indexer.sessions.manager import SessionManager
 from indexer.upkeep.health import HealthMonitor
 from indexer.upkeep.rebuilds import Rebuilder
@@ -61,7 +61,7 @@ def backend_changes(current: Sequence[Backend], wanted: Sequence[Backend]) -> Ba
 
 async def apply_changes(
     changes: BackendChanges,
-    registry: Registry,
+    lister: BackendLister,
     sessions: SessionManager,
     monitor: HealthMonitor | None,
     rebuilder: Rebuilder,
@@ -69,6 +69,7 @@ async def apply_changes(
     """Apply backend changes to the registry, the sessions and the monitor, then rebuild for them."""
     if not changes:
         return
+    registry = lister.registry
     gone = [*changes.removed, *(b.id for b in changes.changed)]
     fresh = [*changes.added, *changes.changed]
     for backend_id in gone:
@@ -79,7 +80,7 @@ async def apply_changes(
     for backend in fresh:
         registry.add(backend)
     # First listing of each new backend, as at startup: one that fails is left out until it recovers.
-    await asyncio.gather(*(registry.discover(b.id) for b in fresh))
+    await asyncio.gather(*(lister.discover(b.id) for b in fresh))
     await sessions.add_backends([b.id for b in fresh])
     if monitor is not None:
         for backend in fresh:

@@ -1,0 +1,206 @@
+"""The backend lister: every request the indexer makes to list a backend's tools, and what it learns.
+
+Listing is the indexer's one kind of backend I/O (MCP `initialize` + `tools/list`): at start and on a
+config reload (`discover`), per session with the caller's token (`list_backend`, for passthrough
+backends), and on the health monitor's interval (`probe`). It needs the backends' secrets, the
+discovery timeout, the shared connection pool and, for probes, one kept HTTP client per backend;
+none of that is state the rest of the indexer reads, so it lives here, apart from the `Registry`.
+What a listing learns is recorded through the registry's methods, which keep its rules (the epoch):
+the lister holds no verdict of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Mapping
+
+import httpx2
+
+from indexer.backends.discovery import ProbeClient, list_tools, pinned_mode
+from indexer.backends.registry import Registry
+from indexer.errors import (
+    BackendError,
+    BackendRejected,
+    BackendSecretUnset,
+    BackendUnavailable,
+    NoCallerToken,
+)
+from indexer.state.listings import Listing
+from toolsearch.backend_settings import Backend
+from toolsearch.outgoing import MissingCallerToken, MissingSecret, auth_headers
+
+
+class BackendLister:
+    """Lists, probes and discovers the registry's backends, and records the outcomes in it."""
+
+    def __init__(
+        self,
+        registry: Registry,
+        secrets: Mapping[str, str],
+        timeout: float,
+        transport: httpx2.AsyncBaseTransport | None = None,
+    ) -> None:
+        self._registry = registry
+        self._secrets = secrets
+        self._timeout = timeout
+        self._transport = transport
+        self._probe_clients: dict[str, ProbeClient] = {}  # one per probed backend, kept across probes
+
+    @property
+    def registry(self) -> Registry:
+        """The registry this lister lists the backends of, and records what it learns in."""
+        return self._registry
+
+    def headers(self, backend: Backend, token: str | None) -> dict[str, str]:
+        """One backend's auth headers for a caller (toolsearch/outgoing.py); never logged."""
+        try:
+            return auth_headers(backend.id, backend.auth, self._secrets, token)
+        except MissingSecret as exc:
+            raise BackendSecretUnset(backend.id, exc.reason) from None
+        except MissingCallerToken:
+            raise NoCallerToken(f"backend {backend.id} needs the caller's bearer token") from None
+
+    async def list_backend(
+        self, backend: Backend, token: str | None = None, timeout: float | None = None
+    ) -> Listing:
+        """List one backend's tools with the given caller token (for passthrough backends)."""
+        return await list_tools(
+            backend.id,
+            backend.url,
+            self.headers(backend, token),
+            min(timeout or self._timeout, backend.timeout),
+            transport=self._transport,
+            max_response_bytes=backend.max_response_bytes,
+            mcp_transport=backend.transport,
+        )
+
+    async def probe(self, backend: Backend, timeout: float) -> Listing:
+        """List a backend as a health probe: with its own credentials, or none for passthrough ones.
+
+        While the backend answers, a probe reuses its HTTP client and speaks the protocol version it
+        answered in last, without negotiating again. After a failure it negotiates ("auto"), and a
+        pinned version the backend now refuses is retried with negotiation in the time left, so a
+        backend that changed its protocol is not counted as failing.
+        """
+        timeout = min(timeout, backend.timeout)
+        # No caller is at hand for a passthrough backend: a 401/403 (BackendRejected) then still
+        # proves it answers.
+        headers = {} if backend.auth.type == "passthrough" else self.headers(backend, None)
+        state = self._registry.states.get(backend.id)
+        if state is None or state.config is not backend:
+            # removed or replaced meanwhile: nothing to pin, no client to keep
+            return await list_tools(
+                backend.id,
+                backend.url,
+                headers,
+                timeout,
+                transport=self._transport,
+                max_response_bytes=backend.max_response_bytes,
+                mcp_transport=backend.transport,
+            )
+        mode = (
+            pinned_mode(state.health.protocol_version) if state.health.consecutive_failures == 0 else "auto"
+        )
+        client, stale = self._claim_probe_client(backend.id, headers, timeout, backend.max_response_bytes)
+        try:
+            if stale is not None:
+                await stale.aclose()
+            started = time.perf_counter()
+            try:
+                return await list_tools(
+                    backend.id,
+                    backend.url,
+                    headers,
+                    timeout,
+                    self._transport,
+                    mode=mode,
+                    client=client,
+                    mcp_transport=backend.transport,
+                )
+            except BackendUnavailable as refused:
+                left = timeout - (time.perf_counter() - started)
+                if mode == "auto" or left <= 0:
+                    raise
+                with contextlib.suppress(BackendUnavailable):
+                    return await list_tools(
+                        backend.id,
+                        backend.url,
+                        headers,
+                        left,
+                        self._transport,
+                        client=client,
+                        mcp_transport=backend.transport,
+                    )
+                # the retry was only in case the protocol changed: report what the probe itself met
+                raise refused
+        finally:
+            if client is not None:
+                client.busy = False
+
+    def _claim_probe_client(
+        self, backend_id: str, headers: Mapping[str, str], timeout: float, max_response_bytes: int
+    ) -> tuple[ProbeClient | None, ProbeClient | None]:
+        """Claim the backend's kept probe client; returns it and a replaced one for the caller to close.
+
+        A client is built anew when the headers or timeout changed. While another probe of the same
+        backend holds it, there is none to claim (None): that listing builds a client of its own.
+        """
+        client = self._probe_clients.get(backend_id)
+        if client is not None and client.busy:
+            return None, None
+        stale = None
+        if client is None or not client.fits(headers, timeout, max_response_bytes):
+            stale, client = client, ProbeClient(headers, timeout, self._transport, max_response_bytes)
+            self._probe_clients[backend_id] = client
+        client.busy = True
+        return client, stale
+
+    async def close_probe_client(self, backend_id: str) -> None:
+        """Close a backend's kept probe client, when it is no longer probed."""
+        client = self._probe_clients.pop(backend_id, None)
+        if client is not None:
+            await client.aclose()
+
+    async def close_probe_clients(self) -> None:
+        """Close every kept probe client (the shared transport stays open: its owner closes it)."""
+        for backend_id in list(self._probe_clients):
+            await self.close_probe_client(backend_id)
+
+    async def discover(self, backend_id: str) -> None:
+        """List one caller-independent backend and record the outcome."""
+        registry = self._registry
+        backend = registry.get(backend_id).config
+        if backend.auth.type == "passthrough":
+            # Listed per caller; here only whether it answers at all matters.
+            started = time.perf_counter()
+            try:
+                await list_tools(
+                    backend.id,
+                    backend.url,
+                    {},
+                    min(self._timeout, backend.timeout),
+                    transport=self._transport,
+                    max_response_bytes=backend.max_response_bytes,
+                    mcp_transport=backend.transport,
+                )
+            except BackendRejected:
+                registry.record_answer(backend_id, time.perf_counter() - started, "healthy")
+            except BackendError as exc:
+                registry.record_failure(backend_id, exc, "unhealthy")
+            else:
+                registry.record_answer(backend_id, time.perf_counter() - started, "healthy")
+            return
+        try:
+            listing = await self.list_backend(backend)
+        except BackendRejected as exc:
+            registry.record_failure(backend_id, exc, "unauthenticated")
+        except BackendError as exc:
+            registry.record_failure(backend_id, exc, "unhealthy")
+        else:
+            registry.record_listing(backend_id, listing)
+
+    async def discover_all(self) -> None:
+        """List every backend at once; a backend that fails is left out until it recovers."""
+        await asyncio.gather(*(self.discover(backend_id) for backend_id in self._registry.states))
