@@ -121,7 +121,7 @@ class IndexerProcess:
         pool = VersionPool(builder)
         shared = state.shared
         # with a shared state, the lease holder's verdicts reach this replica's registry through it
-        follower = HealthFollower(shared, registry) if shared is not None else None
+        follower = HealthFollower(shared, registry, state.leadership) if shared is not None else None
         ender = BackendSessionEnder(registry, transport, state.sessions.take_expired)
         sessions = SessionManager(
             registry,
@@ -133,6 +133,7 @@ class IndexerProcess:
             follower=follower,
             max_sessions=section.max_sessions,
             ender=ender,
+            leadership=state.leadership,
         )
         finder = Finder(embeddings, registry, pool, section.search)
         rebuilder = Rebuilder(sessions)
@@ -140,8 +141,10 @@ class IndexerProcess:
         replica = None
         if shared is not None and follower is not None:
             follow = min(health.interval, 1.0)  # how stale a follower's view of the backends may get
-            replica = Replica(shared, registry, follower, sessions, rebuilder, follow)
-        monitor = HealthMonitor(registry, health, rebuilder, replica) if health.enabled else None
+            replica = Replica(shared, state.leadership, registry, follower, sessions, rebuilder, follow)
+        monitor = (
+            HealthMonitor(registry, health, rebuilder, replica, state.leadership) if health.enabled else None
+        )
         return cls(
             config,
             embeddings,

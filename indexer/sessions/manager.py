@@ -39,6 +39,7 @@ from indexer.sessions.views import CurrentVersion, LiveSession, Views, announce
 from indexer.state import (
     BackendSession,
     EndedSession,
+    Leadership,
     LocalSessions,
     Principal,
     SessionRecord,
@@ -72,11 +73,14 @@ class SessionManager:
         follower: HealthFollower | None = None,
         max_sessions: int = 0,
         ender: BackendSessionEnder | None = None,
+        leadership: Leadership | None = None,
     ):
         self._registry = registry
         self._limits = SessionLimits(max_sessions, max_per_principal)
         self._store: SessionStore = store if store is not None else LocalSessions()
         self._shared = shared
+        # only the leader rebuilds: alone always, sharing state while it holds the lease
+        self._leadership = leadership or Leadership(shared.lease if shared is not None else None)
         self._catalogs = Catalogs(registry, pool, naming, shared.catalogs if shared else None)
         self._views = Views(self._catalogs, self._store.shared)
         self._warm: IndexVersion | None = None
@@ -94,11 +98,6 @@ class SessionManager:
     async def records(self) -> list[SessionRecord]:
         """Every live session's record, wherever it was opened."""
         return await self._store.records()
-
-    @property
-    def leading(self) -> bool:
-        """Whether this process runs rebuild passes: always alone, or while it holds the lease."""
-        return self._shared is None or self._shared.lease.held
 
     async def open(self, principal: Principal, token: str | None, implied: bool = False) -> LiveSession:
         """A new session (or, with `implied`, the principal's implied one), listed with its credentials."""
@@ -298,7 +297,7 @@ class SessionManager:
         Only the lease holder rebuilds when replicas share state. Sessions are grouped by what decides
         their catalog (usable backends, own listings): the version is looked up once per group.
         """
-        if not self.leading:
+        if not self._leadership.leads:
             return 0
         sessions = await self._store.records()
         await self._store.save(await self._relist(sessions))
@@ -318,7 +317,7 @@ class SessionManager:
 
     async def add_backends(self, backend_ids: Sequence[str]) -> None:
         """Offer backends a config reload added to every session, listed as they would be at creation."""
-        if not self.leading:
+        if not self._leadership.leads:
             return  # the lease holder updates the shared sessions
         states = self._registry.states
         passthrough = [b for b in backend_ids if states[b].config.auth.type == "passthrough"]
@@ -338,7 +337,7 @@ class SessionManager:
 
     async def remove_backends(self, backend_ids: Sequence[str]) -> None:
         """Forget backends a config reload removed (or replaced) from every session's usable set."""
-        if not self.leading:
+        if not self._leadership.leads:
             return
         gone = frozenset(backend_ids)
         sessions = await self._store.records()
