@@ -2,7 +2,7 @@
 
 `IndexerProcess.build` constructs the parts in the order they depend on each other. The health path
 reads the same way: the `HealthMonitor` records each verdict in the `Registry` and asks the
-`Rebuilder` for a pass, which runs `SessionManager.rebuild_all`; with a shared state the `Replica`
+`Rebuilder` for a pass, which runs `SessionVersions.rebuild_all`; with a shared state the `Replica`
 publishes the verdicts and the other replicas' `HealthFollower` adopts them.
 
 Starting and stopping go through exit stacks: each part's close is pushed as it starts, so the parts
@@ -43,6 +43,7 @@ from indexer.retrieval.embeddings import Embeddings
 from indexer.retrieval.index import Builder, VersionPool
 from indexer.retrieval.search import SearchSettings
 from indexer.sessions.manager import SessionManager
+from indexer.sessions.versions import SessionVersions
 from indexer.state import EndedSession, LocalSessions, State, make_state, state_secret
 from indexer.traces import RpcSpans
 from indexer.upkeep.health import HealthMonitor
@@ -78,6 +79,7 @@ class IndexerProcess:
     registry: Registry
     pool: VersionPool
     sessions: SessionManager
+    versions: SessionVersions  # the sessions' versions, rebuilt after changes (built by `sessions`)
     finder: Finder
     transport: httpx2.AsyncHTTPTransport
     rebuilder: Rebuilder
@@ -136,12 +138,15 @@ class IndexerProcess:
             leadership=state.leadership,
         )
         finder = Finder(embeddings, registry, pool, section.search)
-        rebuilder = Rebuilder(sessions)
+        versions = sessions.versions
+        rebuilder = Rebuilder(versions)
         health = section.health
         replica = None
         if shared is not None and follower is not None:
             follow = min(health.interval, 1.0)  # how stale a follower's view of the backends may get
-            replica = Replica(shared, state.leadership, registry, follower, sessions, rebuilder, follow)
+            replica = Replica(
+                shared, state.leadership, registry, follower, sessions, versions, rebuilder, follow
+            )
         monitor = (
             HealthMonitor(registry, health, rebuilder, replica, state.leadership) if health.enabled else None
         )
@@ -151,6 +156,7 @@ class IndexerProcess:
             registry,
             pool,
             sessions,
+            versions,
             finder,
             transport,
             rebuilder,
@@ -218,7 +224,7 @@ class IndexerProcess:
             changes = backend_changes(self.config.backends, config.backends)
             if config.model_copy(update={"backends": self.config.backends}) != self.config:
                 logger.warning("config reload: only the backend list changes without a restart")
-            await apply_changes(changes, self.registry, self.sessions, self.monitor, self.rebuilder)
+            await apply_changes(changes, self.registry, self.versions, self.monitor, self.rebuilder)
             self.config = self.config.model_copy(update={"backends": config.backends})
             if self.replica is not None:
                 await self.replica.publish(force=True)

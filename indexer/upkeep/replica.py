@@ -26,6 +26,7 @@ from typing import Any
 from indexer.backends.follower import HealthFollower
 from indexer.backends.registry import Registry
 from indexer.sessions.manager import SessionManager
+from indexer.sessions.versions import SessionVersions
 from indexer.state import BackendHealth, Leadership, Shared, StateUnavailable
 from indexer.upkeep.rebuilds import Rebuilder
 
@@ -50,6 +51,7 @@ class Replica:
         registry: Registry,
         follower: HealthFollower,
         sessions: SessionManager,
+        versions: SessionVersions,
         rebuilder: Rebuilder,
         follow_interval: float,
     ) -> None:
@@ -57,7 +59,8 @@ class Replica:
         self._leadership = leadership  # answers "does this replica lead?" from the lease it keeps
         self._registry = registry
         self._follower = follower
-        self._sessions = sessions
+        self._sessions = sessions  # their handles are dropped when idle
+        self._versions = versions  # takes the swaps other replicas announce
         self._rebuilder = rebuilder  # a new lease holder asks it for a catch-up pass
         self._follow_interval = follow_interval
         self._published: dict[str, BackendHealth] = {}  # the significant part of the last publication
@@ -153,7 +156,7 @@ class Replica:
             if kind == "health" and message.get("generation") != self._follower.generation:
                 await self._follower.follow_quietly()
             elif kind == "swapped" and isinstance(message.get("sessions"), list):
-                self._spawn(self._sessions.follow_swap(message), "replica-prefetch")
+                self._spawn(self._versions.follow_swap(message), "replica-prefetch")
 
     async def _sweep(self) -> None:
         self._sessions.forget_idle(self._shared.session_ttl)
