@@ -1,11 +1,12 @@
-"""Following the lease holder: a replica that does not probe adopts the health the holder publishes.
+"""Following the leader: a replica that does not probe adopts the health the leader publishes.
 
-Replicas sharing state judge the backends once, on the lease holder (`indexer.replica`), which
-publishes every backend's `BackendHealth` with a new generation. `HealthFollower` brings this
+Replicas sharing state judge the backends once, on the leader (the lease holder, `indexer.replica`),
+which publishes every backend's `BackendHealth` with a new generation. `HealthFollower` brings this
 replica's registry up to the latest generation: on an event, by polling (events may be lost), and
 before a new session's catalog is checked (`SessionManager.open`), so that sessions opened here and
-the statuses reported here match the holder's view. It is built before the `SessionManager`, which
-it serves, and the `Replica` (built after the sessions) drives it and logs through its `OutageLog`.
+the statuses reported here match the leader's view. Whether this replica leads, and so has nothing
+to adopt, is the state's `Leadership`'s answer. It is built before the `SessionManager`, which it
+serves, and the `Replica` (built after the sessions) drives it and logs through its `OutageLog`.
 """
 
 from __future__ import annotations
