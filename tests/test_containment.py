@@ -55,7 +55,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         "indexer": {
             "max_sessions_per_principal": MAX_SESSIONS,
             "discovery_timeout": BACKEND_TIMEOUT,
-            "health": {"interval": 0.5, "timeout": 1.0, "unhealthy_after": 1},
+            "health": {"interval": 0.5, "timeout": 3.0, "unhealthy_after": 1},
         },
     }
     with running_stack(

@@ -465,7 +465,7 @@ async def test_a_kept_client_reports_a_401_only_for_the_probe_that_met_it() -> N
 
 
 class CountingSessions:
-    """Stands in for the `SessionManager`: notes each rebuild pass's reason, held at `gate` if given."""
+    """Stands in for the `SessionVersions`: notes each rebuild pass's reason, held at `gate` if given."""
 
     def __init__(self, gate: asyncio.Event | None) -> None:
         self.reasons: list[str] = []

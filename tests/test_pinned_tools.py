@@ -27,7 +27,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     assert len(names[COCKTAILS]) == 3
     extra = {
         "router": {"pinned": [f"{COCKTAILS}/*", "Free_NBA/Get_All_Teams"]},
-        "indexer": {"health": {"interval": 0.3, "timeout": 2.0, "unhealthy_after": 1}},
+        "indexer": {"health": {"interval": 0.3, "timeout": 10.0, "unhealthy_after": 1}},  # down: 503 at once
     }
     with running_stack(tmp_path_factory.mktemp("pinned"), catalog=path, extra=extra) as running:
         yield running

@@ -224,9 +224,9 @@ async def test_a_long_unverified_token_lists_at_creation_and_its_backend_leaves_
     assert "mail" in session.current.version.backends and session.record.token is None
     # the backend goes down and comes back: it is listed again with what the session kept (nothing)
     lister.registry.record_failure("mail", BackendUnavailable("mail", "down"), "unhealthy")
-    await sessions.rebuild_all("backend mail unhealthy")
+    await sessions.versions.rebuild_all("backend mail unhealthy")
     lister.registry.record_answer("mail", 0.0, "healthy")
-    await sessions.rebuild_all("backend mail healthy")
+    await sessions.versions.rebuild_all("backend mail healthy")
     assert lister.tokens[-1] is None and "mail" not in session.current.version.backends
     assert (await sessions.get(session.id, TOKEN_HOLDER)) is session  # left out, never ended
 

@@ -183,17 +183,18 @@ async def test_a_failed_end_keeps_the_version_and_is_retried_at_the_next_rebuild
         short = token(expires_in=4)
         session = await indexer.sessions.open(ALICE, short)
         await expired(catalog, short)
-        end = indexer.sessions.end
+        # the store fails once to forget it: the rebuild pass ends the session through the manager
+        delete = indexer.state.sessions.delete
         failures: list[str] = []
 
-        async def failing_once(target: SessionRecord, token: str | None = None) -> None:
+        async def failing_once(target: SessionRecord) -> None:
             if not failures:
                 failures.append(target.id)
                 raise RuntimeError("the session store is unreachable")
-            await end(target, token)
+            await delete(target)
 
-        monkeypatch.setattr(indexer.sessions, "end", failing_once)
-        with caplog.at_level(logging.WARNING, logger="indexer.sessions.manager"):
+        monkeypatch.setattr(indexer.state.sessions, "delete", failing_once)
+        with caplog.at_level(logging.WARNING, logger="indexer.sessions.versions"):
             await flip(indexer, catalog, PROTECTED)
             assert failures == [session.id] and alive(indexer, session)
             assert session.record.ending == {PROTECTED}
@@ -215,7 +216,7 @@ async def test_a_token_holder_session_outlives_a_rejection_and_loses_only_that_b
         holder = await indexer.sessions.open(TOKEN_HOLDER, short)
         assert PROTECTED in holder.current.version.backends
         await expired(catalog, short)
-        with caplog.at_level(logging.WARNING, logger="indexer.sessions.manager"):
+        with caplog.at_level(logging.WARNING, logger="indexer.sessions.versions"):
             await flip(indexer, catalog, PROTECTED)
         assert alive(indexer, holder) and ENDED not in caplog.text
         assert PROTECTED not in holder.current.version.backends
@@ -331,7 +332,7 @@ async def test_a_health_change_moves_a_team_s_sessions_to_one_new_version() -> N
     lister, pool, manager = team_manager()
     sessions = [await manager.open(member("alpha", n), f"alpha-{n}") for n in range(3)]
     lister.registry.record_failure("nba", BackendUnavailable("nba", "down"), "unhealthy")
-    assert await manager.rebuild_all("backend nba unhealthy") == 3
+    assert await manager.versions.rebuild_all("backend nba unhealthy") == 3
     assert pool.builds == 2
     assert all(s.current.version is sessions[0].current.version for s in sessions)
     assert sessions[0].current.version.backends == {"team"}

@@ -3,7 +3,7 @@
 It runs on an indexer started in this process (see `embedding.restart_in_process`) against the real
 catalog server, with health probing off: the benchmark records a verdict and announces it exactly as
 the health monitor does (`Registry.record_failure` / `record_listing`, then `Rebuilder.request`), and
-the indexer's own fan-out (debounce, then `SessionManager.rebuild_all`) does the rest. Each session
+the indexer's own fan-out (debounce, then `SessionVersions.rebuild_all`) does the rest. Each session
 count is measured twice: a backend going down (a tool set no version holds yet: one build from cached
 embeddings) and the same backend recovering (back to the version the warm-up still holds).
 """

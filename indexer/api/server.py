@@ -3,8 +3,8 @@
 `IndexerProcess.build` constructs the parts in the order they depend on each other. The health path
 reads the same way: the `HealthMonitor` has the `BackendLister` probe each backend, records each
 verdict in the `Registry` and asks the `Rebuilder` for a pass, which runs
-`SessionManager.rebuild_all`; with a shared state the `Replica` publishes the verdicts and the other
-replicas' `HealthFollower` adopts them.
+`SessionVersions.rebuild_all`; with a shared state the `Replica` publishes the verdicts and the
+other replicas' `HealthFollower` adopts them.
 
 Starting and stopping go through exit stacks: each part's close is pushed as it starts, so the parts
 close in the reverse order of their start, and a part that fails to start closes every part started
@@ -45,6 +45,7 @@ from indexer.retrieval.embeddings import Embeddings
 from indexer.retrieval.index import Builder, VersionPool
 from indexer.retrieval.search import SearchSettings
 from indexer.sessions.manager import SessionManager
+from indexer.sessions.versions import SessionVersions
 from indexer.state import EndedSession, LocalSessions, State, make_state, state_secret
 from indexer.traces import RpcSpans
 from indexer.upkeep.health import HealthMonitor
@@ -81,6 +82,7 @@ class IndexerProcess:
     lister: BackendLister  # every request listing a backend, recording what it learns in the registry
     pool: VersionPool
     sessions: SessionManager
+    versions: SessionVersions  # the sessions' versions, rebuilt after changes (built by `sessions`)
     finder: Finder
     transport: httpx2.AsyncHTTPTransport
     rebuilder: Rebuilder
@@ -125,7 +127,7 @@ class IndexerProcess:
         pool = VersionPool(builder)
         shared = state.shared
         # with a shared state, the lease holder's verdicts reach this replica's registry through it
-        follower = HealthFollower(shared, registry) if shared is not None else None
+        follower = HealthFollower(shared, registry, state.leadership) if shared is not None else None
         ender = BackendSessionEnder(lister, transport, state.sessions.take_expired)
         sessions = SessionManager(
             lister,
@@ -137,15 +139,21 @@ class IndexerProcess:
             follower=follower,
             max_sessions=section.max_sessions,
             ender=ender,
+            leadership=state.leadership,
         )
         finder = Finder(embeddings, registry, pool, section.search)
-        rebuilder = Rebuilder(sessions)
+        versions = sessions.versions
+        rebuilder = Rebuilder(versions)
         health = section.health
         replica = None
         if shared is not None and follower is not None:
             follow = min(health.interval, 1.0)  # how stale a follower's view of the backends may get
-            replica = Replica(shared, registry, follower, sessions, rebuilder, follow)
-        monitor = HealthMonitor(lister, health, rebuilder, replica) if health.enabled else None
+            replica = Replica(
+                shared, state.leadership, registry, follower, sessions, versions, rebuilder, follow
+            )
+        monitor = (
+            HealthMonitor(lister, health, rebuilder, replica, state.leadership) if health.enabled else None
+        )
         return cls(
             config,
             embeddings,
@@ -153,6 +161,7 @@ class IndexerProcess:
             lister,
             pool,
             sessions,
+            versions,
             finder,
             transport,
             rebuilder,
@@ -220,7 +229,7 @@ class IndexerProcess:
             changes = backend_changes(self.config.backends, config.backends)
             if config.model_copy(update={"backends": self.config.backends}) != self.config:
                 logger.warning("config reload: only the backend list changes without a restart")
-            await apply_changes(changes, self.lister, self.sessions, self.monitor, self.rebuilder)
+            await apply_changes(changes, self.lister, self.versions, self.monitor, self.rebuilder)
             self.config = self.config.model_copy(update={"backends": config.backends})
             if self.replica is not None:
                 await self.replica.publish(force=True)

@@ -1,11 +1,12 @@
-"""Following the lease holder: a replica that does not probe adopts the health the holder publishes.
+"""Following the leader: a replica that does not probe adopts the health the leader publishes.
 
-Replicas sharing state judge the backends once, on the lease holder (`indexer.replica`), which
-publishes every backend's `BackendHealth` with a new generation. `HealthFollower` brings this
+Replicas sharing state judge the backends once, on the leader (the lease holder, `indexer.replica`),
+which publishes every backend's `BackendHealth` with a new generation. `HealthFollower` brings this
 replica's registry up to the latest generation: on an event, by polling (events may be lost), and
 before a new session's catalog is checked (`SessionManager.open`), so that sessions opened here and
-the statuses reported here match the holder's view. It is built before the `SessionManager`, which
-it serves, and the `Replica` (built after the sessions) drives it and logs through its `OutageLog`.
+the statuses reported here match the leader's view. Whether this replica leads, and so has nothing
+to adopt, is the state's `Leadership`'s answer. It is built before the `SessionManager`, which it
+serves, and the `Replica` (built after the sessions) drives it and logs through its `OutageLog`.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import asyncio
 import logging
 
 from indexer.backends.registry import Registry
-from indexer.state import Shared, StateUnavailable
+from indexer.state import Leadership, Shared, StateUnavailable
 
 logger = logging.getLogger(__name__)
 
@@ -39,9 +40,10 @@ class OutageLog:
 class HealthFollower:
     """Adopts the published health into the registry when its generation moved."""
 
-    def __init__(self, shared: Shared, registry: Registry) -> None:
+    def __init__(self, shared: Shared, registry: Registry, leadership: Leadership) -> None:
         self._shared = shared
         self._registry = registry
+        self._leadership = leadership  # the leader publishes the health: it has nothing to adopt
         self.generation = -1  # the health generation this replica last adopted or published
         self._following = asyncio.Lock()
         self.outage = OutageLog()  # one per replica: its other loops report through it too
@@ -51,9 +53,9 @@ class HealthFollower:
         self.generation = generation
 
     async def follow(self, force: bool = False) -> None:
-        """Adopt the published health, unless this replica holds the lease (`force`: even then)."""
+        """Adopt the published health, unless this replica leads (`force`: even then)."""
         async with self._following:
-            if self._shared.lease.held and not force:
+            if self._leadership.leads and not force:
                 return
             if await self._shared.health.generation() == self.generation:
                 return
@@ -72,7 +74,7 @@ class HealthFollower:
 
     async def follow_quietly(self) -> None:
         """`follow`, with an unreachable state logged (once per outage) rather than raised."""
-        if self._shared.lease.held:
+        if self._leadership.leads:
             return
         try:
             await self.follow()

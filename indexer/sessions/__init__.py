@@ -1,4 +1,5 @@
 """Sessions.
 
-Their records and limits, each session's catalog now, and the live view a request reads.
+Their records and limits, each session's catalog now, the live view a request reads, and the
+versions they are moved to when their backends change.
 """

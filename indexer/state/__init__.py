@@ -8,12 +8,14 @@
 `memory` (the default) keeps everything in the process and embeddings in a SQLite file under
 `cache_dir`; a `redis://` (or `rediss://`, `unix://`, `redis+sentinel://`) URL keeps it all in
 Redis, shared by every replica, and gives the replicas a lease and an event channel (`State.shared`).
+Whether this process leads (probes the backends, publishes their health, runs the rebuild passes) is
+answered by `State.leadership` alone, over the lease when there is one.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from indexer.state.backends import BackendHealth
@@ -57,6 +59,7 @@ __all__ = [
     "EndedSession",
     "Events",
     "HealthStore",
+    "Leadership",
     "Lease",
     "LocalSessions",
     "Principal",
@@ -75,6 +78,22 @@ __all__ = [
 ]
 
 
+class Leadership:
+    """Whether this process leads: the one place that answers it, so every part agrees.
+
+    The leader probes the backends, publishes their health and runs the rebuild passes. A process
+    alone (no lease: memory state) always leads; replicas sharing state lead one at a time, while
+    they hold the lease (renewed in time). Taking and renewing the lease stay with the `Replica`.
+    """
+
+    def __init__(self, lease: Lease | None = None) -> None:
+        self._lease = lease
+
+    @property
+    def leads(self) -> bool:
+        return self._lease is None or self._lease.held
+
+
 @dataclass
 class State:
     """One indexer's state backend. `shared` is None in memory mode."""
@@ -84,6 +103,10 @@ class State:
     shared: Shared | None = None
     description: str = "memory"  # for logs: the URL without a password
     check: Callable[[], Awaitable[None]] | None = None  # raises `StateUnavailable` when unreachable
+    leadership: Leadership = field(init=False)  # over the shared state's lease, if there is one
+
+    def __post_init__(self) -> None:
+        self.leadership = Leadership(self.shared.lease if self.shared is not None else None)
 
     async def ready(self) -> None:
         """Check that the backend answers; raises `StateUnavailable` when it does not."""

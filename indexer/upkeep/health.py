@@ -24,6 +24,7 @@ from typing import Literal
 
 from indexer.backends.lister import BackendLister
 from indexer.errors import BackendError, BackendRejected, BackendUnavailable
+from indexer.state import Leadership
 from indexer.state.backends import ADVERTISED, Status
 from indexer.state.listings import Listing
 from indexer.upkeep.rebuilds import Rebuilder
@@ -110,6 +111,7 @@ class HealthMonitor:
         settings: Health,
         rebuilder: Rebuilder,
         replica: Replica | None = None,
+        leadership: Leadership | None = None,
         probe: Probe | None = None,
         clock: Clock = time.monotonic,
     ) -> None:
@@ -117,9 +119,10 @@ class HealthMonitor:
         self._registry = lister.registry  # where each verdict is recorded
         self._settings = settings
         self._rebuilder = rebuilder  # told when what sessions may see changed
-        # With replicas sharing state: only the lease holder probes, and publishes each verdict for
-        # the others to adopt. None for an indexer alone, which always probes.
+        # With replicas sharing state: only the leader probes, and its replica publishes each
+        # verdict for the others to adopt. Without them (None) an indexer alone always leads.
         self._replica = replica
+        self._leadership = leadership or Leadership()
         self._probe: Probe = probe or lister.probe
         self._clock = clock
         self._breakers: dict[str, CircuitBreaker] = {}
@@ -196,7 +199,7 @@ class HealthMonitor:
             if stop.is_set():
                 return
             due = max(due + interval, loop.time())
-            if self._replica is not None and not self._replica.leading:
+            if not self._leadership.leads:
                 continue  # another replica probes; this one adopts its verdicts
             breaker = self._breakers.get(backend_id)
             if breaker is not None and not breaker.allow():

@@ -3,7 +3,7 @@
 The health monitor (a backend crossing the advertised line, or its tool list changing), a config
 reload and a replica taking the lease call `Rebuilder.request(reason)`, often many times in a burst
 (several backends failing together, a flapping backend). Each call only records its reason;
-one task, after a short debounce, runs `SessionManager.rebuild_all` once with all the reasons
+one task, after a short debounce, runs `SessionVersions.rebuild_all` once with all the reasons
 gathered so far, and that pass swaps each session to the version its backends now call for.
 Changes that arrive while a pass runs schedule exactly one more pass, never one per change.
 Sessions whose catalog did not change keep their version (`rebuild_all` swaps nothing for them).
@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import logging
 
-from indexer.sessions.manager import SessionManager
+from indexer.sessions.versions import SessionVersions
 
 logger = logging.getLogger(__name__)
 
@@ -32,10 +32,10 @@ def summarise(reasons: list[str]) -> str:
 
 
 class Rebuilder:
-    """Coalesces change notices into passes of `SessionManager.rebuild_all`, one task at a time."""
+    """Coalesces change notices into passes of `SessionVersions.rebuild_all`, one task at a time."""
 
-    def __init__(self, sessions: SessionManager, debounce: float = DEBOUNCE_SECONDS) -> None:
-        self._sessions = sessions
+    def __init__(self, versions: SessionVersions, debounce: float = DEBOUNCE_SECONDS) -> None:
+        self._versions = versions
         self._debounce = debounce
         self._reasons: list[str] = []
         self._task: asyncio.Task[None] | None = None
@@ -65,7 +65,7 @@ class Rebuilder:
             reasons, self._reasons = self._reasons, []
             reason = summarise(reasons)
             try:
-                swapped = await self._sessions.rebuild_all(reason)
+                swapped = await self._versions.rebuild_all(reason)
             except Exception:
                 # the next change tries again; until then sessions keep their current versions
                 logger.exception("rebuilding sessions after %r failed", reason)

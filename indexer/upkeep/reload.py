@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from indexer.backends.lister import BackendLister
-from indexer.sessions.manager import SessionManager
+from indexer.sessions.versions import SessionVersions
 from indexer.upkeep.health import HealthMonitor
 from indexer.upkeep.rebuilds import Rebuilder
 from toolsearch.backend_settings import Backend
@@ -62,7 +62,7 @@ def backend_changes(current: Sequence[Backend], wanted: Sequence[Backend]) -> Ba
 async def apply_changes(
     changes: BackendChanges,
     lister: BackendLister,
-    sessions: SessionManager,
+    versions: SessionVersions,
     monitor: HealthMonitor | None,
     rebuilder: Rebuilder,
 ) -> None:
@@ -76,12 +76,12 @@ async def apply_changes(
         if monitor is not None:
             await monitor.untrack(backend_id)
         registry.remove(backend_id)
-    await sessions.remove_backends(gone)
+    await versions.remove_backends(gone)
     for backend in fresh:
         registry.add(backend)
     # First listing of each new backend, as at startup: one that fails is left out until it recovers.
     await asyncio.gather(*(lister.discover(b.id) for b in fresh))
-    await sessions.add_backends([b.id for b in fresh])
+    await versions.add_backends([b.id for b in fresh])
     if monitor is not None:
         for backend in fresh:
             monitor.track(backend.id)

@@ -8,6 +8,9 @@ Session versions need no following: every request reads its session's record, an
 replica does not hold yet is built from the stored catalog. When the holder dies its lease expires
 and another replica takes it, catches up with the published health, and asks the fan-out for a
 rebuild pass of what is stale.
+
+This class takes, renews and releases the lease; whether the replica leads now is answered by the
+state's `Leadership` alone, which the health monitor, the follower and the rebuilds ask too.
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ from typing import Any
 from indexer.backends.follower import HealthFollower
 from indexer.backends.registry import Registry
 from indexer.sessions.manager import SessionManager
-from indexer.state import BackendHealth, Shared, StateUnavailable
+from indexer.sessions.versions import SessionVersions
+from indexer.state import BackendHealth, Leadership, Shared, StateUnavailable
 from indexer.upkeep.rebuilds import Rebuilder
 
 logger = logging.getLogger(__name__)
@@ -43,27 +47,26 @@ class Replica:
     def __init__(
         self,
         shared: Shared,
+        leadership: Leadership,
         registry: Registry,
         follower: HealthFollower,
         sessions: SessionManager,
+        versions: SessionVersions,
         rebuilder: Rebuilder,
         follow_interval: float,
     ) -> None:
         self._shared = shared
+        self._leadership = leadership  # answers "does this replica lead?" from the lease it keeps
         self._registry = registry
         self._follower = follower
-        self._sessions = sessions
+        self._sessions = sessions  # their handles are dropped when idle
+        self._versions = versions  # takes the swaps other replicas announce
         self._rebuilder = rebuilder  # a new lease holder asks it for a catch-up pass
         self._follow_interval = follow_interval
         self._published: dict[str, BackendHealth] = {}  # the significant part of the last publication
         self._published_at = 0.0
         self._tasks: set[asyncio.Task[Any]] = set()
         self._outage = follower.outage  # one log of outages for the whole replica
-
-    @property
-    def leading(self) -> bool:
-        """Whether this replica holds the lease now."""
-        return self._shared.lease.held
 
     async def join(self) -> None:
         """At startup, once this replica has listed the backends: take the lease, or follow its holder."""
@@ -102,7 +105,7 @@ class Replica:
         The health goes as the registry holds it (a digest there always names a listing it holds);
         the listings are stored first, so a follower finds every listing the health names.
         """
-        if not self.leading:
+        if not self._leadership.leads:
             return
         states = dict(self._registry.states)
         health = {b: state.health for b, state in states.items()}
@@ -135,7 +138,7 @@ class Replica:
     async def _keep_lease(self) -> None:
         while True:
             await asyncio.sleep(self._shared.lease_ttl / 3)
-            was = self.leading
+            was = self._leadership.leads
             try:
                 held = await self._shared.lease.acquire()
                 if held and not was:
@@ -144,7 +147,7 @@ class Replica:
                 self._outage.failed(exc)
             else:
                 self._outage.answered()
-            if was and not self.leading:
+            if was and not self._leadership.leads:
                 logger.warning("this replica lost the lease: another one probes the backends now")
 
     async def _listen(self) -> None:
@@ -153,11 +156,11 @@ class Replica:
             if kind == "health" and message.get("generation") != self._follower.generation:
                 await self._follower.follow_quietly()
             elif kind == "swapped" and isinstance(message.get("sessions"), list):
-                self._spawn(self._sessions.follow_swap(message), "replica-prefetch")
+                self._spawn(self._versions.follow_swap(message), "replica-prefetch")
 
     async def _sweep(self) -> None:
         self._sessions.forget_idle(self._shared.session_ttl)
-        if not self.leading:
+        if not self._leadership.leads:
             return
         digests = [s.health.digest for s in self._registry.states.values() if s.listing is not None]
         try:
