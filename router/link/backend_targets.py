@@ -37,19 +37,23 @@ def stored_session(session: BackendSession) -> pb.BackendSession:
     return pb.BackendSession(session_id=session.session_id, protocol_version=session.protocol_version)
 
 
+def _target(found: pb.ResolveToolResponse | pb.ReachableBackend) -> BackendTarget:
+    """A backend as a resolution or a reachable backend names it (the same fields in both)."""
+    return BackendTarget(
+        backend_id=found.backend_id,
+        url=found.backend_url,
+        auth=outgoing_auth(found.auth),
+        protocol_version=found.protocol_version,
+        timeout_seconds=found.timeout_seconds or DEFAULT_BACKEND_TIMEOUT,
+        max_response_bytes=found.max_response_bytes or DEFAULT_MAX_RESPONSE_BYTES,
+        transport=found.transport or STREAMABLE_HTTP,
+        session=kept_session(found.backend_session),
+    )
+
+
 def resolved_tool(tool: pb.ResolveToolResponse) -> ResolvedTool:
     """A tool's resolution, its backend read into a target."""
-    target = BackendTarget(
-        backend_id=tool.backend_id,
-        url=tool.backend_url,
-        auth=outgoing_auth(tool.auth),
-        protocol_version=tool.protocol_version,
-        timeout_seconds=tool.timeout_seconds or DEFAULT_BACKEND_TIMEOUT,
-        max_response_bytes=tool.max_response_bytes or DEFAULT_MAX_RESPONSE_BYTES,
-        transport=tool.transport or STREAMABLE_HTTP,
-        session=kept_session(tool.backend_session),
-    )
-    return ResolvedTool(tool.name, tool.original_name, tool.input_schema_json, target)
+    return ResolvedTool(tool.name, tool.original_name, tool.input_schema_json, _target(tool))
 
 
 class SessionAnswer(NamedTuple):
@@ -68,16 +72,7 @@ def reachable_targets(found: pb.ReachableBackendsResponse) -> ReachableTargets:
     """A session's reachable backends, each read into a target, and the naming they follow."""
     backends = tuple(
         ReachableTarget(
-            BackendTarget(
-                backend_id=b.backend_id,
-                url=b.backend_url,
-                auth=outgoing_auth(b.auth),
-                protocol_version=b.protocol_version,
-                timeout_seconds=b.timeout_seconds or DEFAULT_BACKEND_TIMEOUT,
-                max_response_bytes=b.max_response_bytes or DEFAULT_MAX_RESPONSE_BYTES,
-                transport=b.transport or STREAMABLE_HTTP,
-                session=kept_session(b.backend_session),
-            ),
+            _target(b),
             resources=b.resources,
             prompts=b.prompts,
             completions=b.completions,
