@@ -22,11 +22,13 @@ from mcp.client.streamable_http import streamable_http_client
 
 from indexer.backends.discovery import list_tools
 from indexer.errors import BackendUnavailable
+from tests.support.clients import until
 from tests.support.routers import LightStack, light_stack
 from toolsearch.responses import BoundedTransport, ResponseTooLarge
 
 PAD = 50_000_000  # bytes the padded server adds to each call result
 WAIT = 30.0
+STALL = 8.0  # seconds each Cocktails call stalls: longer than another call takes on a busy machine
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
@@ -97,11 +99,19 @@ async def test_an_oversized_result_is_a_tool_error_and_the_router_stays_small(st
     assert pings and slowest < 5.0, pings  # the others were served all along (timing is the machine's)
 
 
+async def calls_handled(stack: LightStack, server: str) -> int:
+    async with httpx2.AsyncClient(timeout=10) as http:
+        answer = await http.get(f"{stack.catalog_url}/control/servers/{server}/calls")
+    answer.raise_for_status()
+    return int(answer.json()["calls"])
+
+
 async def test_a_backend_whose_calls_stall_holds_only_its_own_pool(stack: LightStack) -> None:
-    await control(stack, "Cocktails", "slow", seconds=3)
+    handled_before = await calls_handled(stack, "Cocktails")
+    await control(stack, "Cocktails", "stall", seconds=STALL)
     try:
         async with mcp_client(stack) as slow_client, mcp_client(stack) as other:
-            # four stalled calls: two hold Cocktails' pool, two wait for it
+            # four stalled calls: two hold Cocktails' pool, two wait in the router for it
             stalled = [
                 asyncio.create_task(
                     slow_client.call_tool(
@@ -110,14 +120,20 @@ async def test_a_backend_whose_calls_stall_holds_only_its_own_pool(stack: LightS
                 )
                 for _ in range(4)
             ]
-            await asyncio.sleep(0.5)
-            started = time.perf_counter()
+
+            async def pool_is_full() -> bool:
+                return await calls_handled(stack, "Cocktails") - handled_before == 2
+
+            await until(pool_is_full, "two stalled calls reached Cocktails", WAIT)
             result = await other.call_tool("call_tool", {"tool_name": "Get_All_Teams", "parameters": {}})
-            took = time.perf_counter() - started
+            # contention while the other call ran: its pool full, two calls still queued behind it
+            reached = await calls_handled(stack, "Cocktails") - handled_before
+            waiting = sum(not call.done() for call in stalled)
             answers = await asyncio.gather(*stalled)
     finally:
-        await control(stack, "Cocktails", "slow", seconds=0)
-    assert not result.is_error and took < 2.5, took
+        await control(stack, "Cocktails", "stall", seconds=0)
+    assert not result.is_error
+    assert (reached, waiting) == (2, 4)
     assert all(not answer.is_error for answer in answers)
 
 
