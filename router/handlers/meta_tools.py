@@ -176,7 +176,7 @@ class MetaTools:
         except RouterError as exc:
             tool_result_for(exc)  # raises the JSON-RPC error for the router's own faults
             return types.ListToolsResult(tools=self.tools)
-        extra = [_listed(tool.definition_json) for tool in pinned.tools]
+        extra = [_listed(definition) for definition in pinned]
         return types.ListToolsResult(tools=[*self.tools, *(t for t in extra if t.name not in META_TOOLS)])
 
     async def call_tool(
@@ -219,18 +219,22 @@ class MetaTools:
         metrics = {
             "baseline_tokens": found.token_metrics.baseline_tokens,
             "returned_tokens": found.token_metrics.returned_tokens,
-            "savings_percent": round(found.token_metrics.savings_percent, 2),
+            "savings_percent": found.token_metrics.savings_percent,
         }
         message = found.note
         if not found.tools:
             message = found.empty_reason or "no tool matched the description"
         answer = Answer(
-            tools=[AnswerTool(t.definition_json, t.backend_id, t.match or "possible") for t in found.tools],
+            tools=[AnswerTool(t.definition_json, t.backend_id, t.match) for t in found.tools],
             servers={t.backend_id: AnswerServer(t.server_title, t.server_description) for t in found.tools},
             token_metrics=metrics,
             message=message,
             unavailable=[
-                {"backend": u.id, "status": u.status, **({"title": u.server_title} if u.server_title else {})}
+                {
+                    "backend": u.backend_id,
+                    "status": u.status,
+                    **({"title": u.server_title} if u.server_title else {}),
+                }
                 for u in found.unavailable
             ],
             compact=compact,
@@ -239,6 +243,6 @@ class MetaTools:
         result = text_result(text, is_error=False)
         result["structuredContent"] = structured
         result["_meta"] = {
-            INDEX_META_KEY: {"version": found.version.number, "fingerprint": found.version.fingerprint}
+            INDEX_META_KEY: {"version": found.version_number, "fingerprint": found.version_fingerprint}
         }
         return result

@@ -7,7 +7,8 @@ on the next address when that is safe (router/link/failover.py says when), addre
 down last, and later calls start from the address that answered. A `dns:///HOST:PORT` address is one
 channel over every address the name resolves to, balanced round-robin (several indexer replicas
 behind one service name); a call that fails over is retried on that same channel, which picks
-another replica. gRPC status codes become router errors here and nowhere else.
+another replica. gRPC status codes become router errors in router/link/indexer_errors.py; the
+answers become the router's values in router/link/indexer_answers.py and backend_targets.py.
 """
 
 from __future__ import annotations
@@ -19,20 +20,12 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 import grpc
-from google.protobuf.message import DecodeError, Message
+from google.protobuf.message import Message
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from router.caller import Principal
-from router.errors import (
-    IndexerFailed,
-    IndexerUnavailable,
-    InvalidRequest,
-    RouterError,
-    SessionNotFound,
-    SessionsFull,
-    ToolNotFound,
-    TooManySessions,
-)
+from router.errors import IndexerUnavailable
+from router.found import Found
 from router.link.backend_targets import (
     SessionAnswer,
     reachable_targets,
@@ -41,9 +34,10 @@ from router.link.backend_targets import (
     session_targets,
     stored_session,
 )
-from router.link.failover import error_kind, judge, next_address
+from router.link.failover import judge, next_address
+from router.link.indexer_answers import found, pinned_definitions, status_view
+from router.link.indexer_errors import UNAVAILABLE_MESSAGE, translate
 from router.targets import BackendSession, BackendTarget, ReachableTargets, ResolvedTool
-from toolsearch.trailers import RETRY_AFTER_KEY, SUGGESTIONS_KEY, ErrorKind
 from toolsearch.transport import ChannelSecurity, aio_channel
 from toolsearch.v1 import indexer_pb2 as pb
 from toolsearch.v1 import indexer_pb2_grpc
@@ -62,10 +56,6 @@ _CHANNEL_OPTIONS: list[tuple[str, Any]] = [
 ]
 # Spreads calls over every resolved address; the default (pick_first) would use one replica only.
 _ROUND_ROBIN = json.dumps({"loadBalancingConfig": [{"round_robin": {}}]})
-_UNAVAILABLE = frozenset(
-    {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED}
-)
-UNAVAILABLE_MESSAGE = "indexer unavailable, retry shortly"
 
 _Request = TypeVar("_Request", bound=Message)
 _Response = TypeVar("_Response", bound=Message)
@@ -88,45 +78,6 @@ class _Unary(Protocol[_Request_contra, _Response_co]):
 
 def _principal(principal: Principal) -> pb.Principal:
     return pb.Principal(issuer=principal.issuer, subject=principal.subject)
-
-
-def _retry_after(exc: grpc.aio.AioRpcError) -> int:
-    for key, value in exc.trailing_metadata() or ():
-        if key == RETRY_AFTER_KEY and str(value).isdigit():
-            return max(1, int(value))
-    return 1
-
-
-def _tool_not_found(exc: grpc.aio.AioRpcError, tool_name: str) -> ToolNotFound:
-    """A tool-not-found with the close names and the reason the indexer sent beside it, if any."""
-    detail = pb.ToolSuggestions()
-    for key, value in exc.trailing_metadata() or ():
-        if key == SUGGESTIONS_KEY and isinstance(value, bytes):
-            try:
-                detail.ParseFromString(value)
-            except DecodeError:
-                logger.warning("the indexer sent suggestions that do not parse; ignored")
-    suggestions = tuple((s.name, s.backend_id, s.server_title) for s in detail.suggestions)
-    return ToolNotFound(tool_name, suggestions, detail.reason)
-
-
-def translate(exc: grpc.aio.AioRpcError, tool_name: str = "") -> RouterError:
-    """The router error for a failed indexer call; `tool_name` names the tool a ResolveTool asked for."""
-    code = exc.code()
-    details = exc.details() or code.name
-    if code in _UNAVAILABLE:
-        return IndexerUnavailable(UNAVAILABLE_MESSAGE)
-    if code == grpc.StatusCode.NOT_FOUND:
-        if error_kind(exc) == ErrorKind.TOOL_NOT_FOUND:
-            return _tool_not_found(exc, tool_name)
-        return SessionNotFound()
-    if code == grpc.StatusCode.INVALID_ARGUMENT:
-        return InvalidRequest(details)
-    if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
-        if error_kind(exc) == ErrorKind.SESSIONS_FULL:
-            return SessionsFull(details, _retry_after(exc))
-        return TooManySessions(details, _retry_after(exc))
-    return IndexerFailed(f"indexer error ({code.name})")
 
 
 def channel_options(address: str) -> list[tuple[str, Any]]:
@@ -344,7 +295,7 @@ class IndexerClient:
         keywords: Sequence[str],
         limit: int,
         compact: bool = False,
-    ) -> pb.FindToolsResponse:
+    ) -> Found:
         """Search the session's current index version; `limit` 0 means the indexer's default."""
         request = pb.FindToolsRequest(
             session_id=session_id,
@@ -354,16 +305,14 @@ class IndexerClient:
             limit=limit,
             compact=compact,
         )
-        return await self._call(lambda stub: stub.FindTools, request)
+        return found(await self._call(lambda stub: stub.FindTools, request))
 
-    async def pinned_tools(
-        self, session_id: str, principal: Principal, patterns: Sequence[str]
-    ) -> pb.PinnedToolsResponse:
-        """The session's tools that match the operator's pinned patterns."""
+    async def pinned_tools(self, session_id: str, principal: Principal, patterns: Sequence[str]) -> list[str]:
+        """The MCP definitions (JSON) of the session's tools that match the operator's pinned patterns."""
         request = pb.PinnedToolsRequest(
             session_id=session_id, principal=_principal(principal), patterns=patterns
         )
-        return await self._call(lambda stub: stub.PinnedTools, request)
+        return pinned_definitions(await self._call(lambda stub: stub.PinnedTools, request))
 
     async def resolve_tool(self, session_id: str, principal: Principal, name: str) -> ResolvedTool:
         """Resolve an advertised tool name to its backend; raises `ToolNotFound`."""
@@ -373,9 +322,9 @@ class IndexerClient:
         )
         return resolved_tool(response)
 
-    async def status(self) -> pb.StatusResponse:
-        """The indexer's backends, sessions, index versions and embedding counters (read-only)."""
-        return await self._call(lambda stub: stub.Status, pb.StatusRequest())
+    async def status(self) -> dict[str, Any]:
+        """The indexer's backends, index versions, recent swaps and embedding counters, as plain data."""
+        return status_view(await self._call(lambda stub: stub.Status, pb.StatusRequest()))
 
     async def check_health(self) -> dict[str, str]:
         """Each address's answer to the standard gRPC health check: SERVING, NOT_SERVING, or why not."""

@@ -1,6 +1,7 @@
 """`GET /status` (HTML) and `GET /status.json`: what the indexer and this router know, for people.
 
-The indexer's part comes from its Status RPC on each request: the backends with their health,
+The indexer's part comes from its Status RPC on each request (read into plain data by
+router/link/indexer_answers.py): the backends with their health,
 probe latency and last error; the index versions and how many sessions hold each; the recent swaps,
 one line per reason and version however many sessions moved (a health change moves thousands at
 once); the embedding counters. The router adds find_tool's latency over the last minutes as this
@@ -27,58 +28,10 @@ from router.errors import RouterError, Unauthenticated
 from router.link.indexer_client import IndexerClient
 from router.observe.latency_window import FindToolLatency
 from router.observe.status_chart import latency_chart
-from toolsearch.v1 import indexer_pb2 as pb
-
-RECENT_SWAPS = 20  # swap lines shown, newest first
 
 
 def _iso(unix: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(unix))
-
-
-def _swaps(sessions: Any) -> list[dict[str, Any]]:
-    """The sessions' recent swaps grouped by (reason, new version, second): one line with a count."""
-    grouped: dict[tuple[str, str, int], int] = {}
-    for session in sessions:
-        for swap in session.swaps:
-            key = (swap.reason, swap.current.fingerprint, int(swap.at_unix))
-            grouped[key] = grouped.get(key, 0) + 1
-    newest = sorted(grouped.items(), key=lambda item: item[0][2], reverse=True)[:RECENT_SWAPS]
-    return [
-        {"at": _iso(at), "reason": reason, "fingerprint": fingerprint, "sessions": count}
-        for (reason, fingerprint, at), count in newest
-    ]
-
-
-def indexer_view(status: pb.StatusResponse) -> dict[str, Any]:
-    """The part of a Status answer the page shows, as plain data."""
-    counters = status.embedding
-    return {
-        "model": status.model,
-        "embedding": {
-            "model_calls": counters.model_calls,
-            "texts_embedded": counters.texts_embedded,
-            "cache_hits": counters.cache_hits,
-        },
-        "backends": [
-            {
-                "id": b.id,
-                "status": b.status,
-                "tools": b.tool_count,
-                "latency_ms": round(b.latency_ms, 1),
-                "last_error": b.last_error,
-                "consecutive_failures": b.consecutive_failures,
-                "circuit": b.circuit,
-            }
-            for b in status.backends
-        ],
-        "versions": [
-            {"fingerprint": v.fingerprint, "tools": v.tool_count, "sessions": v.sessions}
-            for v in sorted(status.versions, key=lambda v: v.sessions, reverse=True)
-        ],
-        "sessions": len(status.sessions),
-        "swaps": _swaps(status.sessions),
-    }
 
 
 class StatusPage:
@@ -102,7 +55,7 @@ class StatusPage:
         view: dict[str, Any] = {"generated_at": _iso(self._clock())}
         code = 200
         try:
-            view["indexer"] = indexer_view(await indexer.status())
+            view["indexer"] = await indexer.status()
         except RouterError as exc:
             view["indexer"] = None
             view["indexer_error"] = str(exc)

@@ -1,0 +1,98 @@
+"""The indexer's search, pinning and status answers read into the router's values, once.
+
+FindTools becomes a `Found` (router/found.py), PinnedTools the definitions it lists, Status the
+plain data the status page shows (router/observe/status_page.py): neither names a session or a
+principal, and backend URLs stay out (one may carry a key in its query). Above the link, the
+router sees no protobuf.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from router.found import Found, FoundTool, TokenMetrics, UnavailableBackend
+from toolsearch.v1 import indexer_pb2 as pb
+
+RECENT_SWAPS = 20  # swap lines shown, newest first
+
+
+def found(answer: pb.FindToolsResponse) -> Found:
+    """A search's answer; a tool the indexer did not grade counts as a possible match."""
+    metrics = answer.token_metrics
+    return Found(
+        tools=tuple(
+            FoundTool(
+                name=t.name,
+                backend_id=t.backend_id,
+                definition_json=t.definition_json,
+                server_title=t.server_title,
+                server_description=t.server_description,
+                match=t.match or "possible",
+            )
+            for t in answer.tools
+        ),
+        version_number=answer.version.number,
+        version_fingerprint=answer.version.fingerprint,
+        token_metrics=TokenMetrics(
+            metrics.baseline_tokens, metrics.returned_tokens, round(metrics.savings_percent, 2)
+        ),
+        note=answer.note,
+        empty_reason=answer.empty_reason,
+        unavailable=tuple(UnavailableBackend(u.id, u.status, u.server_title) for u in answer.unavailable),
+    )
+
+
+def pinned_definitions(answer: pb.PinnedToolsResponse) -> list[str]:
+    """The pinned tools' MCP definitions (JSON), under their advertised names."""
+    return [tool.definition_json for tool in answer.tools]
+
+
+def _iso(unix: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(unix))
+
+
+def _swaps(sessions: Iterable[pb.SessionStatus]) -> list[dict[str, Any]]:
+    """The sessions' recent swaps grouped by (reason, new version, second): one line with a count."""
+    grouped: dict[tuple[str, str, int], int] = {}
+    for session in sessions:
+        for swap in session.swaps:
+            key = (swap.reason, swap.current.fingerprint, int(swap.at_unix))
+            grouped[key] = grouped.get(key, 0) + 1
+    newest = sorted(grouped.items(), key=lambda item: item[0][2], reverse=True)[:RECENT_SWAPS]
+    return [
+        {"at": _iso(at), "reason": reason, "fingerprint": fingerprint, "sessions": count}
+        for (reason, fingerprint, at), count in newest
+    ]
+
+
+def status_view(status: pb.StatusResponse) -> dict[str, Any]:
+    """The part of a Status answer the status page shows, as plain data."""
+    counters = status.embedding
+    return {
+        "model": status.model,
+        "embedding": {
+            "model_calls": counters.model_calls,
+            "texts_embedded": counters.texts_embedded,
+            "cache_hits": counters.cache_hits,
+        },
+        "backends": [
+            {
+                "id": b.id,
+                "status": b.status,
+                "tools": b.tool_count,
+                "latency_ms": round(b.latency_ms, 1),
+                "last_error": b.last_error,
+                "consecutive_failures": b.consecutive_failures,
+                "circuit": b.circuit,
+            }
+            for b in status.backends
+        ],
+        "versions": [
+            {"fingerprint": v.fingerprint, "tools": v.tool_count, "sessions": v.sessions}
+            for v in sorted(status.versions, key=lambda v: v.sessions, reverse=True)
+        ],
+        "sessions": len(status.sessions),
+        "swaps": _swaps(status.sessions),
+    }

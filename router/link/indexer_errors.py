@@ -1,0 +1,74 @@
+"""gRPC failures of indexer calls read into router errors: here and nowhere else.
+
+A status code says most of it; the trailers say the rest (toolsearch/trailers.py): which kind of
+NOT_FOUND or RESOURCE_EXHAUSTED it is, how long to wait before retrying, and the close names the
+indexer suggests for a tool the session does not hold.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import grpc
+from google.protobuf.message import DecodeError
+
+from router.errors import (
+    IndexerFailed,
+    IndexerUnavailable,
+    InvalidRequest,
+    RouterError,
+    SessionNotFound,
+    SessionsFull,
+    ToolNotFound,
+    TooManySessions,
+)
+from router.link.failover import error_kind
+from toolsearch.trailers import RETRY_AFTER_KEY, SUGGESTIONS_KEY, ErrorKind
+from toolsearch.v1 import indexer_pb2 as pb
+
+logger = logging.getLogger(__name__)
+
+# how an unreachable, too slow or cancelled call ends: the indexer is away, not the request wrong
+UNAVAILABLE_CODES = frozenset(
+    {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED}
+)
+UNAVAILABLE_MESSAGE = "indexer unavailable, retry shortly"
+
+
+def _retry_after(exc: grpc.aio.AioRpcError) -> int:
+    for key, value in exc.trailing_metadata() or ():
+        if key == RETRY_AFTER_KEY and str(value).isdigit():
+            return max(1, int(value))
+    return 1
+
+
+def _tool_not_found(exc: grpc.aio.AioRpcError, tool_name: str) -> ToolNotFound:
+    """A tool-not-found with the close names and the reason the indexer sent beside it, if any."""
+    detail = pb.ToolSuggestions()
+    for key, value in exc.trailing_metadata() or ():
+        if key == SUGGESTIONS_KEY and isinstance(value, bytes):
+            try:
+                detail.ParseFromString(value)
+            except DecodeError:
+                logger.warning("the indexer sent suggestions that do not parse; ignored")
+    suggestions = tuple((s.name, s.backend_id, s.server_title) for s in detail.suggestions)
+    return ToolNotFound(tool_name, suggestions, detail.reason)
+
+
+def translate(exc: grpc.aio.AioRpcError, tool_name: str = "") -> RouterError:
+    """The router error for a failed indexer call; `tool_name` names the tool a ResolveTool asked for."""
+    code = exc.code()
+    details = exc.details() or code.name
+    if code in UNAVAILABLE_CODES:
+        return IndexerUnavailable(UNAVAILABLE_MESSAGE)
+    if code == grpc.StatusCode.NOT_FOUND:
+        if error_kind(exc) == ErrorKind.TOOL_NOT_FOUND:
+            return _tool_not_found(exc, tool_name)
+        return SessionNotFound()
+    if code == grpc.StatusCode.INVALID_ARGUMENT:
+        return InvalidRequest(details)
+    if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+        if error_kind(exc) == ErrorKind.SESSIONS_FULL:
+            return SessionsFull(details, _retry_after(exc))
+        return TooManySessions(details, _retry_after(exc))
+    return IndexerFailed(f"indexer error ({code.name})")
