@@ -19,7 +19,8 @@ import yaml
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from commands.ports import free_port
-from indexer.api.server import SERVICE_NAME, IndexerProcess, serving
+from indexer.api.process import IndexerProcess
+from indexer.api.server import SERVICE_NAME, serving
 from indexer.backends.backend_sessions import BackendSessionEnder
 from indexer.embedder import FakeEmbedder
 from indexer.retrieval.embeddings import Embeddings

@@ -21,7 +21,8 @@ import httpx2
 import yaml
 
 from commands.ports import free_port
-from indexer.api.server import IndexerProcess, create_server
+from indexer.api.process import IndexerProcess
+from indexer.api.server import create_server
 from router.error_answers import http_answer
 from router.errors import SessionsFull, TooManySessions
 from router.link.indexer_client import translate

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aredis
 
-from indexer.api.server import IndexerProcess
+from indexer.api.process import IndexerProcess
 from indexer.backends.credentials import ANONYMOUS
 from indexer.errors import SessionsFull, TooManySessions
 from indexer.state import Principal, Room, RoomFull, SessionRecord, State, Swap, VersionRef

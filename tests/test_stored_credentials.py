@@ -21,7 +21,7 @@ import httpx2
 import pytest
 
 from commands.ports import free_port
-from indexer.api.server import IndexerProcess
+from indexer.api.process import IndexerProcess
 from indexer.backends.credentials import ANONYMOUS, list_at_creation
 from indexer.backends.lister import BackendLister
 from indexer.backends.registry import Registry

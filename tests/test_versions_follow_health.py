@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 
 from commands.ports import free_port
+from indexer.api.process import IndexerProcess
 from indexer.api.resolution import ToolResolver
-from indexer.api.server import IndexerProcess
 from indexer.backends.credentials import ANONYMOUS
 from indexer.backends.lister import BackendLister
 from indexer.backends.registry import Registry

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from commands.bench.common import CatalogFile
-from indexer.api.server import IndexerProcess
+from indexer.api.process import IndexerProcess
 from indexer.embedder import Embedder
 from indexer.retrieval.embeddings import Embeddings
 from indexer.retrieval.index import Builder, IndexVersion, build_version

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from indexer.api.server import IndexerProcess
+from indexer.api.process import IndexerProcess
 from indexer.backends.credentials import ANONYMOUS
 from indexer.errors import BackendUnavailable
 from indexer.upkeep.rebuilds import DEBOUNCE_SECONDS

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 
-from indexer.api.server import IndexerProcess
+from indexer.api.process import IndexerProcess
 from indexer.embedder import FakeEmbedder
 from toolsearch.config import Config
 

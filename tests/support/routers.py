@@ -21,7 +21,8 @@ from typing import Any
 import yaml
 
 from commands.ports import free_port
-from indexer.api.server import IndexerProcess, create_server
+from indexer.api.process import IndexerProcess
+from indexer.api.server import create_server
 from tests.support.catalogs import small_catalog
 from tests.support.indexers import running_indexer
 from tests.support.processes import Proc, start_process
