@@ -24,6 +24,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from router.caller import Principal
 from router.errors import (
+    ExchangeFailed,
+    ExchangeRefused,
     IndexerFailed,
     IndexerUnavailable,
     InvalidRequest,
@@ -110,10 +112,23 @@ def _tool_not_found(exc: grpc.aio.AioRpcError, tool_name: str) -> ToolNotFound:
     return ToolNotFound(tool_name, suggestions, detail.reason)
 
 
-def translate(exc: grpc.aio.AioRpcError, tool_name: str = "") -> RouterError:
-    """The router error for a failed indexer call; `tool_name` names the tool a ResolveTool asked for."""
+def _exchange_error(kind: str, details: str, backend_id: str) -> RouterError | None:
+    """A failed token exchange as the router's error, the indexer's reason kept (no token in it)."""
+    reason = details.removeprefix(f"backend {backend_id}: ")
+    if kind == ErrorKind.EXCHANGE_REFUSED:
+        return ExchangeRefused(backend_id, reason)
+    if kind == ErrorKind.EXCHANGE_FAILED:
+        return ExchangeFailed(backend_id, reason)
+    return None
+
+
+def translate(exc: grpc.aio.AioRpcError, tool_name: str = "", backend_id: str = "") -> RouterError:
+    """The router error for a failed indexer call; `tool_name` names the tool a ResolveTool asked for,
+    `backend_id` the backend an ExchangeToken asked a token for."""
     code = exc.code()
     details = exc.details() or code.name
+    if (exchange := _exchange_error(error_kind(exc), details, backend_id)) is not None:
+        return exchange
     if code in _UNAVAILABLE:
         return IndexerUnavailable(UNAVAILABLE_MESSAGE)
     if code == grpc.StatusCode.NOT_FOUND:
@@ -180,12 +195,14 @@ class IndexerClient:
         tool_name: str = "",
         timeout: float | None = None,
         idempotent: bool = True,
+        backend_id: str = "",
     ) -> _Response:
         """Call `method` with `request`, failing over to other addresses; a failure becomes a router error.
 
         `method` picks the method off a stub (`lambda stub: stub.FindTools`) rather than being one
         stub's bound method: each address has a stub of its own, and a failover calls another's.
-        `idempotent`: whether running the call twice is harmless (router/link/failover.py).
+        `idempotent`: whether running the call twice is harmless (router/link/failover.py);
+        `tool_name` and `backend_id` are what a ResolveTool or an ExchangeToken asked for, for its error.
         """
         metadata = self._security.metadata or None
         each = timeout or self.timeout
@@ -227,7 +244,7 @@ class IndexerClient:
                     )
                 failure = judge(exc, idempotent)
                 if failure is None:
-                    raise translate(exc, tool_name) from None
+                    raise translate(exc, tool_name, backend_id) from None
                 # each request message is named for its method: OpenSessionRequest, ...
                 name = request.DESCRIPTOR.name.removesuffix("Request")
                 logger.warning(
@@ -235,7 +252,7 @@ class IndexerClient:
                 )
                 ran += failure.ran
                 if not failure.retry or ran >= self._tries:
-                    raise translate(exc, tool_name) from None
+                    raise translate(exc, tool_name, backend_id) from None
                 continue
             self._current = index
             return response
@@ -372,6 +389,29 @@ class IndexerClient:
             lambda stub: stub.ResolveTool, request, tool_name=name
         )
         return resolved_tool(response)
+
+    async def exchange_token(
+        self, principal: Principal, bearer_token: str, backend_id: str, renew: bool = False
+    ) -> str:
+        """A token for a token_exchange backend, in exchange for the caller's; never logged.
+
+        The indexer exchanges it at the backend's token endpoint, or hands back the one it keeps for
+        the principal. Raises `ExchangeFailed` or `ExchangeRefused`, whose reason the indexer wrote.
+        It may call out to the endpoint, as opening a session may list backends: it has that time.
+        """
+        request = pb.ExchangeTokenRequest(
+            principal=_principal(principal),
+            credentials=pb.Credentials(bearer_token=bearer_token),
+            backend_id=backend_id,
+            renew=renew,
+        )
+        response: pb.ExchangeTokenResponse = await self._call(
+            lambda stub: stub.ExchangeToken,
+            request,
+            timeout=self.open_session_timeout,
+            backend_id=backend_id,
+        )
+        return response.access_token
 
     async def status(self) -> pb.StatusResponse:
         """The indexer's backends, sessions, index versions and embedding counters (read-only)."""
