@@ -10,8 +10,10 @@ IndexerError
 ├── NotReady               UNAVAILABLE
 └── BackendError           (never leaves the indexer: a failing backend is left out of a catalog)
     ├── BackendUnavailable
+    │   └── ExchangeFailed FAILED_PRECONDITION (exchange-failed: the token endpoint gave no token)
     └── BackendRejected
-        └── BackendSecretUnset (a header-auth backend's secret unset: counted as its 401 would be)
+        ├── BackendSecretUnset (a header-auth backend's secret unset: counted as its 401 would be)
+        └── ExchangeRefused    PERMISSION_DENIED (exchange-refused: it refused the caller's token)
 StateUnavailable           UNAVAILABLE (indexer.state: the shared state, Redis, cannot be reached)
 EmbedderError              (indexer.embedder: the model cannot be loaded or run)
 
@@ -110,3 +112,22 @@ class BackendSecretUnset(BackendRejected):
 
     def __init__(self, backend_id: str, reason: str) -> None:
         super().__init__(backend_id, 401, reason)
+
+
+class ExchangeFailed(BackendUnavailable):
+    """Raised when a token endpoint gives no token for a reason that is not the caller's.
+
+    It did not answer in time, its certificate does not verify, it answered something other than a
+    token, or it refused our own client (`invalid_client`, a client secret unset): like a backend
+    that is down, this never ends a session nor leaves a backend out of one.
+    """
+
+
+class ExchangeRefused(BackendRejected):
+    """Raised when a token endpoint refuses to exchange the caller's token.
+
+    `status` 401 when it refused the token itself (`invalid_grant`, `invalid_request`,
+    `invalid_token`), as a backend's 401 would: the stored credentials' rules apply (a relisting
+    ends an authenticated session); 403 when it refused this caller the backend (`invalid_target`,
+    `invalid_scope`, `access_denied`), as a backend's 403 would.
+    """

@@ -21,7 +21,9 @@ handlers run), tool results with `isError`, or JSON-RPC errors.
         ├── BackendTooLarge
         ├── BackendSessionGone      (opened again once, transparently, before it reaches anyone)
         ├── BackendAnswered         (its JSON-RPC error: resources/read and prompts/get pass its code on)
-        └── MissingCredentials
+        ├── MissingCredentials
+        ├── ExchangeFailed          (the backend's token endpoint gave no token: the indexer's message)
+        └── ExchangeRefused         (the token endpoint refused the caller's token)
     AuthConfigError                 the router does not start (not a request error)
 """
 
@@ -154,6 +156,21 @@ class BackendAnswered(BackendError):
 
 class MissingCredentials(BackendError):
     """Raised when a call needs credentials the router does not have: no caller token, no secret."""
+
+
+class ExchangeFailed(BackendError):
+    """Raised when a token_exchange backend's token endpoint gave no token for the caller's.
+
+    `reason` is the indexer's, which exchanged it: the endpoint, and what went wrong there.
+    """
+
+    def __init__(self, backend_id: str, reason: str) -> None:
+        super().__init__(backend_id, reason)
+        self.args = (f"backend {backend_id}: {reason}",)
+
+
+class ExchangeRefused(ExchangeFailed):
+    """Raised when a token_exchange backend's token endpoint refused to exchange the caller's token."""
 
 
 class AuthConfigError(ValueError):

@@ -107,3 +107,68 @@ def test_the_indexer_metrics_endpoint_is_off_unless_configured(tmp_path: Path) -
     assert load_config(path, env).indexer.metrics_listen == "0.0.0.0:9464"
     with pytest.raises(ConfigError, match=r"indexer\.metrics_listen"):
         load_config(write(tmp_path, "indexer:\n  metrics_listen: 9464\n"))
+
+
+EXCHANGE = (
+    "backends:\n  - id: crm\n    url: https://crm.example.com/mcp\n    auth:\n      type: token_exchange\n"
+)
+
+
+def test_a_token_exchange_backend_names_its_endpoint_audience_and_client_variables(tmp_path: Path) -> None:
+    (tmp_path / "certs").mkdir()
+    text = (
+        EXCHANGE + "      token_url: https://login.example.com/oauth2/token\n      audience: crm\n"
+        "      scopes: [crm.read]\n      client_id_env: CRM_CLIENT_ID\n"
+        "      client_secret_env: CRM_CLIENT_SECRET\n      ca_file: certs/ca.pem\n"
+    )
+    auth = load_config(write(tmp_path, text)).backends[0].auth
+    assert (auth.type, auth.audience, auth.scopes) == ("token_exchange", "crm", ["crm.read"])
+    assert (auth.client_id_env, auth.client_secret_env) == ("CRM_CLIENT_ID", "CRM_CLIENT_SECRET")
+    assert auth.ca_file == (tmp_path / "certs" / "ca.pem").resolve()
+    assert (auth.timeout, auth.assumed_lifetime) == (10.0, 60.0)
+
+
+@pytest.mark.parametrize(
+    ("auth", "message"),
+    [
+        ("      audience: crm\n", r"needs token_url, client_id_env, client_secret_env"),
+        (
+            "      token_url: http://login.example.com/token\n      audience: crm\n"
+            "      client_id_env: I\n      client_secret_env: S\n",
+            r"token_url must be an https:// URL \(http:// only on 127\.0\.0\.1",
+        ),
+        (
+            "      token_url: https://login.example.com/token\n      audience: crm\n"
+            "      client_id_env: I\n      client_secret_env: S\n      timeout: 0\n",
+            r"backends\.0\.auth\.timeout",
+        ),
+    ],
+)
+def test_a_token_exchange_backend_missing_or_wrong_keys_is_refused_naming_file_and_key(
+    tmp_path: Path, auth: str, message: str
+) -> None:
+    path = write(tmp_path, EXCHANGE + auth)
+    with pytest.raises(ConfigError, match=message) as info:
+        load_config(path)
+    assert str(path) in str(info.value) and "backends.0.auth" in str(info.value)
+
+
+def test_exchange_keys_on_another_auth_type_are_refused_so_no_setup_is_silently_ignored(
+    tmp_path: Path,
+) -> None:
+    text = "backends:\n  - id: mail\n    url: https://mail.example.com/mcp\n"
+    with pytest.raises(ConfigError, match=r"backends\.0\.auth: token_url, audience: for type token_exchange"):
+        load_config(
+            write(tmp_path, text + "    auth: {type: passthrough, token_url: 'https://x/t', audience: a}\n")
+        )
+    with pytest.raises(ConfigError, match=r"backends\.0\.auth: value_env: for type header only"):
+        load_config(write(tmp_path, text + "    auth: {type: passthrough, value_env: MAIL_KEY}\n"))
+
+
+def test_a_plain_http_token_endpoint_is_accepted_on_loopback_only(tmp_path: Path) -> None:
+    for url in ("http://127.0.0.1:9000/token", "http://localhost/token", "http://[::1]:9000/token"):
+        text = (
+            EXCHANGE + f"      token_url: '{url}'\n      audience: crm\n"
+            "      client_id_env: I\n      client_secret_env: S\n"
+        )
+        assert load_config(write(tmp_path, text)).backends[0].auth.token_url == url

@@ -58,7 +58,7 @@ async def test_the_indexer_judges_a_backend_whose_secret_is_missing_unauthentica
     registry = Registry([backend])
     lister = BackendLister(registry, secrets={}, timeout=1.0)
     with pytest.raises(BackendSecretUnset) as raised:
-        lister.headers(backend, None)
+        await lister.headers(backend, None)
     assert raised.value.reason == REASON and isinstance(raised.value, BackendRejected)
     # discovery lists it without a request leaving: the verdict and the reason the status page shows
     await lister.discover("weather")

@@ -75,7 +75,11 @@ class LocalLister(BackendLister):
         self.tokens: list[str | None] = []  # the tokens passthrough listings were made with
 
     async def list_backend(
-        self, backend: Backend, token: str | None = None, timeout: float | None = None
+        self,
+        backend: Backend,
+        token: str | None = None,
+        timeout: float | None = None,
+        principal: Principal | None = None,
     ) -> Listing:
         self.tokens.append(token)
         if token is None:

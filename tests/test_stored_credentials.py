@@ -162,10 +162,12 @@ async def test_a_passthrough_backend_is_relisted_when_it_recovers_and_not_for_ot
         listed: list[str] = []
         list_backend = indexer.lister.list_backend
 
-        async def counting(backend: Any, token: str | None = None, timeout: float | None = None) -> Any:
+        async def counting(
+            backend: Any, token: str | None = None, timeout: float | None = None, principal: Any = None
+        ) -> Any:
             if token is not None:
                 listed.append(backend.id)
-            return await list_backend(backend, token, timeout)
+            return await list_backend(backend, token, timeout, principal)
 
         indexer.lister.list_backend = counting  # type: ignore[method-assign]
         alice = await indexer.sessions.open(ALICE, token())
@@ -255,9 +257,13 @@ class TeamLister(BackendLister):
         self.registry.record_answer("team", 0.01, "healthy")
 
     async def list_backend(
-        self, backend: Backend, token: str | None = None, timeout: float | None = None
+        self,
+        backend: Backend,
+        token: str | None = None,
+        timeout: float | None = None,
+        principal: Principal | None = None,
     ) -> Listing:
-        self.headers(backend, token)  # no token: NoCallerToken, as for a real backend
+        await self.headers(backend, token)  # no token: NoCallerToken, as for a real backend
         team = (token or "").split("-")[0]
         if team in ("denied", "barred"):
             raise BackendRejected(backend.id, 401 if team == "denied" else 403)
@@ -291,7 +297,7 @@ async def test_sessions_of_one_team_share_one_listing_and_one_catalog() -> None:
     assert pool.builds == 1
     # the memo is keyed by digests: a team's listings give one catalog, not one per session
     catalogs = Catalogs(lister.registry, pool, Naming())
-    own = [(await list_at_creation(lister, ["team"], f"alpha-{n}"))[0] for n in range(2)]
+    own = [(await list_at_creation(lister, ["team"], f"alpha-{n}", member("alpha", n)))[0] for n in range(2)]
     assert catalogs.current({"nba", "team"}, own[0]) is catalogs.current({"nba", "team"}, own[1])
 
 

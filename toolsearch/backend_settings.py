@@ -22,17 +22,68 @@ from toolsearch.settings import (
 
 
 class BackendAuth(Section):
-    """How the indexer and router authenticate to one backend."""
+    """How the indexer and router authenticate to one backend (docs/auth.md has the choices)."""
 
-    type: Literal["none", "header", "passthrough"] = "none"
+    type: Literal["none", "header", "passthrough", "token_exchange"] = "none"
     header: str = "Authorization"
     value_env: str | None = None  # for type=header: the environment variable holding the value
+    # token_exchange (RFC 8693): where the caller's token is exchanged, and for what
+    token_url: str | None = None
+    audience: str | None = None
+    scopes: list[str] = []
+    client_id_env: str | None = None  # the variables holding the client's credentials at token_url
+    client_secret_env: str | None = None
+    ca_file: Path | None = None  # PEM certificates token_url's TLS is verified with; None: the system's
+    timeout: float = Field(default=10.0, gt=0, le=120)  # seconds one exchange may take, in all
+    # seconds an exchanged token is taken to live when its answer has no expires_in
+    assumed_lifetime: float = Field(default=60.0, gt=0, le=3600)
 
     @model_validator(mode="after")
-    def _header_needs_env(self) -> BackendAuth:
+    def _keys_of_the_type(self) -> BackendAuth:
         if self.type == "header" and not self.value_env:
             raise ValueError("auth type 'header' needs 'value_env', the variable that holds the value")
+        if self.type != "header" and self.value_env:
+            raise ValueError(f"value_env: for type header only (this backend's type is {self.type})")
+        exchange_only = {
+            "token_url": self.token_url,
+            "audience": self.audience,
+            "scopes": self.scopes,
+            "client_id_env": self.client_id_env,
+            "client_secret_env": self.client_secret_env,
+            "ca_file": self.ca_file,
+        }
+        if self.type != "token_exchange":
+            if given := [key for key, value in exchange_only.items() if value]:
+                raise ValueError(f"{', '.join(given)}: for type token_exchange only")
+            return self
+        missing = [
+            k for k in ("token_url", "audience", "client_id_env", "client_secret_env") if not exchange_only[k]
+        ]
+        if missing:
+            raise ValueError(
+                f"auth type 'token_exchange' needs {', '.join(missing)} (token_url, audience, "
+                "client_id_env and client_secret_env: where to exchange, for what, and as which client)"
+            )
+        check_token_url(self.token_url or "")
         return self
+
+
+_LOOPBACK = ("127.0.0.1", "localhost", "[::1]")
+
+
+def check_token_url(value: str) -> str:
+    """A token endpoint's URL: https, or http on loopback only (it carries the client's secret)."""
+    scheme, sep, rest = value.partition("://")
+    host = rest.split("/", 1)[0].rpartition("@")[2]
+    host = host.rsplit(":", 1)[0] if not host.endswith("]") else host
+    if scheme == "https" and sep and host:
+        return value
+    if scheme == "http" and sep and host in _LOOPBACK:
+        return value
+    raise ValueError(
+        f"token_url must be an https:// URL (http:// only on 127.0.0.1, localhost or [::1]: the "
+        f"exchange carries the client's secret and the caller's token), got {value!r}"
+    )
 
 
 # `${NAME}` in a stdio backend's env values: the bridge substitutes the variable when it starts

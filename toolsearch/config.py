@@ -105,6 +105,15 @@ def _resolve_tls(base: Path, tls: _TlsModel | None) -> _TlsModel | None:
     return tls.model_copy(update=paths)
 
 
+def _resolve_ca_file(base: Path, backend: Backend) -> Backend:
+    """A backend whose token endpoint's `ca_file`, if any, is resolved against the file's folder."""
+    ca_file = backend.auth.ca_file
+    if ca_file is None:
+        return backend
+    auth = backend.auth.model_copy(update={"ca_file": _resolve(base, ca_file.expanduser())})
+    return backend.model_copy(update={"auth": auth})
+
+
 def parse_config(raw: object, path: Path, env: Mapping[str, str] | None = None) -> Config:
     """Validate a parsed YAML document; paths resolve against `path`'s folder."""
     if raw is None:
@@ -130,7 +139,7 @@ def parse_config(raw: object, path: Path, env: Mapping[str, str] | None = None) 
     if router.auth.jwks_file is not None:
         keys = _resolve(base, router.auth.jwks_file)
         router = router.model_copy(update={"auth": router.auth.model_copy(update={"jwks_file": keys})})
-    backends = list(config.backends)
+    backends = [_resolve_ca_file(base, backend) for backend in config.backends]
     for index, server in enumerate(servers):
         if not server.register_backends:
             continue

@@ -4,8 +4,12 @@ headers, and the name and version they give at initialize.
 Both services call the same backends with the same configured credentials (`backends[].auth`): the
 router a client's tools, resources and prompts, the indexer its listings, probes and the DELETE that
 ends a backend session. The header they send is computed here once, so the two cannot disagree about
-a backend. A header-auth backend whose secret is missing is an error naming the backend and the
-environment variable to set (`MissingSecret`), in either service: sent without its header, the call
+a backend, and the caller's own token goes out in one place only: to a `passthrough` backend. A
+`token_exchange` backend gets the token the indexer exchanged the caller's for
+(indexer/backends/backend_tokens.py), handed in as `exchanged`, never the caller's.
+
+A header-auth backend whose secret is missing is an error naming the backend and the environment
+variable to set (`MissingSecret`), in either service: sent without its header, the call
 would only come back as the backend's 401, which says nothing of the cause. Each service translates
 the two errors here into its own (router/errors.py, indexer/errors.py).
 """
@@ -43,7 +47,7 @@ class AuthSettings(Protocol):
     """What both the configuration's `backends[].auth` and `OutgoingAuth` say of a backend's auth."""
 
     @property
-    def type(self) -> str: ...  # none | header | passthrough
+    def type(self) -> str: ...  # none | header | passthrough | token_exchange
 
     @property
     def header(self) -> str: ...  # the header to send
@@ -84,20 +88,39 @@ class MissingSecret(OutgoingAuthError):
 
 
 class MissingCallerToken(OutgoingAuthError):
-    """Raised for a passthrough backend when the caller presented no bearer token to pass on."""
+    """Raised for a passthrough or token_exchange backend when the caller presented no bearer token."""
 
     def __init__(self, backend_id: str) -> None:
         super().__init__(backend_id, "requires the caller's bearer token")
 
 
+# the auth types whose credentials depend on the caller: such backends are listed per session
+CALLER_AUTH = frozenset({"passthrough", "token_exchange"})
+
+
+def per_caller(auth: AuthSettings) -> bool:
+    """Whether a backend's credentials, and so its tools, depend on the caller."""
+    return auth.type in CALLER_AUTH
+
+
 def auth_headers(
-    backend_id: str, auth: AuthSettings, secrets: Mapping[str, str], bearer_token: str | None
+    backend_id: str,
+    auth: AuthSettings,
+    secrets: Mapping[str, str],
+    bearer_token: str | None,
+    exchanged: str | None = None,
 ) -> dict[str, str]:
     """The headers that authenticate a request to a backend; never logged.
 
     `header` sends the value of `auth.value_env` from `secrets` (the service's environment);
-    `passthrough` sends the caller's own bearer token. Raises `MissingSecret` or `MissingCallerToken`.
+    `passthrough` sends the caller's own bearer token; `token_exchange` sends `exchanged`, the token
+    minted for the backend in exchange for the caller's, and never `bearer_token`. Raises
+    `MissingSecret` or `MissingCallerToken`.
     """
+    if auth.type == "token_exchange":
+        if not exchanged:
+            raise MissingCallerToken(backend_id)
+        return {auth.header: f"Bearer {exchanged}"}
     if auth.type == "header":
         variable = auth.value_env or ""
         value = secrets.get(variable)

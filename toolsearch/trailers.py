@@ -29,4 +29,6 @@ class ErrorKind(StrEnum):
     TOO_MANY_SESSIONS = "too-many-sessions"  # the principal's own cap
     NOT_READY = "not-ready"  # refused before any work was started: another replica may take it
     STATE_UNAVAILABLE = "state-unavailable"
+    EXCHANGE_FAILED = "exchange-failed"  # a token endpoint gave no token for a backend
+    EXCHANGE_REFUSED = "exchange-refused"  # a token endpoint refused the caller's token
     INTERNAL = "internal"

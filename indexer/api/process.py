@@ -24,9 +24,11 @@ import httpx2
 
 from indexer.api.finder import Finder
 from indexer.backends.backend_sessions import BackendSessionEnder
+from indexer.backends.backend_tokens import BackendTokens
 from indexer.backends.follower import HealthFollower
 from indexer.backends.lister import BackendLister
 from indexer.backends.registry import Registry
+from indexer.backends.token_exchange import TokenEndpoints
 from indexer.embedder import Embedder
 from indexer.retrieval.embeddings import Embeddings
 from indexer.retrieval.index import Builder, VersionPool
@@ -98,7 +100,9 @@ class IndexerProcess:
         # one pooled transport for every discovery and probe: connections are reused across backends
         transport = httpx2.AsyncHTTPTransport()
         registry = Registry(config.backends)
-        lister = BackendLister(registry, secrets, section.discovery_timeout, transport)
+        # tokens exchanged for token_exchange backends, kept in the state every replica shares
+        tokens = BackendTokens(TokenEndpoints(secrets), state.tokens)
+        lister = BackendLister(registry, secrets, section.discovery_timeout, transport, tokens)
         builder = Builder(
             embed_documents=embeddings.embed_documents,
             count_tokens=embedder.count_tokens,
@@ -166,6 +170,7 @@ class IndexerProcess:
             # so no verdict reaches a closed part, and the pooled transport, which every discovery
             # and probe borrows, goes last.
             stack.push_async_callback(self.transport.aclose)
+            stack.push_async_callback(self.lister.backend_tokens.aclose)
             stack.push_async_callback(self.state.close)
             await self.state.ready()
             logger.info("state: %s", self.state.description)

@@ -93,7 +93,12 @@ async def _bound_server(
         ]
     server = grpc.aio.server(options=options, interceptors=list(interceptors) or None)
     service = IndexerService(
-        indexer.sessions, indexer.registry, indexer.finder, indexer.embeddings, indexer.config.indexer.naming
+        indexer.sessions,
+        indexer.registry,
+        indexer.finder,
+        indexer.embeddings,
+        indexer.config.indexer.naming,
+        indexer.lister.backend_tokens,
     )
     indexer_pb2_grpc.add_IndexerServicer_to_server(service, server)
     health = HealthServicer()

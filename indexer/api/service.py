@@ -27,8 +27,11 @@ from indexer.api.messages import (
 )
 from indexer.api.reachable import reachable_backends
 from indexer.api.resolution import ToolResolver
+from indexer.backends.backend_tokens import BackendTokens
 from indexer.backends.registry import Registry
 from indexer.errors import (
+    ExchangeFailed,
+    ExchangeRefused,
     IndexerError,
     InvalidRequest,
     NotReady,
@@ -61,6 +64,9 @@ _STATUS: dict[type, tuple[grpc.StatusCode, ErrorKind]] = {
     TooManySessions: (grpc.StatusCode.RESOURCE_EXHAUSTED, ErrorKind.TOO_MANY_SESSIONS),
     NotReady: (grpc.StatusCode.UNAVAILABLE, ErrorKind.NOT_READY),
     StateUnavailable: (grpc.StatusCode.UNAVAILABLE, ErrorKind.STATE_UNAVAILABLE),
+    # not UNAVAILABLE: another replica would only meet the same endpoint, after the same wait
+    ExchangeFailed: (grpc.StatusCode.FAILED_PRECONDITION, ErrorKind.EXCHANGE_FAILED),
+    ExchangeRefused: (grpc.StatusCode.PERMISSION_DENIED, ErrorKind.EXCHANGE_REFUSED),
 }
 
 
@@ -110,8 +116,10 @@ class IndexerService(pb_grpc.IndexerServicer):
         finder: Finder,
         embeddings: Embeddings,
         naming: Naming | None = None,
+        tokens: BackendTokens | None = None,
     ) -> None:
         self._sessions = sessions
+        self._tokens = tokens  # the tokens of token_exchange backends (ExchangeToken)
         self._registry = registry
         self._finder = finder
         self._embeddings = embeddings
@@ -190,6 +198,21 @@ class IndexerService(pb_grpc.IndexerServicer):
     ) -> pb.ReachableBackendsResponse:
         session = await self._sessions.get(request.session_id, principal_of(request.principal))
         return messages.reachable_backends(reachable_backends(session, self._registry), self._naming)
+
+    @translated
+    async def ExchangeToken(
+        self, request: pb.ExchangeTokenRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ExchangeTokenResponse:
+        state = self._registry.states.get(request.backend_id)
+        if state is None or state.config.auth.type != "token_exchange" or self._tokens is None:
+            raise InvalidRequest(f"backend {request.backend_id} does not exchange tokens")
+        token = await self._tokens.token_for(
+            state.config,
+            principal_of(request.principal),
+            request.credentials.bearer_token or None,
+            renew=request.renew,
+        )
+        return pb.ExchangeTokenResponse(access_token=token)
 
     @translated
     async def FindTools(

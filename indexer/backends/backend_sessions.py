@@ -24,7 +24,7 @@ import httpx2
 
 from indexer.backends.lister import BackendLister
 from indexer.errors import IndexerError
-from indexer.state import BackendSession, EndedSession
+from indexer.state import BackendSession, EndedSession, StateUnavailable
 from toolsearch.outgoing import SESSION_HEADER, VERSION_HEADER
 from toolsearch.responses import BoundedTransport
 
@@ -111,9 +111,10 @@ class BackendSessionEnder:
             return  # the backend left the configuration: nothing to reach
         backend = state.config
         try:
-            headers = self._lister.headers(backend, ending.token)
-        except IndexerError:
-            headers = {}  # no caller token or no secret: try anyway, the backend decides
+            headers = await self._lister.headers(backend, ending.token)
+        except (IndexerError, StateUnavailable):
+            # no caller token, no secret, no exchanged token: try anyway, the backend decides
+            headers = {}
         headers[SESSION_HEADER] = ending.session.session_id
         if ending.session.protocol_version:
             headers[VERSION_HEADER] = ending.session.protocol_version

@@ -1,16 +1,20 @@
-"""Passthrough backends listed with a session's own credentials: at creation, and again on rebuilds.
+"""Per-caller backends listed with a session's own credentials: at creation, and again on rebuilds.
 
-A passthrough backend's tools depend on the caller, so each session lists it with the bearer token it
-stored at creation. What a listing attempt means (DESIGN "Identity and credentials"):
+A passthrough or token_exchange backend's tools depend on the caller, so each session lists it with
+the bearer token it stored at creation (a token_exchange backend with the token exchanged for it,
+indexer/backends/backend_tokens.py). What a listing attempt means (DESIGN "Identity and credentials"):
 
 - `listed`: the backend accepted the token; its tools join the session's catalog.
-- `rejected`: HTTP 401, or no token for a backend that needs one. At creation the backend is left
-  out (rejected at creation); on a background rebuild it ends an authenticated session, whose client
-  then reconnects with fresh credentials.
-- `forbidden`: HTTP 403. Never a reason to end a session (a fresh token of the same caller would get
+- `rejected`: HTTP 401, no token for a backend that needs one, or a token endpoint that refused to
+  exchange the token (`invalid_grant`). At creation the backend is left out (rejected at creation);
+  on a background rebuild it ends an authenticated session, whose client then reconnects with fresh
+  credentials.
+- `forbidden`: HTTP 403, or a token endpoint that refused the caller this backend
+  (`invalid_target`). Never a reason to end a session (a fresh token of the same caller would get
   it too); the backend is left out.
-- `unavailable`: anything else, our own failures included; the session keeps what it had and the
-  backend is tried again at the next rebuild.
+- `unavailable`: anything else, our own failures included (a token endpoint that is down, slow, or
+  refuses our client); the session keeps what it had and the backend is tried again at the next
+  rebuild.
 
 A listing is interned by its digest (`indexer.state.listings`): the sessions whose tokens see the same
 tools hold one `Listing`, and so share one catalog and one version. Verdicts are not interned: each
@@ -38,6 +42,7 @@ from indexer.backends.registry import Registry
 from indexer.errors import BackendError, BackendRejected, NoCallerToken
 from indexer.state import Principal
 from indexer.state.listings import Listing, intern_backends, intern_listing
+from toolsearch.outgoing import per_caller
 
 logger = logging.getLogger(__name__)
 
@@ -82,7 +87,7 @@ def kept_token(principal: Principal, token: str | None, relisted: bool) -> str |
 
 
 def due_for_listing(registry: Registry, accepted: frozenset[str], listed_epochs: dict[str, int]) -> list[str]:
-    """The advertised passthrough backends a session should list again.
+    """The advertised per-caller backends a session should list again.
 
     Those it never listed (down, or failing, when it tried) and those that became advertised again
     since it last listed them: a backend that recovered may have other tools, or refuse the token now.
@@ -90,23 +95,23 @@ def due_for_listing(registry: Registry, accepted: frozenset[str], listed_epochs:
     return [
         backend_id
         for backend_id, state in registry.states.items()
-        if state.config.auth.type == "passthrough"
+        if per_caller(state.config.auth)
         and state.advertised
         and backend_id in accepted
         and listed_epochs.get(backend_id) != state.health.epoch
     ]
 
 
-async def list_passthrough(
-    lister: BackendLister, backend_ids: Sequence[str], token: str | None
+async def list_per_caller(
+    lister: BackendLister, backend_ids: Sequence[str], token: str | None, principal: Principal
 ) -> dict[str, Attempt]:
-    """List each backend with `token`, concurrently; never raises for a backend's failure."""
+    """List each backend with `principal`'s `token`, concurrently; never raises for a backend's failure."""
 
     async def attempt(backend_id: str) -> Attempt:
         state = lister.registry.get(backend_id)
         epoch = state.health.epoch
         try:
-            listing = await lister.list_backend(state.config, token)
+            listing = await lister.list_backend(state.config, token, principal=principal)
         except NoCallerToken:
             return Attempt("rejected", epoch)
         except BackendRejected as exc:
@@ -125,14 +130,14 @@ async def list_passthrough(
 
 
 async def list_at_creation(
-    lister: BackendLister, backend_ids: Sequence[str], token: str | None
+    lister: BackendLister, backend_ids: Sequence[str], token: str | None, principal: Principal
 ) -> tuple[dict[str, Listing], dict[str, int], frozenset[str]]:
-    """List passthrough backends as a new session does: (listings, their epochs, rejected ones).
+    """List per-caller backends as a new session does: (listings, their epochs, rejected ones).
 
     A backend that refuses the token (401, 403, or no token) is rejected at creation: left out for
     the session's life. One that is down is kept, and listed once it answers again.
     """
-    attempts = await list_passthrough(lister, backend_ids, token)
+    attempts = await list_per_caller(lister, backend_ids, token, principal)
     listed = {b: a for b, a in attempts.items() if a.listing is not None}
     rejected = intern_backends(b for b, a in attempts.items() if a.verdict in ("rejected", "forbidden"))
     own = {b: a.listing for b, a in listed.items() if a.listing is not None}

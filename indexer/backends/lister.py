@@ -1,8 +1,9 @@
 """The backend lister: every request the indexer makes to list a backend's tools, and what it learns.
 
 Listing is the indexer's one kind of backend I/O (MCP `initialize` + `tools/list`): at start and on a
-config reload (`discover`), per session with the caller's token (`list_backend`, for passthrough
-backends), and on the health monitor's interval (`probe`). It needs the backends' secrets, the
+config reload (`discover`), per session with the caller's credentials (`list_backend`, for
+passthrough and token_exchange backends: the caller's token, or the one exchanged for it), and on
+the health monitor's interval (`probe`). It needs the backends' secrets, the
 discovery timeout, the shared connection pool and, for probes, one kept HTTP client per backend;
 none of that is state the rest of the indexer reads, so it lives here, apart from the `Registry`.
 What a listing learns is recorded through the registry's methods, which keep its rules (the epoch):
@@ -18,8 +19,10 @@ from collections.abc import Mapping
 
 import httpx2
 
+from indexer.backends.backend_tokens import BackendTokens
 from indexer.backends.discovery import ProbeClient, list_tools, pinned_mode
 from indexer.backends.registry import Registry
+from indexer.backends.token_exchange import TokenEndpoints
 from indexer.errors import (
     BackendError,
     BackendRejected,
@@ -27,9 +30,10 @@ from indexer.errors import (
     BackendUnavailable,
     NoCallerToken,
 )
+from indexer.state import LocalTokens, Principal
 from indexer.state.listings import Listing
 from toolsearch.backend_settings import Backend
-from toolsearch.outgoing import MissingCallerToken, MissingSecret, auth_headers
+from toolsearch.outgoing import MissingCallerToken, MissingSecret, auth_headers, per_caller
 
 
 class BackendLister:
@@ -41,9 +45,12 @@ class BackendLister:
         secrets: Mapping[str, str],
         timeout: float,
         transport: httpx2.AsyncBaseTransport | None = None,
+        tokens: BackendTokens | None = None,
     ) -> None:
         self._registry = registry
         self._secrets = secrets
+        # the tokens of token_exchange backends (by default kept in this process only)
+        self.backend_tokens = tokens or BackendTokens(TokenEndpoints(secrets), LocalTokens())
         self._timeout = timeout
         self._transport = transport
         self._probe_clients: dict[str, ProbeClient] = {}  # one per probed backend, kept across probes
@@ -53,23 +60,36 @@ class BackendLister:
         """The registry this lister lists the backends of, and records what it learns in."""
         return self._registry
 
-    def headers(self, backend: Backend, token: str | None) -> dict[str, str]:
-        """One backend's auth headers for a caller (toolsearch/outgoing.py); never logged."""
+    async def headers(
+        self, backend: Backend, token: str | None, principal: Principal | None = None
+    ) -> dict[str, str]:
+        """One backend's auth headers for a caller (toolsearch/outgoing.py); never logged.
+
+        A token_exchange backend's are the token exchanged for `token` (kept per `principal`);
+        the exchange's errors (`ExchangeRefused`, `ExchangeFailed`) count as the backend's would.
+        """
+        exchanged = None
+        if backend.auth.type == "token_exchange":
+            exchanged = await self.backend_tokens.token_for(backend, principal, token)
         try:
-            return auth_headers(backend.id, backend.auth, self._secrets, token)
+            return auth_headers(backend.id, backend.auth, self._secrets, token, exchanged)
         except MissingSecret as exc:
             raise BackendSecretUnset(backend.id, exc.reason) from None
         except MissingCallerToken:
             raise NoCallerToken(f"backend {backend.id} needs the caller's bearer token") from None
 
     async def list_backend(
-        self, backend: Backend, token: str | None = None, timeout: float | None = None
+        self,
+        backend: Backend,
+        token: str | None = None,
+        timeout: float | None = None,
+        principal: Principal | None = None,
     ) -> Listing:
-        """List one backend's tools with the given caller token (for passthrough backends)."""
+        """List one backend's tools with the given caller's credentials (for per-caller backends)."""
         return await list_tools(
             backend.id,
             backend.url,
-            self.headers(backend, token),
+            await self.headers(backend, token, principal),
             min(timeout or self._timeout, backend.timeout),
             transport=self._transport,
             max_response_bytes=backend.max_response_bytes,
@@ -77,7 +97,7 @@ class BackendLister:
         )
 
     async def probe(self, backend: Backend, timeout: float) -> Listing:
-        """List a backend as a health probe: with its own credentials, or none for passthrough ones.
+        """List a backend as a health probe: with its own credentials, or none for per-caller ones.
 
         While the backend answers, a probe reuses its HTTP client and speaks the protocol version it
         answered in last, without negotiating again. After a failure it negotiates ("auto"), and a
@@ -85,9 +105,9 @@ class BackendLister:
         backend that changed its protocol is not counted as failing.
         """
         timeout = min(timeout, backend.timeout)
-        # No caller is at hand for a passthrough backend: a 401/403 (BackendRejected) then still
-        # proves it answers.
-        headers = {} if backend.auth.type == "passthrough" else self.headers(backend, None)
+        # No caller is at hand for a passthrough or token_exchange backend, and no token of our own
+        # is minted for it: a 401/403 (BackendRejected) then still proves it answers.
+        headers = {} if per_caller(backend.auth) else await self.headers(backend, None)
         state = self._registry.states.get(backend.id)
         if state is None or state.config is not backend:
             # removed or replaced meanwhile: nothing to pin, no client to keep
@@ -172,7 +192,7 @@ class BackendLister:
         """List one caller-independent backend and record the outcome."""
         registry = self._registry
         backend = registry.get(backend_id).config
-        if backend.auth.type == "passthrough":
+        if per_caller(backend.auth):
             # Listed per caller; here only whether it answers at all matters.
             started = time.perf_counter()
             try:

@@ -45,6 +45,7 @@ from indexer.state import (
 )
 from indexer.state.listings import intern_backends
 from toolsearch.indexer_settings import Naming
+from toolsearch.outgoing import per_caller
 
 
 class SessionManager:
@@ -99,8 +100,8 @@ class SessionManager:
         await self._limits.check(self._store, principal)  # before anything is listed or built for it
         token = listing_token(principal, token, implied)
         states = self._registry.states
-        passthrough = [b for b, s in states.items() if s.config.auth.type == "passthrough"]
-        own, epochs, rejected = await list_at_creation(self._lister, passthrough, token)
+        passthrough = [b for b, s in states.items() if per_caller(s.config.auth)]
+        own, epochs, rejected = await list_at_creation(self._lister, passthrough, token, principal)
         # one shared set: 30 kB at 800 backends, and `rebuild_all` groups by it without comparing sets
         accepted = intern_backends(frozenset(states) - rejected)
         relisted = any(backend in accepted for backend in passthrough)
@@ -148,9 +149,7 @@ class SessionManager:
         The embeddings it computes are cached, and the version is held until the next warm-up, so
         the first sessions open without embedding anything.
         """
-        callers = frozenset(
-            b for b, s in self._registry.states.items() if s.config.auth.type != "passthrough"
-        )
+        callers = frozenset(b for b, s in self._registry.states.items() if not per_caller(s.config.auth))
         self._warm = await self._catalogs.version(self._catalogs.current(callers, {}))
 
     async def get(self, session_id: str, principal: Principal) -> LiveSession:

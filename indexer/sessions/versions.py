@@ -24,7 +24,7 @@ from indexer.backends.credentials import (
     authenticated,
     due_for_listing,
     list_at_creation,
-    list_passthrough,
+    list_per_caller,
     record,
 )
 from indexer.backends.lister import BackendLister
@@ -34,6 +34,7 @@ from indexer.sessions.views import Views, announce
 from indexer.state import Events, Leadership, SessionRecord, SessionStore, Swap, SwapChange, VersionRef
 from indexer.state.listings import intern_backends
 from toolsearch.logs import bound
+from toolsearch.outgoing import per_caller
 
 logger = logging.getLogger(__name__)
 
@@ -79,7 +80,7 @@ class SessionVersions:
 
         async def one(session: SessionRecord, due: list[str]) -> None:
             async with gate:
-                attempts = await list_passthrough(self._lister, due, session.token)
+                attempts = await list_per_caller(self._lister, due, session.token, session.principal)
             rejected = record(attempts, session.own_listings, session.listed_epochs)
             relisted.append(session)
             # a caller without an issuer has no fresh credentials to reconnect with: the backend stays out
@@ -90,7 +91,7 @@ class SessionVersions:
             if session.ending:
                 await self._end_rejected(session, session.ending)  # ending it failed last time
         states = self._registry.states.values()
-        if not any(s.config.auth.type == "passthrough" and s.advertised for s in states):
+        if not any(per_caller(s.config.auth) and s.advertised for s in states):
             return relisted  # nothing to list: skip the per-session check (10,000 sessions cost ~80 ms)
         due = ((s, due_for_listing(self._registry, s.accepted, s.listed_epochs)) for s in sessions)
         await asyncio.gather(*(one(s, backends) for s, backends in due if backends and not s.ending))
@@ -174,13 +175,15 @@ class SessionVersions:
         if not self._leadership.leads:
             return  # the leader updates the shared sessions
         states = self._registry.states
-        passthrough = [b for b in backend_ids if states[b].config.auth.type == "passthrough"]
+        passthrough = [b for b in backend_ids if per_caller(states[b].config.auth)]
         gate = asyncio.Semaphore(_RELIST_CONCURRENCY)
         sessions = await self._store.records()
 
         async def offer(session: SessionRecord) -> None:
             async with gate:
-                own, epochs, rejected = await list_at_creation(self._lister, passthrough, session.token)
+                own, epochs, rejected = await list_at_creation(
+                    self._lister, passthrough, session.token, session.principal
+                )
             session.accepted = intern_backends(session.accepted | (frozenset(backend_ids) - rejected))
             session.rejected_at_creation = session.rejected_at_creation | rejected
             session.own_listings.update(own)

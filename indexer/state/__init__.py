@@ -47,6 +47,7 @@ from indexer.state.redis import Keys, RedisCatalogs, RedisEmbeddings, RedisHealt
 from indexer.state.redis_connection import RedisTarget
 from indexer.state.redis_lease import RedisEvents, RedisLease
 from indexer.state.redis_sessions import RedisSessions
+from indexer.state.tokens import LocalTokens, RedisTokens, TokenStore
 
 __all__ = [
     "NO_CAPS",
@@ -62,6 +63,7 @@ __all__ = [
     "Leadership",
     "Lease",
     "LocalSessions",
+    "LocalTokens",
     "Principal",
     "Room",
     "RoomFull",
@@ -72,6 +74,7 @@ __all__ = [
     "StateUnavailable",
     "Swap",
     "SwapChange",
+    "TokenStore",
     "VersionRef",
     "make_state",
     "state_secret",
@@ -104,6 +107,7 @@ class State:
     description: str = "memory"  # for logs: the URL without a password
     check: Callable[[], Awaitable[None]] | None = None  # raises `StateUnavailable` when unreachable
     leadership: Leadership = field(init=False)  # over the shared state's lease, if there is one
+    tokens: TokenStore = field(default_factory=LocalTokens)  # tokens exchanged for backends
 
     def __post_init__(self) -> None:
         self.leadership = Leadership(self.shared.lease if self.shared is not None else None)
@@ -171,4 +175,4 @@ def make_state(
         await target.check(client)
 
     embeddings = RedisEmbeddings(target.sync_client(), keys, identity)
-    return State(sessions, embeddings, shared, target.description, check)
+    return State(sessions, embeddings, shared, target.description, check, RedisTokens(client, keys))

@@ -64,6 +64,10 @@ class Keys:
     def listing(self, digest: str) -> str:
         return f"{self.prefix}listing:{digest}"
 
+    def token(self, key: str) -> str:
+        """A token exchanged for a backend, under a digest of the backend's settings and the principal."""
+        return f"{self.prefix}token:{key}"
+
     def embeddings(self, identity: str) -> str:
         return f"{self.prefix}embeddings:{hashlib.sha256(identity.encode()).hexdigest()[:16]}"
 

@@ -31,6 +31,7 @@ from indexer.upkeep.rebuilds import Rebuilder
 from indexer.upkeep.replica import Replica
 from toolsearch.backend_settings import Backend
 from toolsearch.indexer_settings import Health
+from toolsearch.outgoing import per_caller
 
 logger = logging.getLogger(__name__)
 
@@ -233,8 +234,8 @@ class HealthMonitor:
             async with asyncio.timeout(timeout + _GUARD_SLACK):
                 listing = await self._probe(backend, timeout)
         except BackendRejected as exc:
-            # Passthrough backends are probed without a caller's token: refusing it means alive.
-            if backend.auth.type == "passthrough":
+            # Per-caller backends are probed without a caller's token: refusing it means alive.
+            if per_caller(backend.auth):
                 return "ok", None, None
             return "rejected", None, exc
         except BackendError as exc:
@@ -267,8 +268,8 @@ class HealthMonitor:
         if outcome != "ok":
             assert error is not None
             self._registry.record_failure(backend_id, error, after)
-        elif listing is None or backend.auth.type == "passthrough":
-            # a passthrough backend's tools are listed per session, with each caller's token
+        elif listing is None or per_caller(backend.auth):
+            # a per-caller backend's tools are listed per session, with each caller's credentials
             self._registry.record_answer(backend_id, latency, after)
         else:
             tools_changed = self._registry.record_listing(backend_id, listing, after)

@@ -19,14 +19,15 @@ import anyio
 import mcp_types as types
 
 from router.caller import Caller
-from router.errors import BackendError, InvalidRequest, RouterError
+from router.errors import BackendRejected, InvalidRequest, RouterError
 from router.handlers.arguments import parse_call_tool
 from router.handlers.schemas import SchemaValidators
 from router.link.indexer_client import IndexerClient
 from router.targets import BackendTarget
 from router.upstream.backend_messages import backend_request_id
 from router.upstream.backend_requests import END_TIMEOUT, keep_backend_session
-from router.upstream.backends import BackendCaller, outgoing_headers
+from router.upstream.backends import BackendCaller, CallOutcome
+from router.upstream.credentials import OutgoingCredentials
 from router.upstream.relays import NotificationRelay
 
 logger = logging.getLogger(__name__)
@@ -44,7 +45,7 @@ class ToolCalls:
     ) -> None:
         self.indexer = indexer
         self.backends = backends
-        self.secrets = secrets
+        self.credentials = OutgoingCredentials(indexer, secrets)
         self.max_arguments_bytes = max_arguments_bytes
         self.validators = SchemaValidators()
 
@@ -68,14 +69,30 @@ class ToolCalls:
                 "inputSchema (find_tool shows it) and call again."
             )
         target = tool.target
-        headers = outgoing_headers(target.backend_id, target.auth, self.secrets, caller.identity.bearer_token)
-        outcome = await self.backends.call_tool(
-            target, tool.original_name or args.name, args.parameters, headers, relay=relay, call_id=call_id
-        )
+        name = tool.original_name or args.name
+        headers = await self.credentials.headers(target, caller.identity)
+        try:
+            outcome = await self.backends.call_tool(
+                target, name, args.parameters, headers, relay=relay, call_id=call_id
+            )
+        except BackendRejected as exc:
+            if exc.status != 401 or target.auth.type != "token_exchange":
+                raise
+            # The token kept for this caller was refused (revoked, or signed with a retired key):
+            # refused, the call did not run; one fresh exchange, and one more try.
+            headers = await self.credentials.headers(target, caller.identity, renew=True)
+            outcome = await self.backends.call_tool(
+                target, name, args.parameters, headers, relay=relay, call_id=call_id
+            )
+        await self._keep(caller, outcome, target, headers)
+        return outcome.result
+
+    async def _keep(
+        self, caller: Caller, outcome: CallOutcome, target: BackendTarget, headers: Mapping[str, str]
+    ) -> None:
         if outcome.session is not None and outcome.session != target.session:
             # stored with the client session, for every replica
             await keep_backend_session(self.indexer, self.backends, caller, target, outcome.session, headers)
-        return outcome.result
 
     async def cancel(self, caller: Caller, params: Mapping[str, Any]) -> None:
         """Pass a client's `notifications/cancelled` on to every backend its session has a session at.
@@ -98,10 +115,8 @@ class ToolCalls:
 
         async def one(target: BackendTarget) -> None:
             try:
-                headers = outgoing_headers(
-                    target.backend_id, target.auth, self.secrets, caller.identity.bearer_token
-                )
-            except BackendError:
+                headers = await self.credentials.headers(target, caller.identity)
+            except RouterError:
                 return
             within = min(target.timeout_seconds, END_TIMEOUT)
             await self.backends.cancel(target, headers, call_id, reason, within)

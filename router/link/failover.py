@@ -12,8 +12,9 @@ a few ways, and each tells whether the call may have run there:
   state not answering) and DEADLINE_EXCEEDED: the call may have run.
 
 A call that did not run is tried on the next address whatever it does. One that may have run is
-tried again only if running it twice is harmless (`idempotent`): the reads, ending a session, and
-the implied session of a principal (one per principal however many attempts). Opening a handshake
+tried again only if running it twice is harmless (`idempotent`): the reads, ending a session, a
+token exchange (the token kept for the principal, or one more), and the implied session of a
+principal (one per principal however many attempts). Opening a handshake
 session is not: a second attempt could open a second session, held against the caller's cap until
 it expires. A call may run on at most `tries` indexers in all, so a slow one costs at most that many
 timeouts; refusals, being immediate, do not count.

@@ -131,12 +131,14 @@ class IndexerClient:
         tool_name: str = "",
         timeout: float | None = None,
         idempotent: bool = True,
+        backend_id: str = "",
     ) -> _Response:
         """Call `method` with `request`, failing over to other addresses; a failure becomes a router error.
 
         `method` picks the method off a stub (`lambda stub: stub.FindTools`) rather than being one
         stub's bound method: each address has a stub of its own, and a failover calls another's.
-        `idempotent`: whether running the call twice is harmless (router/link/failover.py).
+        `idempotent`: whether running the call twice is harmless (router/link/failover.py);
+        `tool_name` and `backend_id` are what a ResolveTool or an ExchangeToken asked for, for its error.
         """
         metadata = self._security.metadata or None
         each = timeout or self.timeout
@@ -178,7 +180,7 @@ class IndexerClient:
                     )
                 failure = judge(exc, idempotent)
                 if failure is None:
-                    raise translate(exc, tool_name) from None
+                    raise translate(exc, tool_name, backend_id) from None
                 # each request message is named for its method: OpenSessionRequest, ...
                 name = request.DESCRIPTOR.name.removesuffix("Request")
                 logger.warning(
@@ -186,7 +188,7 @@ class IndexerClient:
                 )
                 ran += failure.ran
                 if not failure.retry or ran >= self._tries:
-                    raise translate(exc, tool_name) from None
+                    raise translate(exc, tool_name, backend_id) from None
                 continue
             self._current = index
             return response
@@ -321,6 +323,29 @@ class IndexerClient:
             lambda stub: stub.ResolveTool, request, tool_name=name
         )
         return resolved_tool(response)
+
+    async def exchange_token(
+        self, principal: Principal, bearer_token: str, backend_id: str, renew: bool = False
+    ) -> str:
+        """A token for a token_exchange backend, in exchange for the caller's; never logged.
+
+        The indexer exchanges it at the backend's token endpoint, or hands back the one it keeps for
+        the principal. Raises `ExchangeFailed` or `ExchangeRefused`, whose reason the indexer wrote.
+        It may call out to the endpoint, as opening a session may list backends: it has that time.
+        """
+        request = pb.ExchangeTokenRequest(
+            principal=_principal(principal),
+            credentials=pb.Credentials(bearer_token=bearer_token),
+            backend_id=backend_id,
+            renew=renew,
+        )
+        response: pb.ExchangeTokenResponse = await self._call(
+            lambda stub: stub.ExchangeToken,
+            request,
+            timeout=self.open_session_timeout,
+            backend_id=backend_id,
+        )
+        return response.access_token
 
     async def status(self) -> dict[str, Any]:
         """The indexer's backends, index versions, recent swaps and embedding counters, as plain data."""

@@ -13,6 +13,8 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from router.errors import (
+    ExchangeFailed,
+    ExchangeRefused,
     IndexerFailed,
     IndexerUnavailable,
     InvalidRequest,
@@ -55,10 +57,23 @@ def _tool_not_found(exc: grpc.aio.AioRpcError, tool_name: str) -> ToolNotFound:
     return ToolNotFound(tool_name, suggestions, detail.reason)
 
 
-def translate(exc: grpc.aio.AioRpcError, tool_name: str = "") -> RouterError:
-    """The router error for a failed indexer call; `tool_name` names the tool a ResolveTool asked for."""
+def _exchange_error(kind: str, details: str, backend_id: str) -> RouterError | None:
+    """A failed token exchange as the router's error, the indexer's reason kept (no token in it)."""
+    reason = details.removeprefix(f"backend {backend_id}: ")
+    if kind == ErrorKind.EXCHANGE_REFUSED:
+        return ExchangeRefused(backend_id, reason)
+    if kind == ErrorKind.EXCHANGE_FAILED:
+        return ExchangeFailed(backend_id, reason)
+    return None
+
+
+def translate(exc: grpc.aio.AioRpcError, tool_name: str = "", backend_id: str = "") -> RouterError:
+    """The router error for a failed indexer call; `tool_name` names the tool a ResolveTool asked for,
+    `backend_id` the backend an ExchangeToken asked a token for."""
     code = exc.code()
     details = exc.details() or code.name
+    if (exchange := _exchange_error(error_kind(exc), details, backend_id)) is not None:
+        return exchange
     if code in UNAVAILABLE_CODES:
         return IndexerUnavailable(UNAVAILABLE_MESSAGE)
     if code == grpc.StatusCode.NOT_FOUND:

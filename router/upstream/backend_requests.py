@@ -27,7 +27,8 @@ from router.error_answers import mcp_error
 from router.errors import BackendError, RouterError
 from router.link.indexer_client import IndexerClient
 from router.targets import BackendSession, BackendTarget, ReachableTarget, ReachableTargets
-from router.upstream.backends import BackendCaller, outgoing_headers
+from router.upstream.backends import BackendCaller
+from router.upstream.credentials import OutgoingCredentials
 from toolsearch.naming import Prefix
 
 logger = logging.getLogger(__name__)
@@ -89,7 +90,7 @@ class BackendRequests:
     def __init__(self, indexer: IndexerClient, backends: BackendCaller, secrets: Mapping[str, str]) -> None:
         self.indexer = indexer
         self.backends = backends
-        self.secrets = secrets
+        self.credentials = OutgoingCredentials(indexer, secrets)
 
     async def reach(self, caller: Caller) -> Reach:
         """The caller's session's reachable backends; raises the indexer's router errors."""
@@ -138,9 +139,7 @@ class Reach:
         requests = self._requests
         caller = self.caller
         target = self._target(backend)
-        headers = outgoing_headers(
-            target.backend_id, target.auth, requests.secrets, caller.identity.bearer_token
-        )
+        headers = await requests.credentials.headers(target, caller.identity)
         outcome = await requests.backends.request(target, method, params, headers)
         if outcome.session is not None and outcome.session != target.session:
             self._sessions[target.backend_id] = outcome.session

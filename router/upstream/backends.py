@@ -61,14 +61,19 @@ _NOTICE_BYTES = 65_536  # the most an answer to a notification or a DELETE may w
 
 
 def outgoing_headers(
-    backend_id: str, auth: AuthSettings, secrets: Mapping[str, str], bearer_token: str | None
+    backend_id: str,
+    auth: AuthSettings,
+    secrets: Mapping[str, str],
+    bearer_token: str | None,
+    exchanged: str | None = None,
 ) -> dict[str, str]:
-    """The headers that authenticate a call to a backend (toolsearch/outgoing.py).
+    """The headers that authenticate a call to a backend (toolsearch/outgoing.py); `exchanged` is a
+    token_exchange backend's token (router/upstream/credentials.py).
 
     Raises `MissingCredentials` for a missing secret or caller token, before anything is sent.
     """
     try:
-        return auth_headers(backend_id, auth, secrets, bearer_token)
+        return auth_headers(backend_id, auth, secrets, bearer_token, exchanged)
     except OutgoingAuthError as exc:
         raise MissingCredentials(backend_id, exc.reason) from None
 

@@ -1162,3 +1162,58 @@ class ReachableBackendsResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ReachableBackendsResponse: _TypeAlias = ReachableBackendsResponse  # noqa: Y015
+
+@_typing.final
+class ExchangeTokenRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PRINCIPAL_FIELD_NUMBER: _builtins.int
+    CREDENTIALS_FIELD_NUMBER: _builtins.int
+    BACKEND_ID_FIELD_NUMBER: _builtins.int
+    RENEW_FIELD_NUMBER: _builtins.int
+    backend_id: _builtins.str
+    renew: _builtins.bool
+    """the token kept was refused by the backend: exchange anew"""
+    @_builtins.property
+    def principal(self) -> Global___Principal:
+        """as the router verified it: the key the token is kept under"""
+
+    @_builtins.property
+    def credentials(self) -> Global___Credentials:
+        """the caller's token, exchanged when none is kept"""
+
+    def __init__(
+        self,
+        *,
+        principal: Global___Principal | None = ...,
+        credentials: Global___Credentials | None = ...,
+        backend_id: _builtins.str = ...,
+        renew: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["credentials", b"credentials", "principal", b"principal"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["backend_id", b"backend_id", "credentials", b"credentials", "principal", b"principal", "renew", b"renew"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ExchangeTokenRequest: _TypeAlias = ExchangeTokenRequest  # noqa: Y015
+
+@_typing.final
+class ExchangeTokenResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ACCESS_TOKEN_FIELD_NUMBER: _builtins.int
+    access_token: _builtins.str
+    """a credential: never logged"""
+    def __init__(
+        self,
+        *,
+        access_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["access_token", b"access_token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ExchangeTokenResponse: _TypeAlias = ExchangeTokenResponse  # noqa: Y015

@@ -90,6 +90,11 @@ class IndexerStub:
                 request_serializer=toolsearch_dot_v1_dot_indexer__pb2.ReachableBackendsRequest.SerializeToString,
                 response_deserializer=toolsearch_dot_v1_dot_indexer__pb2.ReachableBackendsResponse.FromString,
                 _registered_method=True)
+        self.ExchangeToken = channel.unary_unary(
+                '/toolsearch.v1.Indexer/ExchangeToken',
+                request_serializer=toolsearch_dot_v1_dot_indexer__pb2.ExchangeTokenRequest.SerializeToString,
+                response_deserializer=toolsearch_dot_v1_dot_indexer__pb2.ExchangeTokenResponse.FromString,
+                _registered_method=True)
 
 
 class IndexerServicer:
@@ -172,6 +177,16 @@ class IndexerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ExchangeToken(self, request, context):
+        """A token for a backend whose auth is token_exchange, in exchange for the caller's (RFC 8693),
+        kept per principal and backend until shortly before it expires. FAILED_PRECONDITION
+        (`exchange-failed`) when the token endpoint gave none, PERMISSION_DENIED (`exchange-refused`)
+        when it refused the caller; INVALID_ARGUMENT for a backend that does not exchange tokens.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_IndexerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -224,6 +239,11 @@ def add_IndexerServicer_to_server(servicer, server):
                     servicer.ReachableBackends,
                     request_deserializer=toolsearch_dot_v1_dot_indexer__pb2.ReachableBackendsRequest.FromString,
                     response_serializer=toolsearch_dot_v1_dot_indexer__pb2.ReachableBackendsResponse.SerializeToString,
+            ),
+            'ExchangeToken': grpc.unary_unary_rpc_method_handler(
+                    servicer.ExchangeToken,
+                    request_deserializer=toolsearch_dot_v1_dot_indexer__pb2.ExchangeTokenRequest.FromString,
+                    response_serializer=toolsearch_dot_v1_dot_indexer__pb2.ExchangeTokenResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -502,6 +522,33 @@ class Indexer:
             '/toolsearch.v1.Indexer/ReachableBackends',
             toolsearch_dot_v1_dot_indexer__pb2.ReachableBackendsRequest.SerializeToString,
             toolsearch_dot_v1_dot_indexer__pb2.ReachableBackendsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ExchangeToken(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/toolsearch.v1.Indexer/ExchangeToken',
+            toolsearch_dot_v1_dot_indexer__pb2.ExchangeTokenRequest.SerializeToString,
+            toolsearch_dot_v1_dot_indexer__pb2.ExchangeTokenResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -68,6 +68,12 @@ class IndexerStub:
     """The session's backends that are advertised now (healthy or degraded), with what each offers
     beside tools and how to reach it: the router aggregates their resources and prompts.
     """
+    ExchangeToken: _grpc.UnaryUnaryMultiCallable[_indexer_pb2.ExchangeTokenRequest, _indexer_pb2.ExchangeTokenResponse]
+    """A token for a backend whose auth is token_exchange, in exchange for the caller's (RFC 8693),
+    kept per principal and backend until shortly before it expires. FAILED_PRECONDITION
+    (`exchange-failed`) when the token endpoint gave none, PERMISSION_DENIED (`exchange-refused`)
+    when it refused the caller; INVALID_ARGUMENT for a backend that does not exchange tokens.
+    """
 
 @_typing.type_check_only
 class IndexerAsyncStub(IndexerStub):
@@ -104,6 +110,12 @@ class IndexerAsyncStub(IndexerStub):
     ReachableBackends: _aio.UnaryUnaryMultiCallable[_indexer_pb2.ReachableBackendsRequest, _indexer_pb2.ReachableBackendsResponse]  # type: ignore[assignment]
     """The session's backends that are advertised now (healthy or degraded), with what each offers
     beside tools and how to reach it: the router aggregates their resources and prompts.
+    """
+    ExchangeToken: _aio.UnaryUnaryMultiCallable[_indexer_pb2.ExchangeTokenRequest, _indexer_pb2.ExchangeTokenResponse]  # type: ignore[assignment]
+    """A token for a backend whose auth is token_exchange, in exchange for the caller's (RFC 8693),
+    kept per principal and backend until shortly before it expires. FAILED_PRECONDITION
+    (`exchange-failed`) when the token endpoint gave none, PERMISSION_DENIED (`exchange-refused`)
+    when it refused the caller; INVALID_ARGUMENT for a backend that does not exchange tokens.
     """
 
 class IndexerServicer(metaclass=_abc_1.ABCMeta):
@@ -198,6 +210,18 @@ class IndexerServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_indexer_pb2.ReachableBackendsResponse, _abc.Awaitable[_indexer_pb2.ReachableBackendsResponse]]:
         """The session's backends that are advertised now (healthy or degraded), with what each offers
         beside tools and how to reach it: the router aggregates their resources and prompts.
+        """
+
+    @_abc_1.abstractmethod
+    def ExchangeToken(
+        self,
+        request: _indexer_pb2.ExchangeTokenRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_indexer_pb2.ExchangeTokenResponse, _abc.Awaitable[_indexer_pb2.ExchangeTokenResponse]]:
+        """A token for a backend whose auth is token_exchange, in exchange for the caller's (RFC 8693),
+        kept per principal and backend until shortly before it expires. FAILED_PRECONDITION
+        (`exchange-failed`) when the token endpoint gave none, PERMISSION_DENIED (`exchange-refused`)
+        when it refused the caller; INVALID_ARGUMENT for a backend that does not exchange tokens.
         """
 
 def add_IndexerServicer_to_server(servicer: IndexerServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
