@@ -55,8 +55,6 @@ NOT_RELAYED: dict[tuple[str, str], str] = {
             "request-state",
             "multiple-input-requests",
             "multi-round",
-            "non-tool-request",
-            "result-type",
             "tampered-state",
             "capability-check",
         )
