@@ -4,7 +4,8 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 CONFIG ?= examples/demo.yaml
 STAMP  := $(VENV)/.installed
-# third-party MCP servers the tests run (Node), installed from their lock file
+# third-party MCP servers the tests run and the MCP conformance suite (Node), installed from their
+# lock file; npm's postinstall (patch-conformance.mjs) fits the suite to Node 20
 SERVERS := tests/servers
 SERVERS_STAMP := $(SERVERS)/node_modules/.installed
 # the pin of pyproject.toml's torch extra, and where its CPU build comes from
@@ -45,7 +46,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # Without npm the tests that need these servers are skipped, saying why.
-$(SERVERS_STAMP): $(SERVERS)/package-lock.json
+$(SERVERS_STAMP): $(SERVERS)/package-lock.json $(SERVERS)/patch-conformance.mjs
 	@if command -v npm >/dev/null 2>&1; then \
 		npm ci --prefix $(SERVERS) --no-audit --no-fund --loglevel=error && touch $@; \
 	else echo "npm not found: the tests that run Node MCP servers will be skipped"; fi

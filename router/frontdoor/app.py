@@ -49,6 +49,7 @@ from router.frontdoor.resource_metadata import ResourceMetadata
 from router.frontdoor.server import ShutdownGuard, router_server
 from router.frontdoor.session_layer import SessionLayer
 from router.handlers.meta_tools import MetaTools
+from router.handlers.passthrough import PassThroughMiddleware, holding
 from router.handlers.prompts import Prompts
 from router.handlers.resources import Resources
 from router.link.indexer_client import IndexerClient
@@ -105,17 +106,21 @@ def build_server(
     )
     # Registered directly so the handler may return the wire dict it built (find_tool's answer).
     handler = metrics.observe_tool_calls(tools.call_tool) if metrics is not None else tools.call_tool
-    server.add_request_handler("tools/call", CallToolRequestParams, AccessLog.observe_tool_calls(handler))
+    # a backend's result is answered as it came, around the SDK's shaping (router/handlers/passthrough.py)
+    server.middleware.append(PassThroughMiddleware())
+    server.add_request_handler(
+        "tools/call", CallToolRequestParams, holding(AccessLog.observe_tool_calls(handler))
+    )
     # Registered directly too: the backends' entries and results pass through as the wire had them.
     if resources is not None:
         server.add_request_handler("resources/list", PaginatedRequestParams, resources.list_resources)
         server.add_request_handler(
             "resources/templates/list", PaginatedRequestParams, resources.list_templates
         )
-        server.add_request_handler("resources/read", ReadResourceRequestParams, resources.read)
+        server.add_request_handler("resources/read", ReadResourceRequestParams, holding(resources.read))
     if prompts is not None:
         server.add_request_handler("prompts/list", PaginatedRequestParams, prompts.list_prompts)
-        server.add_request_handler("prompts/get", GetPromptRequestParams, prompts.get_prompt)
+        server.add_request_handler("prompts/get", GetPromptRequestParams, holding(prompts.get_prompt))
         server.add_request_handler("completion/complete", CompleteRequestParams, prompts.complete)
     return server
 

@@ -19,6 +19,7 @@ from router.caller import Caller
 from router.error_answers import text_result, tool_result_for
 from router.errors import RouterError
 from router.handlers.arguments import parse_find_tool
+from router.handlers.passthrough import PassedThrough
 from router.handlers.tool_calls import ToolCalls
 from router.link.indexer_client import IndexerClient
 from router.upstream.backend_messages import backend_request_id
@@ -190,12 +191,13 @@ class MetaTools:
             if params.name == FIND_TOOL:
                 return await self.find_tool(caller, params.arguments)
             call_id = backend_request_id(ctx.request_id) if ctx.request_id is not None else None
+            # the backend's result is answered as it came (router/handlers/passthrough.py)
             if params.name == CALL_TOOL:
-                return await self.calls.run(caller, params.arguments, relay, call_id)
+                return PassedThrough(await self.calls.run(caller, params.arguments, relay, call_id))
             if self.pinned:
                 # a pinned tool called by its own name: the same path as call_tool, health included
                 arguments = {"tool_name": params.name, "parameters": params.arguments or {}}
-                return await self.calls.run(caller, arguments, relay, call_id)
+                return PassedThrough(await self.calls.run(caller, arguments, relay, call_id))
         except RouterError as exc:
             return tool_result_for(exc)
         return text_result(

@@ -20,6 +20,7 @@ from mcp_types import INVALID_PARAMS, CompleteRequestParams, GetPromptRequestPar
 from router.error_answers import mcp_error
 from router.errors import RouterError
 from router.handlers.offerings import Ambiguous, Offering, Target, ambiguity, namespaced, resolve
+from router.handlers.passthrough import PassedThrough
 from router.handlers.resources import RESOURCE_NOT_FOUND, catalogue
 from router.targets import ReachableTarget
 from router.upstream.backend_requests import BackendRequests, Reach, answered
@@ -99,7 +100,9 @@ class Prompts:
         reach = await self.requests.reach_from(ctx)
         target = await self._prompt(reach, params.name)
         wire = params.model_dump(mode="json", by_alias=True, exclude_none=True)
-        return await self._forward(reach, target, "prompts/get", {**wire, "name": target.original})
+        return PassedThrough(
+            await self._forward(reach, target, "prompts/get", {**wire, "name": target.original})
+        )
 
     async def complete(
         self, ctx: ServerRequestContext[Any, Any], params: CompleteRequestParams

@@ -19,6 +19,7 @@ from mcp_types import PaginatedRequestParams, ReadResourceRequestParams
 from router.error_answers import mcp_error
 from router.errors import RouterError
 from router.handlers.offerings import Ambiguous, Offering, Target, ambiguity, namespaced, resolve
+from router.handlers.passthrough import PassedThrough
 from router.targets import ReachableTarget
 from router.upstream.backend_requests import BackendRequests, Reach, answered
 from router.upstream.broadcast import ask_each
@@ -143,4 +144,4 @@ class Resources:
             result = await reach.send(backend, "resources/read", {**wire, "uri": target.original})
         except RouterError as exc:
             raise mcp_error(exc) from None
-        return answered(_renamed(result, target.original, uri))
+        return PassedThrough(answered(_renamed(result, target.original, uri)))

@@ -16,7 +16,6 @@ from collections.abc import Mapping
 from typing import Any
 
 import anyio
-import mcp_types as types
 
 from router.caller import Caller
 from router.errors import BackendRejected, InvalidRequest, RouterError
@@ -55,8 +54,9 @@ class ToolCalls:
         arguments: Mapping[str, Any] | None,
         relay: NotificationRelay | None = None,
         call_id: str | None = None,
-    ) -> types.CallToolResult:
-        """call_tool: resolve the name in the caller's session, check the arguments, call the backend."""
+    ) -> dict[str, Any]:
+        """call_tool: resolve the name in the caller's session, check the arguments, call the backend;
+        the backend's result as it came."""
         args = parse_call_tool(arguments, self.max_arguments_bytes)
         # resolved with the session check from the same `tool_name`, unless it did not resolve there
         tool = caller.resolved or await self.indexer.resolve_tool(

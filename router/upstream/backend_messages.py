@@ -113,6 +113,21 @@ def _forgot(response: httpx2.Response) -> bool:
     return isinstance(error, dict) and "session" in str(error.get("message", "")).lower()
 
 
+def _error_body(response: httpx2.Response) -> tuple[int, str] | None:
+    """The code and message of a JSON-RPC error an HTTP error answer carries, if it carries one."""
+    try:
+        error = response.json().get("error")
+    except (ValueError, AttributeError):
+        return None
+    if (
+        not isinstance(error, dict)
+        or not isinstance(code := error.get("code"), int)
+        or isinstance(code, bool)
+    ):
+        return None
+    return code, str(error.get("message", ""))
+
+
 class BackendMessenger:
     """Posts the messages of one call to one backend through `http` (headers, deadline, size bound)."""
 
@@ -150,6 +165,9 @@ class BackendMessenger:
             raise BackendSessionGone(self.backend_id, f"forgot its session (HTTP {status})")
         if status in (401, 403):
             raise BackendRejected(self.backend_id, status)
+        if status >= 400 and (error := _error_body(response)) is not None:
+            # a JSON-RPC error with an HTTP status (2026-07-28 maps errors to 400 and 404): the error
+            raise BackendAnswered(self.backend_id, *error)
         if 300 <= status < 400:
             # redirects are not followed (a call's POST would be replayed elsewhere): say where to
             where = response.headers.get("location", "")
@@ -165,19 +183,21 @@ class BackendMessenger:
         session: BackendSession | None,
         relay: NotificationRelay | None = None,
         request_id: str | int | None = None,
+        extra_headers: Mapping[str, str] | None = None,
     ) -> dict[str, Any]:
         """Send one request and return its result; raises the router errors above.
 
         The answer is read as it arrives: with a `relay`, the notifications before the result go to
         it; a request the backend makes of its client meanwhile (sampling, elicitation, roots) is
         refused at once (`_refuse`), so the backend goes on instead of waiting for an answer that
-        would never come. `request_id` is the id to send (a counter's when None).
+        would never come. `request_id` is the id to send (a counter's when None); `extra_headers`
+        go with the POST (a 2026-07-28 request's, router/upstream/modern.py).
         """
         if request_id is None:
             self._next_id += 1
             request_id = self._next_id
         message = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": dict(params)}
-        headers = self._headers(session)
+        headers = {**self._headers(session), **(extra_headers or {})}
         try:
             async with self.http.stream(
                 "POST", self.url, json=message, headers=headers, extensions={STREAMED: True}

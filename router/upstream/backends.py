@@ -16,22 +16,25 @@ the per-call client is never closed either: the pool is the application's.
 A handshake-era backend is called inside the client session's backend session (router/
 backend_messages.py): opened at the session's first call to it, kept in the indexer, reused by every
 replica, ended by the indexer when the client session ends. A backend that spoke 2026-07-28 at
-discovery is called with one request, and a legacy `sse` backend in a session of its own per call,
-both through the SDK's clients (router/upstream/sdk_calls.py). Requests other than tools/call (`request`:
-resources, prompts, completions; router/upstream/backend_requests.py) take the very same ways.
+discovery is called with one stamped request of the router's own (router/upstream/modern.py), and a
+legacy `sse` backend in a session of its own per call, through the SDK's client
+(router/upstream/sdk_calls.py). Every result comes back as the backend sent it: only its being a
+JSON object is checked (router/handlers/passthrough.py carries it to the client). Requests other
+than tools/call (`request`: resources, prompts, completions; router/upstream/backend_requests.py)
+take the very same ways.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any, NamedTuple
 
 import anyio
 import httpx2
 import mcp_types as types
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
-from pydantic import ValidationError
 
 from router.errors import (
     BackendError,
@@ -43,6 +46,7 @@ from router.errors import (
 )
 from router.targets import BackendSession, BackendTarget
 from router.upstream.backend_messages import BackendMessenger
+from router.upstream.modern import modern_request
 from router.upstream.pools import BackendPools
 from router.upstream.relays import NotificationRelay
 from router.upstream.sdk_calls import (
@@ -50,7 +54,6 @@ from router.upstream.sdk_calls import (
     StatusRecorder,
     call_by_sdk,
     request_by_sdk,
-    without_server_info,
 )
 from toolsearch.outgoing import AuthSettings, OutgoingAuthError, auth_headers
 from toolsearch.responses import BoundedTransport
@@ -79,9 +82,9 @@ def outgoing_headers(
 
 
 class CallOutcome(NamedTuple):
-    """A call's result, and the backend session it ran in (None: the backend keeps none for us)."""
+    """A call's result as the wire has it, and the backend session it ran in (None: none kept)."""
 
-    result: types.CallToolResult
+    result: dict[str, Any]
     session: BackendSession | None
 
 
@@ -135,17 +138,20 @@ class BackendCaller:
         401/403, `BackendTooLarge` for an answer over its `max_response_bytes`, and
         `BackendUnavailable` or `BackendError` for anything else that keeps a result from coming back.
         """
-        params = types.CallToolRequestParams(name=name, arguments=dict(arguments))
-        if _by_sdk(target):
-            return CallOutcome(await call_by_sdk(self._sdk_link(target, headers), params, relay), None)
-        wire = params.model_dump(mode="json", by_alias=True, exclude_none=True)
+        if target.transport == "sse":
+            link = self._sdk_link(target, headers)
+            return CallOutcome(without_meta_stamp(await call_by_sdk(link, name, arguments, relay)), None)
+        wire: dict[str, Any] = {"name": name, "arguments": dict(arguments)}
         if relay is not None and relay.progress_token is not None:
             wire["_meta"] = {"progressToken": relay.progress_token}
         messenger = self._messenger(target, headers)
+        if _modern(target):
+            answer = await _once(messenger, target, "tools/call", wire, relay, call_id)
+            return CallOutcome(without_meta_stamp(answer), None)
         answer, session = await _in_session(
             messenger, target.timeout_seconds, "tools/call", wire, target.session, relay, call_id
         )
-        return CallOutcome(_tool_result(target.backend_id, answer), session)
+        return CallOutcome(without_meta_stamp(answer), session)
 
     async def request(
         self, target: BackendTarget, method: str, params: Mapping[str, Any], headers: Mapping[str, str]
@@ -156,10 +162,13 @@ class BackendCaller:
         session's backend session for a handshake-era backend (a new one opened when there is none
         or it was forgotten), in a connection of its own for a 2026-07-28 or `sse` backend.
         """
-        if _by_sdk(target):
+        if target.transport == "sse":
             link = self._sdk_link(target, headers)
             return RequestOutcome(without_meta_stamp(await request_by_sdk(link, method, params)), None)
         messenger = self._messenger(target, headers)
+        if _modern(target):
+            answer = await _once(messenger, target, method, params, None, None)
+            return RequestOutcome(without_meta_stamp(answer), None)
         answer, kept = await _in_session(
             messenger, target.timeout_seconds, method, params, target.session, None, None
         )
@@ -209,7 +218,7 @@ class BackendCaller:
         return BackendMessenger(target.backend_id, target.url, http, bounded)
 
     def _sdk_link(self, target: BackendTarget, headers: Mapping[str, str]) -> SdkLink:
-        """The SDK's way to `target`: a request of its own (2026-07-28) or a session per call (sse)."""
+        """The SDK's way to an `sse` target: a session per call."""
         http, bounded, recorder = self._client(
             target.backend_id, headers, target.timeout_seconds, target.max_response_bytes
         )
@@ -225,9 +234,23 @@ class BackendCaller:
         )
 
 
-def _by_sdk(target: BackendTarget) -> bool:
-    """Whether `target` is reached through the SDK's clients rather than inside a kept session."""
-    return target.transport == "sse" or target.protocol_version in MODERN_PROTOCOL_VERSIONS
+def _modern(target: BackendTarget) -> bool:
+    """Whether `target` spoke 2026-07-28 at discovery: one request per call, no session."""
+    return target.protocol_version in MODERN_PROTOCOL_VERSIONS
+
+
+async def _once(
+    messenger: BackendMessenger,
+    target: BackendTarget,
+    method: str,
+    params: Mapping[str, Any],
+    relay: NotificationRelay | None,
+    call_id: str | None,
+) -> dict[str, Any]:
+    """One 2026-07-28 request, stamped as that protocol has it (router/upstream/modern.py)."""
+    stamped, headers = modern_request(method, params, target.protocol_version, relay)
+    with _translated(messenger, target.timeout_seconds):
+        return await messenger.request(method, stamped, None, relay, call_id, headers)
 
 
 async def _in_session(
@@ -241,24 +264,30 @@ async def _in_session(
 ) -> tuple[dict[str, Any], BackendSession]:
     """One request inside `session`, or inside a new backend session when there is none or the
     backend forgot it (once); returns the result and the session it ran in."""
+    with _translated(messenger, timeout_seconds):
+        if session is not None:
+            try:
+                return await messenger.request(method, params, session, relay, call_id), session
+            except BackendSessionGone:
+                logger.info("backend %s forgot its session: opening a new one", messenger.backend_id)
+        session = await messenger.initialize()
+        return await messenger.request(method, params, session, relay, call_id), session
+
+
+@contextmanager
+def _translated(messenger: BackendMessenger, timeout_seconds: float) -> Iterator[None]:
+    """The request's deadline, and its transport's failures as router errors."""
     backend_id = messenger.backend_id
-    bounded = messenger.bounded
     try:
         with anyio.fail_after(timeout_seconds):
-            if session is not None:
-                try:
-                    return await messenger.request(method, params, session, relay, call_id), session
-                except BackendSessionGone:
-                    logger.info("backend %s forgot its session: opening a new one", backend_id)
-            session = await messenger.initialize()
-            return await messenger.request(method, params, session, relay, call_id), session
+            yield
     except TimeoutError:
         raise BackendTimeout(backend_id, timeout_seconds) from None
     except httpx2.TimeoutException:
         raise BackendTimeout(backend_id, timeout_seconds) from None
     except httpx2.TransportError:
-        if bounded.exceeded:
-            raise BackendTooLarge(backend_id, bounded.limit) from None
+        if messenger.bounded.exceeded:
+            raise BackendTooLarge(backend_id, messenger.bounded.limit) from None
         raise BackendUnavailable(backend_id, "dropped the connection") from None
 
 
@@ -272,11 +301,3 @@ def without_meta_stamp(result: dict[str, Any]) -> dict[str, Any]:
             **({"_meta": stripped} if stripped else {}),
         }
     return result
-
-
-def _tool_result(backend_id: str, answer: Mapping[str, Any]) -> types.CallToolResult:
-    try:
-        result = types.CallToolResult.model_validate(answer)
-    except ValidationError:
-        raise BackendError(backend_id, "answered with something that is not a tool result") from None
-    return without_server_info(result)

@@ -1,7 +1,7 @@
-"""Calls in a connection of their own, through the SDK's clients: 2026-07-28 backends and legacy SSE ones.
+"""Calls in a connection of their own, through the SDK's client: legacy HTTP+SSE backends.
 
-A 2026-07-28 backend needs no session (one request per call); a legacy HTTP+SSE backend's session is
-its open event stream, which no request of a stateless router outlives, so each call opens one. The
+A legacy HTTP+SSE backend's session is its open event stream, which no request of a stateless router
+outlives, so each call opens one. Results are read as plain objects, as the backend sent them. The
 SDK reports an HTTP error status only as a generic JSON-RPC error, so a response hook
 (`StatusRecorder`) records the status for the error message, and `_translate` turns what the SDK
 raised into the router's backend errors. Tool calls (`call_by_sdk`) and the other requests the
@@ -22,7 +22,7 @@ from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, RootModel, ValidationError
 
 from router.errors import (
     BackendAnswered,
@@ -86,49 +86,43 @@ def _translate(
     return BackendUnavailable(backend_id, f"failed ({type(first).__name__})")
 
 
-def without_server_info(result: types.CallToolResult) -> types.CallToolResult:
-    # The serverInfo stamp names whoever answers the client, which is the router, not the backend.
-    meta = result.meta
-    if meta and types.SERVER_INFO_META_KEY in meta:
-        stripped = {k: v for k, v in meta.items() if k != types.SERVER_INFO_META_KEY}
-        return result.model_copy(update={"meta": stripped or None})
-    return result
-
-
-async def call_by_sdk(
-    link: SdkLink, params: types.CallToolRequestParams, relay: NotificationRelay | None
-) -> types.CallToolResult:
-    """One call in a connection of its own (the link's client carries the headers, bound and recorder)."""
-    progress = relay.progress if relay is not None and relay.progress_token is not None else None
-    request = types.CallToolRequest(params=params)
-
-    async def send(client: Client) -> types.CallToolResult:
-        # The session's own call_tool lists the backend's tools to check structured output;
-        # the router passes results through unchecked, so it sends the request itself.
-        return await client.session.send_request(request, types.CallToolResult, progress_callback=progress)
-
-    return without_server_info(await link.exchange(send, relay))
+# The SDK's client checks a result against the negotiated version's schema before anything else
+# (an older era's: lenient); read as a plain object, the result keeps every field the backend sent.
+class _Raw(RootModel[dict[str, Any]]):
+    """A result as a plain object."""
 
 
 # The requests the router forwards to a backend besides tools/call, with the model of their params
-# and of their result: the SDK's client sends typed requests and checks typed results.
-_FORWARDED: dict[str, tuple[type[Any], type[BaseModel], type[BaseModel]]] = {
-    "resources/list": (types.ListResourcesRequest, types.PaginatedRequestParams, types.ListResourcesResult),
-    "resources/templates/list": (
-        types.ListResourceTemplatesRequest,
-        types.PaginatedRequestParams,
-        types.ListResourceTemplatesResult,
-    ),
-    "resources/read": (types.ReadResourceRequest, types.ReadResourceRequestParams, types.ReadResourceResult),
-    "prompts/list": (types.ListPromptsRequest, types.PaginatedRequestParams, types.ListPromptsResult),
-    "prompts/get": (types.GetPromptRequest, types.GetPromptRequestParams, types.GetPromptResult),
-    "completion/complete": (types.CompleteRequest, types.CompleteRequestParams, types.CompleteResult),
+_FORWARDED: dict[str, tuple[type[Any], type[BaseModel]]] = {
+    "resources/list": (types.ListResourcesRequest, types.PaginatedRequestParams),
+    "resources/templates/list": (types.ListResourceTemplatesRequest, types.PaginatedRequestParams),
+    "resources/read": (types.ReadResourceRequest, types.ReadResourceRequestParams),
+    "prompts/list": (types.ListPromptsRequest, types.PaginatedRequestParams),
+    "prompts/get": (types.GetPromptRequest, types.GetPromptRequestParams),
+    "completion/complete": (types.CompleteRequest, types.CompleteRequestParams),
 }
+
+
+async def call_by_sdk(
+    link: SdkLink, name: str, arguments: Mapping[str, Any], relay: NotificationRelay | None
+) -> dict[str, Any]:
+    """One call in a connection of its own (the link's client carries the headers, bound and
+    recorder); its result as the wire has it."""
+    progress = relay.progress if relay is not None and relay.progress_token is not None else None
+    request = types.CallToolRequest(params=types.CallToolRequestParams(name=name, arguments=dict(arguments)))
+
+    async def send(client: Client) -> dict[str, Any]:
+        # The session's own call_tool lists the backend's tools to check structured output;
+        # the router passes results through unchecked, so it sends the request itself.
+        answer = await client.session.send_request(request, _Raw, progress_callback=progress)
+        return answer.root
+
+    return await link.exchange(send, relay)
 
 
 async def request_by_sdk(link: SdkLink, method: str, params: Mapping[str, Any]) -> dict[str, Any]:
     """One request of `_FORWARDED` in a connection of its own; its result as the wire has it."""
-    request_type, params_type, result_type = _FORWARDED[method]
+    request_type, params_type = _FORWARDED[method]
     try:
         request = request_type(params=params_type.model_validate(dict(params)))
     except ValidationError:
@@ -136,13 +130,11 @@ async def request_by_sdk(link: SdkLink, method: str, params: Mapping[str, Any]) 
             link.backend_id, f"cannot be sent this {method} request: its params are not valid"
         ) from None
 
-    async def send(client: Client) -> BaseModel:
-        answer: BaseModel = await client.session.send_request(request, result_type)
-        return answer
+    async def send(client: Client) -> dict[str, Any]:
+        answer = await client.session.send_request(request, _Raw)
+        return answer.root
 
-    result = await link.exchange(send, None)
-    dumped: dict[str, Any] = result.model_dump(mode="json", by_alias=True, exclude_none=True)
-    return dumped
+    return await link.exchange(send, None)
 
 
 class SdkLink:

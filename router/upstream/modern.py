@@ -1,0 +1,50 @@
+"""A 2026-07-28 request to a backend: one POST, stamped as that protocol has every request stamped.
+
+A 2026-07-28 backend keeps no session: each request says in its `_meta` which protocol it speaks,
+who asks and what the client can answer, and in its headers its protocol, method and name (for a
+load balancer that routes on them). The router posts such requests itself
+(router/upstream/backend_messages.py), as it does inside a handshake-era backend session, so the
+backend's answer reaches the client as it came: the SDK's client would check the result against
+its own idea of the schema first, and refuse one that omits an optional field (`resultType`, which
+some servers leave out).
+
+The router offers the backend no client capabilities (it answers no request of the backend), and
+asks for log messages only on a call whose client gets notifications (a relay).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from mcp.shared.inbound import MCP_METHOD_HEADER, MCP_NAME_HEADER, NAME_BEARING_METHODS, encode_header_value
+from mcp_types import (
+    CLIENT_CAPABILITIES_META_KEY,
+    CLIENT_INFO_META_KEY,
+    LOG_LEVEL_META_KEY,
+    PROTOCOL_VERSION_META_KEY,
+)
+
+from router.upstream.relays import NotificationRelay
+from toolsearch.outgoing import ROUTER_CLIENT_NAME, VERSION_HEADER, client_info
+
+RELAYED_LOG_LEVEL = (
+    "debug"  # what a relayed call asks of the backend: the client's own level applies downstream
+)
+
+
+def modern_request(
+    method: str, params: Mapping[str, Any], version: str, relay: NotificationRelay | None
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """`params` with the request's `_meta` stamp, and the headers of its POST."""
+    meta = dict(params.get("_meta") or {})
+    meta[PROTOCOL_VERSION_META_KEY] = version
+    meta[CLIENT_INFO_META_KEY] = client_info(ROUTER_CLIENT_NAME)
+    meta[CLIENT_CAPABILITIES_META_KEY] = {}
+    if relay is not None:
+        meta.setdefault(LOG_LEVEL_META_KEY, RELAYED_LOG_LEVEL)
+    headers = {VERSION_HEADER: version, MCP_METHOD_HEADER: method}
+    name_key = NAME_BEARING_METHODS.get(method)
+    if name_key is not None and isinstance(name := params.get(name_key), str):
+        headers[MCP_NAME_HEADER] = encode_header_value(name)
+    return {**params, "_meta": meta}, headers

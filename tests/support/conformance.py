@@ -1,0 +1,111 @@
+"""The official MCP conformance suite (`@modelcontextprotocol/conformance`, npm), run against a URL.
+
+    outcomes = await run_suite(url, "2025-11-25", folder)  # {scenario: Outcome}
+
+The suite's `server` command runs each server scenario of a requirement set in turn and leaves one
+folder per scenario with its checks (`checks.json`); a scenario passes when none of its checks
+failed. It comes from tests/servers (installed by `make setup`); without Node or the package the
+tests that need it are skipped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.support.stack import ROOT
+
+SUITE = (
+    ROOT
+    / "tests"
+    / "servers"
+    / "node_modules"
+    / "@modelcontextprotocol"
+    / "conformance"
+    / "dist"
+    / "index.js"
+)
+REQUIREMENTS = ("2025-11-25", "2026-07-28")
+RUN_TIMEOUT = 600.0  # seconds for one requirement set's run; each scenario has the suite's own 30 s
+
+
+def missing() -> str | None:
+    """Why the suite cannot run here, or None when it can."""
+    if shutil.which("node") is None:
+        return "node is not installed: the conformance suite cannot run"
+    if not SUITE.exists():
+        return "the conformance suite is not installed (make setup installs tests/servers)"
+    return None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One scenario's result: whether it passed, and the messages of the checks that failed."""
+
+    passed: bool
+    failures: tuple[str, ...]
+
+
+async def _node(*args: str, timeout: float) -> str:
+    process = await asyncio.create_subprocess_exec(
+        "node", str(SUITE), *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
+    )
+    try:
+        output, _ = await asyncio.wait_for(process.communicate(), timeout)
+    except TimeoutError:
+        with contextlib.suppress(ProcessLookupError):
+            process.kill()
+        await process.wait()
+        raise AssertionError(f"the conformance suite ({' '.join(args[:2])}) ran over {timeout:g}s") from None
+    return output.decode(errors="replace")
+
+
+async def server_scenarios(requirements: str) -> list[str]:
+    """The server scenarios a requirement set requires, as the suite lists them."""
+    listing = await _node("list", "--server", "--requirements", requirements, timeout=60)
+    names: list[str] = []
+    section = False
+    for line in listing.splitlines():
+        if line.startswith("Server scenarios"):
+            section = True
+        elif section and line.strip().startswith("- "):
+            names.append(line.strip()[2:])
+        elif section and names and not line.strip():
+            break
+    return names
+
+
+def _outcome(folder: Path) -> Outcome:
+    checks = json.loads((folder / "checks.json").read_text())
+    failed = [c for c in checks if c.get("status") == "FAILURE"]
+    return Outcome(not failed, tuple(f"{c.get('id')}: {c.get('errorMessage', '')}" for c in failed))
+
+
+async def run_suite(url: str, requirements: str, folder: Path) -> dict[str, Outcome]:
+    """Every server scenario of `requirements` against `url`; each required one's outcome by name.
+
+    A required scenario that left no checks (the suite could not run it) counts as failed.
+    """
+    required = await server_scenarios(requirements)
+    output = await _node(
+        "server", "--url", url, "--requirements", requirements, "-o", str(folder), timeout=RUN_TIMEOUT
+    )
+    return _collected(folder, required, output)
+
+
+def _collected(folder: Path, required: list[str], output: str) -> dict[str, Outcome]:
+    outcomes: dict[str, Outcome] = {}
+    for name in required:
+        # each scenario's folder is server-<name>-<timestamp>: a digit follows the name's dash
+        found = [
+            f for f in folder.glob(f"server-{name}-*") if f.name[len(name) + 8 : len(name) + 9].isdigit()
+        ]
+        if found and (found[0] / "checks.json").exists():
+            outcomes[name] = _outcome(found[0])
+        else:
+            outcomes[name] = Outcome(False, (f"the suite left no checks; its output:\n{output[-2000:]}",))
+    return outcomes

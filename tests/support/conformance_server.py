@@ -1,0 +1,242 @@
+"""The MCP conformance suite's test server: its tools, resources and prompts, in both protocol eras.
+
+    python tests/support/conformance_server.py PORT
+
+What each one does is what the suite's server scenarios (`@modelcontextprotocol/conformance`) ask
+of it: content of every type, logs and progress during a call, requests of the client (sampling,
+elicitation, roots) on a 2025-11-25 call's stream, and 2026-07-28 input-required results with
+integrity-protected request state. Built on the `mcp` SDK's lowlevel server, which serves both eras
+on one endpoint (`/mcp`), with a session per 2025-11-25 client.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import mcp_types as types
+import uvicorn
+from mcp.server.caching import CacheHint
+from mcp.server.context import ServerRequestContext
+from mcp.server.lowlevel.server import Server
+from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
+from mcp.server.transport_security import TransportSecuritySettings
+from mcp.shared.exceptions import MCPError
+from mcp.shared.message import ServerMessageMetadata
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+from starlette.routing import Route
+
+from tests.support.conformance_content import (
+    ELICITATIONS,
+    INPUT_ROUNDS,
+    PROMPTS,
+    RESOURCES,
+    TOOL_RESULTS,
+    TOOLS,
+    prompt_messages,
+    template_contents,
+)
+from tests.support.conformance_rounds import input_required, text
+
+_ASK_TIMEOUT = 30.0  # seconds a request of the client may take
+_LEVELS = ["debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"]
+_session_levels: dict[str, str] = {}  # logging/setLevel by session id
+
+
+def _session_id(ctx: ServerRequestContext[Any]) -> str:
+    return ctx.request.headers.get("mcp-session-id", "") if ctx.request is not None else ""
+
+
+async def _log(ctx: ServerRequestContext[Any], level: str, data: str) -> None:
+    floor = _session_levels.get(_session_id(ctx), "debug")
+    if _LEVELS.index(level) >= _LEVELS.index(floor):
+        await ctx.session.send_log_message(level, data, "conformance", related_request_id=ctx.request_id)  # type: ignore[arg-type]
+
+
+async def _ask(ctx: ServerRequestContext[Any], method: str, params: dict[str, Any]) -> dict[str, Any]:
+    """A request of the client on the call's stream (2025-11-25); its result, or its error as text."""
+    request = types.Request[dict[str, Any], str](method=method, params=params)
+    answer = await ctx.session.send_request(
+        request,  # type: ignore[arg-type]
+        types.Result,
+        request_read_timeout_seconds=_ASK_TIMEOUT,
+        metadata=ServerMessageMetadata(related_request_id=ctx.request_id),
+    )
+    return answer.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+async def _asking_tool(
+    ctx: ServerRequestContext[Any], name: str, arguments: dict[str, Any]
+) -> dict[str, Any]:
+    method, params, label = ELICITATIONS[name](arguments)
+    try:
+        answer = await _ask(ctx, method, params)
+    except MCPError as exc:
+        return text(f"{label} not supported or error: {exc.error.message}", is_error=True)
+    if method == "sampling/createMessage":
+        content = answer.get("content") or {}
+        return text(
+            f"LLM response: {content.get('text', 'No response') if isinstance(content, dict) else ''}"
+        )
+    return text(f"{label}: action={answer.get('action')}, content={json.dumps(answer.get('content') or {})}")
+
+
+async def list_tools(ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None) -> Any:
+    return {"tools": TOOLS}
+
+
+async def call_tool(ctx: ServerRequestContext[Any], params: types.CallToolRequestParams) -> Any:
+    name, arguments = params.name, params.arguments or {}
+    if name in TOOL_RESULTS:
+        return TOOL_RESULTS[name]
+    if name == "test_error_handling":
+        return text("This tool intentionally returns an error for testing", is_error=True)
+    if name in ("test_tool_with_logging", "test_logging_tool"):
+        for message in ("Tool execution started", "Tool processing data", "Tool execution completed"):
+            await _log(ctx, "info", message)
+        return text("Tool with logging executed successfully")
+    if name == "test_tool_with_progress":
+        token = (ctx.meta or {}).get("progress_token")
+        for step in (0, 50, 100):
+            if token is not None:
+                await ctx.session.send_progress_notification(
+                    token, step, 100, f"Completed step {step} of 100", related_request_id=ctx.request_id
+                )
+        return text(str(token if token is not None else 0))
+    if name == "test_missing_capability":
+        declared = (ctx.meta or {}).get(types.CLIENT_CAPABILITIES_META_KEY) or {}
+        if not isinstance(declared, dict) or "sampling" not in declared:
+            raise MCPError(
+                types.MISSING_REQUIRED_CLIENT_CAPABILITY,
+                "this tool needs the client's sampling capability",
+                {"requiredCapabilities": {"sampling": {}}},
+            )
+        return text("the client declared sampling")
+    if name in ELICITATIONS:
+        return await _asking_tool(ctx, name, arguments)
+    if name in INPUT_ROUNDS:
+        return input_required(ctx, name, params)
+    raise MCPError(types.INVALID_PARAMS, f"unknown tool {name}")
+
+
+async def list_resources(ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None) -> Any:
+    return {"resources": [{k: v for k, v in r.items() if k != "contents"} for r in RESOURCES]}
+
+
+async def list_templates(ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None) -> Any:
+    return {
+        "resourceTemplates": [
+            {
+                "uriTemplate": "test://template/{id}/data",
+                "name": "template",
+                "description": "A resource template with parameter substitution",
+                "mimeType": "application/json",
+            }
+        ]
+    }
+
+
+async def read_resource(ctx: ServerRequestContext[Any], params: types.ReadResourceRequestParams) -> Any:
+    uri = str(params.uri)
+    for resource in RESOURCES:
+        if resource["uri"] == uri:
+            return {"contents": [resource["contents"]]}
+    if (contents := template_contents(uri)) is not None:
+        return {"contents": [contents]}
+    raise MCPError(types.INVALID_PARAMS, "Resource not found", {"uri": uri})
+
+
+async def subscribe(ctx: ServerRequestContext[Any], params: types.SubscribeRequestParams) -> Any:
+    return {}
+
+
+async def list_prompts(ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None) -> Any:
+    return {"prompts": PROMPTS}
+
+
+async def get_prompt(ctx: ServerRequestContext[Any], params: types.GetPromptRequestParams) -> Any:
+    if params.name in INPUT_ROUNDS:
+        return input_required(ctx, params.name, params)
+    messages = prompt_messages(params.name, params.arguments or {})
+    if messages is None:
+        raise MCPError(types.INVALID_PARAMS, f"unknown prompt {params.name}")
+    return {"messages": messages}
+
+
+async def complete(ctx: ServerRequestContext[Any], params: types.CompleteRequestParams) -> Any:
+    return {"completion": {"values": [], "total": 0, "hasMore": False}}
+
+
+async def set_level(ctx: ServerRequestContext[Any], params: types.SetLevelRequestParams) -> Any:
+    _session_levels[_session_id(ctx)] = params.level
+    return {}
+
+
+def _complete(handler: Callable[[ServerRequestContext[Any], Any], Awaitable[Any]]) -> Any:
+    """The handler, its plain results marked complete, as the 2026-07-28 wire requires (an earlier
+    era's answer leaves the field out)."""
+
+    async def handle(ctx: ServerRequestContext[Any], params: Any) -> Any:
+        result = await handler(ctx, params)
+        if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS or "resultType" in result:
+            return result
+        return {"resultType": "complete", **result}
+
+    return handle
+
+
+def build() -> Server[Any]:
+    hint = CacheHint(ttl_ms=0, scope="private")
+    server: Server[Any] = Server(
+        "mcp-conformance-test-server",
+        version="1.0.0",
+        cache_hints={
+            m: hint
+            for m in (
+                "tools/list",
+                "prompts/list",
+                "resources/list",
+                "resources/templates/list",
+                "resources/read",
+            )
+        },  # type: ignore[misc]
+        on_list_tools=_complete(list_tools),
+        on_call_tool=_complete(call_tool),
+        on_list_resources=_complete(list_resources),
+        on_list_resource_templates=_complete(list_templates),
+        on_read_resource=_complete(read_resource),
+        on_subscribe_resource=_complete(subscribe),
+        on_unsubscribe_resource=_complete(subscribe),
+        on_list_prompts=_complete(list_prompts),
+        on_get_prompt=_complete(get_prompt),
+        on_completion=_complete(complete),
+    )
+    # registered by method: the constructor's hook for it warns that 2026-07-28 drops it
+    server.add_request_handler("logging/setLevel", types.SetLevelRequestParams, _complete(set_level))
+    return server
+
+
+async def _healthy(request: Request) -> Response:
+    return PlainTextResponse("ok")
+
+
+def main(port: int) -> None:
+    hosts = [f"{host}:{port}" for host in ("127.0.0.1", "localhost", "[::1]")]
+    security = TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=hosts,
+        allowed_origins=[f"http://{host}" for host in hosts],
+    )
+    manager = StreamableHTTPSessionManager(build(), json_response=False, security_settings=security)
+    routes = [Route("/mcp", StreamableHTTPASGIApp(manager)), Route("/healthz", _healthy)]
+    app = Starlette(routes=routes, lifespan=lambda app: manager.run())
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]))
