@@ -1,0 +1,112 @@
+"""`isolation: per_session` behind the bridge: every session its own process, from its first request.
+
+A real bridge process runs a stateful FastMCP server (tests/support/counter_server.py: a counter per
+process) with one process per session. Clients speak raw JSON-RPC as the router does: initialize,
+then at once notifications/initialized and the call, each the next POST, so nothing gives the
+bridge time it would not have under load.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pytest
+
+from tests.support.bridges import Bridge, poll_until, running_bridge
+from tests.support.stack import HEADERS, INITIALIZE
+
+COUNTER_SERVER = Path(__file__).parent / "support" / "counter_server.py"
+BURST = 4
+
+
+def counter(**backend: Any) -> dict[str, Any]:
+    return {"command": sys.executable, "args": [str(COUNTER_SERVER)], **backend}
+
+
+@pytest.fixture(scope="module")
+def bridge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bridge]:
+    backends = [counter(id="counter", isolation="per_session", max_processes=BURST, idle_timeout=120)]
+    with running_bridge(tmp_path_factory.mktemp("bridge"), backends) as running:
+        yield running
+
+
+def answer_of(response: httpx2.Response) -> dict[str, Any]:
+    """The JSON-RPC answer of a response: its JSON body, or the message of its SSE stream."""
+    if response.headers.get("content-type", "").startswith("text/event-stream"):
+        data = [line[5:].strip() for line in response.text.splitlines() if line.startswith("data:")]
+        found: dict[str, Any] = json.loads(next(d for d in data if d))
+        return found
+    body: dict[str, Any] = response.json()
+    return body
+
+
+class Session:
+    """One client session at the bridge, opened and used the way the router does."""
+
+    def __init__(self, http: httpx2.AsyncClient, url: str) -> None:
+        self.http = http
+        self.url = url
+        self.headers = dict(HEADERS)
+
+    async def open(self, eager: httpx2.AsyncClient) -> None:
+        """initialize; notifications/initialized goes on another connection (`eager`) as soon as the
+        answer's headers name the session, before its body is read: the session must exist by then."""
+        async with self.http.stream("POST", self.url, json=INITIALIZE, headers=self.headers) as opened:
+            assert opened.status_code == 200
+            self.headers |= {"Mcp-Session-Id": opened.headers["mcp-session-id"]}
+            initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+            notified = await eager.post(self.url, json=initialized, headers=self.headers)
+            assert notified.status_code == 202, notified.text
+            await opened.aread()
+        self.headers["MCP-Protocol-Version"] = answer_of(opened)["result"]["protocolVersion"]
+
+    async def increment(self) -> dict[str, Any]:
+        message = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "increment"}}
+        response = await self.http.post(self.url, json=message, headers=self.headers)
+        assert response.status_code == 200, response.text
+        result = answer_of(response)["result"]
+        assert not result.get("isError"), result
+        count: dict[str, Any] = json.loads(result["content"][0]["text"])
+        return count
+
+    async def end(self) -> None:
+        response = await self.http.delete(self.url, headers=self.headers)
+        assert response.status_code == 200, response.text
+
+
+async def first_call(http: httpx2.AsyncClient, url: str) -> dict[str, Any]:
+    session = Session(http, url)
+    async with httpx2.AsyncClient(timeout=60) as eager:
+        await session.open(eager)
+    try:
+        return await session.increment()
+    finally:
+        await session.end()
+
+
+def no_processes_left(bridge: Bridge) -> None:
+    poll_until(lambda: not bridge.health()["counter"]["pids"], 20, "the ended sessions' processes stopped")
+
+
+async def test_ten_sessions_in_a_row_each_get_their_own_process_from_their_first_call(bridge: Bridge) -> None:
+    async with httpx2.AsyncClient(timeout=60) as http:
+        counts = [await first_call(http, bridge.mcp_url("counter")) for _ in range(10)]
+    assert [c["count"] for c in counts] == [1] * 10
+    assert len({c["pid"] for c in counts}) == 10
+    no_processes_left(bridge)
+
+
+async def test_a_burst_of_sessions_as_large_as_the_pool_all_answer_their_first_call(bridge: Bridge) -> None:
+    async with httpx2.AsyncClient(timeout=60) as http:
+        for _ in range(3):
+            url = bridge.mcp_url("counter")
+            counts = await asyncio.gather(*(first_call(http, url) for _ in range(BURST)))
+            assert [c["count"] for c in counts] == [1] * BURST
+            assert len({c["pid"] for c in counts}) == BURST
+            no_processes_left(bridge)  # so the next burst finds the pool empty, not full
