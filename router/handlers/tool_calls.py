@@ -13,21 +13,24 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import anyio
 import mcp_types as types
 
 from router.caller import Caller
-from router.errors import BackendError, InvalidRequest, RouterError
+from router.errors import BackendError, CallCancelled, InvalidRequest, RouterError
 from router.handlers.arguments import parse_call_tool
 from router.handlers.schemas import SchemaValidators
 from router.link.indexer_client import IndexerClient
 from router.targets import BackendTarget
 from router.upstream.backend_messages import backend_request_id
-from router.upstream.backend_requests import END_TIMEOUT, keep_backend_session
 from router.upstream.backends import BackendCaller, outgoing_headers
 from router.upstream.relays import NotificationRelay
+from router.upstream.running_calls import RunningCalls
+from router.upstream.session_keeping import END_TIMEOUT, SessionKeeper
+from router.upstream.session_notes import noted_call
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +50,7 @@ class ToolCalls:
         self.secrets = secrets
         self.max_arguments_bytes = max_arguments_bytes
         self.validators = SchemaValidators()
+        self.running = RunningCalls()
 
     async def run(
         self,
@@ -67,15 +71,26 @@ class ToolCalls:
                 f"invalid parameters for {args.name}: {problem}. Fix the parameters to match the tool's "
                 "inputSchema (find_tool shows it) and call again."
             )
-        target = tool.target
+        # a shared implied session keeps no backend session: each call opens its own
+        target = replace(tool.target, session=None) if caller.shared else tool.target
         headers = outgoing_headers(target.backend_id, target.auth, self.secrets, caller.identity.bearer_token)
-        outcome = await self.backends.call_tool(
-            target, tool.original_name or args.name, args.parameters, headers, relay=relay, call_id=call_id
-        )
-        if outcome.session is not None and outcome.session != target.session:
-            # stored with the client session, for every replica
-            await keep_backend_session(self.indexer, self.backends, caller, target, outcome.session, headers)
-        return outcome.result
+        keeper = SessionKeeper(self.indexer, self.backends, caller, target, headers)
+        try:
+            with self.running.running(caller.session_id, call_id) as running:
+                outcome = await self.backends.call_tool(
+                    target,
+                    tool.original_name or args.name,
+                    args.parameters,
+                    headers,
+                    relay=relay,
+                    call_id=call_id,
+                    on_open=keeper,
+                )
+        finally:
+            await keeper.close()
+        if running.cancelled:
+            raise CallCancelled(target.backend_id, running.reason)
+        return noted_call(outcome.result, keeper.note(outcome.replaced))
 
     async def cancel(self, caller: Caller, params: Mapping[str, Any]) -> None:
         """Pass a client's `notifications/cancelled` on to every backend its session has a session at.
@@ -95,6 +110,7 @@ class ToolCalls:
             logger.debug("a cancellation was not passed on: %s", exc)
             return
         call_id = backend_request_id(request_id)
+        self.running.cancel(caller.session_id, call_id, reason)
 
         async def one(target: BackendTarget) -> None:
             try:
