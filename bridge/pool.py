@@ -152,7 +152,9 @@ class ProcessPool:
         lease = Lease(self.backend_id, Listeners(self.backend_id, 1, self.idle_timeout))
         self._leases.add(lease)
         try:
-            await self._tasks.start(self._hold, lease)
+            # in use while it starts: a start slower than idle_timeout is not idleness
+            with lease.in_use():
+                await self._tasks.start(self._hold, lease)
         except StartFailed as exc:
             raise Unavailable(f"backend {self.backend_id}: its stdio server did not start: {exc}") from None
         return lease

@@ -1,9 +1,11 @@
-"""`isolation: per_session` behind the bridge: every session its own process, from its first request.
+"""`isolation: per_session` behind the bridge: every session its own process, from its first request;
+never one process for two callers; and a process that is gone is never gone in silence.
 
 A real bridge process runs a stateful FastMCP server (tests/support/counter_server.py: a counter per
-process) with one process per session. Clients speak raw JSON-RPC as the router does: initialize,
-then at once notifications/initialized and the call, each the next POST, so nothing gives the
-bridge time it would not have under load.
+process) with one process per session. Clients of the bridge speak raw JSON-RPC as the router does
+(initialize, then at once notifications/initialized and the call); clients of the router (an
+indexer in the test's loop and a router process in front of the bridge) are the SDK's, in either
+protocol era, or raw handshake-era ones.
 """
 
 from __future__ import annotations
@@ -18,7 +20,9 @@ from typing import Any
 import httpx2
 import pytest
 
-from tests.support.bridges import Bridge, poll_until, running_bridge
+from tests.support.bridges import Bridge, mcp_client, poll_until, running_bridge
+from tests.support.clients import RawClient
+from tests.support.routers import light_stack
 from tests.support.stack import HEADERS, INITIALIZE
 
 COUNTER_SERVER = Path(__file__).parent / "support" / "counter_server.py"
@@ -31,7 +35,10 @@ def counter(**backend: Any) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def bridge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bridge]:
-    backends = [counter(id="counter", isolation="per_session", max_processes=BURST, idle_timeout=120)]
+    backends = [
+        counter(id="counter", isolation="per_session", max_processes=BURST, idle_timeout=120),
+        counter(id="brief", isolation="per_session", max_processes=2, idle_timeout=2),
+    ]
     with running_bridge(tmp_path_factory.mktemp("bridge"), backends) as running:
         yield running
 
@@ -90,8 +97,15 @@ async def first_call(http: httpx2.AsyncClient, url: str) -> dict[str, Any]:
         await session.end()
 
 
-def no_processes_left(bridge: Bridge) -> None:
-    poll_until(lambda: not bridge.health()["counter"]["pids"], 20, "the ended sessions' processes stopped")
+def no_processes_left(bridge: Bridge, backend: str = "counter") -> None:
+    poll_until(lambda: not bridge.health()[backend]["pids"], 20, "the ended sessions' processes stopped")
+
+
+def count_of(result: dict[str, Any]) -> dict[str, Any]:
+    """The counter's answer in a call_tool result (its first block: the backend's own)."""
+    assert not result.get("isError"), result
+    found: dict[str, Any] = json.loads(result["content"][0]["text"])
+    return found
 
 
 async def test_ten_sessions_in_a_row_each_get_their_own_process_from_their_first_call(bridge: Bridge) -> None:
@@ -110,3 +124,47 @@ async def test_a_burst_of_sessions_as_large_as_the_pool_all_answer_their_first_c
             assert [c["count"] for c in counts] == [1] * BURST
             assert len({c["pid"] for c in counts}) == BURST
             no_processes_left(bridge)  # so the next burst finds the pool empty, not full
+
+
+async def test_two_anonymous_2026_07_28_clients_never_share_a_process(bridge: Bridge, tmp_path: Path) -> None:
+    backends = [{"id": "counter", "url": bridge.mcp_url("counter")}]
+    async with light_stack(tmp_path, backends=backends) as stack:
+        no_processes_left(bridge)  # the indexer's listing ended its own
+        counts, notes = [], []
+        async with mcp_client(stack.mcp_url) as one, mcp_client(stack.mcp_url) as two:
+            for client in (one, two, one, two):
+                result = await client.call_tool("call_tool", {"tool_name": "increment", "parameters": {}})
+                assert not result.is_error, result
+                counts.append(json.loads(result.content[0].text))
+                assert result.meta is not None
+                notes.append(result.meta["toolsearch/backendSession"])
+        assert [c["count"] for c in counts] == [1, 1, 1, 1]  # nobody counts on another's counter
+        assert len({c["pid"] for c in counts}) == 4
+        assert all(note["kept"] is False for note in notes), notes  # and each result says so
+        no_processes_left(bridge)
+
+
+async def test_a_reaped_process_is_replaced_and_the_next_call_says_its_state_is_gone(
+    bridge: Bridge, tmp_path: Path
+) -> None:
+    backends = [{"id": "brief", "url": bridge.mcp_url("brief")}]
+    async with light_stack(tmp_path, backends=backends) as stack, httpx2.AsyncClient(timeout=60) as http:
+        client = RawClient(http)
+        await client.initialize(stack.mcp_url)
+        first = await client.call(stack.mcp_url, "increment", {})
+        second = await client.call(stack.mcp_url, "increment", {})
+        assert [count_of(first)["count"], count_of(second)["count"]] == [1, 2]  # one process, kept
+        assert "_meta" not in second and len(second["content"]) == 1, second
+        no_processes_left(bridge, "brief")  # idle for its 2 s: reaped, and its session with it
+        again = await client.call(stack.mcp_url, "increment", {})
+        assert count_of(again)["count"] == 1
+        assert count_of(again)["pid"] != count_of(first)["pid"]
+        note = again["content"][-1]["text"]
+        assert note.startswith("[toolsearch] backend brief forgot its session") and "is gone" in note, note
+        assert again["_meta"]["toolsearch/backendSession"] == {
+            "backend": "brief",
+            "replaced": True,
+            "reason": "forgot its session (HTTP 404)",
+        }
+        await client.end(stack.mcp_url)
+        no_processes_left(bridge, "brief")  # the client session's end ended its backend session
