@@ -128,6 +128,9 @@ class PerSessionEndpoint:
         if (rejection := await self._guard.validate_request(Request(scope), is_post=True)) is not None:
             await rejection(scope, receive, send)
             return
+        if not self.pool.lister.accepting():  # the backend's command fails: so would the session's
+            await _refuse(send, 503, self.pool.lister.describe())
+            return
         try:
             lease = await self.pool.open()
         except MCPError as exc:  # the pool is full, or the process did not start

@@ -84,8 +84,9 @@ class Supervisor:
     def forget(self, session_id: str) -> None:
         self._listeners.remove(session_id)
 
-    async def upstream(self) -> Upstream:
-        """The running server, once it runs; raises `Unavailable` rather than wait for a long backoff."""
+    async def upstream(self, method: str = "") -> Upstream:
+        """The running server, once it runs, whatever the `method`; raises `Unavailable` rather than
+        wait for a long backoff."""
         with anyio.move_on_after(self._settings.start_timeout):
             while True:
                 if self.state == "ready" and self._upstream is not None:

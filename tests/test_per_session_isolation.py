@@ -24,6 +24,7 @@ from tests.support.bridges import Bridge, mcp_client, poll_until, running_bridge
 from tests.support.clients import RawClient
 from tests.support.routers import light_stack
 from tests.support.stack import HEADERS, INITIALIZE
+from tests.support.waits import wait_for
 
 COUNTER_SERVER = Path(__file__).parent / "support" / "counter_server.py"
 BURST = 4
@@ -168,3 +169,22 @@ async def test_a_reaped_process_is_replaced_and_the_next_call_says_its_state_is_
         }
         await client.end(stack.mcp_url)
         no_processes_left(bridge, "brief")  # the client session's end ended its backend session
+
+
+async def test_health_probes_of_a_per_session_backend_start_no_process(
+    bridge: Bridge, tmp_path: Path
+) -> None:
+    backends = [{"id": "counter", "url": bridge.mcp_url("counter")}]
+    before = bridge.health()["counter"]
+    health = {"enabled": True, "interval": 0.2, "timeout": 10}
+    async with light_stack(tmp_path, backends=backends, indexer={"health": health}) as stack:
+        monitor = stack.indexer.monitor
+        assert monitor is not None
+        await wait_for(lambda: monitor.probes >= 10, within=60)
+        state = stack.indexer.registry.states["counter"]
+        assert state.status == "healthy" and len(state.listing.tools if state.listing else ()) == 1
+    after = bridge.health()["counter"]
+    # the probes' listings were the lister's: one process all along, none started for them
+    assert after["starts"] == before["starts"]
+    assert after["lister"]["starts"] == 1 and after["lister"]["state"] == "ready"
+    assert after["pids"] == []
