@@ -41,6 +41,7 @@ from bridge.supervisor import Supervisor
 from bridge.upstream import UpstreamSettings
 from toolsearch.backend_settings import Backend, Bridge
 from toolsearch.config import Config
+from toolsearch.readiness import waited_enough
 
 MAX_CONNECTIONS = 1000  # open HTTP connections; uvicorn answers 503 beyond
 KEEP_ALIVE = 5  # seconds an idle connection stays open
@@ -147,16 +148,24 @@ def create_app(config: Config, environ: Mapping[str, str]) -> Starlette:
     async def healthz(request: Request) -> Response:
         return JSONResponse({"status": "ok", "backends": {s.backend.id: s.state() for s in served}})
 
+    since: dict[str, float] = {}  # when the keepers started (the lifespan sets it)
+
     async def readyz(request: Request) -> Response:
-        waiting = [s.backend.id for s in served if not _first_start(s.keeper).tried.is_set()]
-        status = 503 if waiting else 200
-        return JSONResponse({"status": "starting" if waiting else "ready", "starting": waiting}, status)
+        # one server that never answers holds nobody's readiness (toolsearch/readiness.py)
+        firsts = [_first_start(s.keeper) for s in served]
+        waiting = [s.backend.id for s, first in zip(served, firsts, strict=True) if first.tried_at is None]
+        started = since.get("keepers", anyio.current_time())
+        done_at = [first.tried_at - started for first in firsts if first.tried_at is not None]
+        if waited_enough(anyio.current_time() - started, done_at, len(waiting)):
+            return JSONResponse({"status": "ready", "starting": waiting})
+        return JSONResponse({"status": "starting", "starting": waiting}, 503)
 
     routes += [Route("/healthz", healthz, methods=["GET"]), Route("/readyz", readyz, methods=["GET"])]
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         # The keepers outlive the session managers: sessions end first, then the servers stop.
+        since["keepers"] = anyio.current_time()
         async with anyio.create_task_group() as keepers:
             for one in served:
                 keepers.start_soon(one.keeper.run)

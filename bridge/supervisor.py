@@ -43,6 +43,7 @@ class Supervisor:
         self.last_error = ""
         self.starts = 0
         self.tried = anyio.Event()  # the first start has succeeded or failed
+        self.tried_at: float | None = None  # when it did (anyio's clock)
         self._launch = launch
         self._settings = settings
         self._listeners = listeners
@@ -56,6 +57,11 @@ class Supervisor:
         self.state, self._upstream = state, upstream
         self._changed.set()
         self._changed = anyio.Event()
+
+    def _tried(self) -> None:
+        if self.tried_at is None:
+            self.tried_at = anyio.current_time()
+        self.tried.set()
 
     @property
     def pid(self) -> int | None:
@@ -111,7 +117,7 @@ class Supervisor:
             self._set("starting")
             started = anyio.current_time()
             reason, ran = await self._run_once()
-            self.tried.set()
+            self._tried()
             stable = anyio.current_time() - started >= STABLE_AFTER
             failures = 0 if stable else failures + 1
             delay = min(self._max_delay, FIRST_DELAY * 2 ** max(0, failures - 1))
@@ -136,7 +142,7 @@ class Supervisor:
                     upstream.process.pid,
                     self._launch.describe(),
                 )
-                self.tried.set()
+                self._tried()
                 self._set("ready", upstream)
                 await upstream.process.ended.wait()
                 self._retry_at, self._back_soon = anyio.current_time() + FIRST_DELAY, True
