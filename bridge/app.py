@@ -2,10 +2,11 @@
 
 `create_app` builds, per stdio backend, the forwarding server (bridge/forwarding.py), the SDK's
 stateful session manager in front of it, the endpoint that picks the process (bridge/endpoints.py),
-and the process keeper (`Supervisor` for `isolation: shared`, `ProcessPool` for `per_session`).
-Besides `/<backend id>/mcp` it serves `/healthz` (the bridge answers; every backend's state, as
-JSON) and `/readyz` (200 once each shared backend's first start has succeeded or failed, so the
-indexer's first listing does not race the servers' start).
+and the process keeper (`Supervisor` for `isolation: shared`, `ProcessPool` for `per_session`,
+with a `Supervisor` of its own as its lister). Besides `/<backend id>/mcp` it serves `/healthz`
+(the bridge answers; every backend's state, as JSON) and `/readyz` (200 once each shared backend's
+and each lister's first start has succeeded or failed, so the indexer's first listing does not
+race the servers' start).
 
 Bounds: `bridge.max_sessions` sessions per backend (503 beyond) and `bridge.session_idle_timeout`
 (a per_session backend's sessions: its `idle_timeout`), the SDK's 4 MiB request bodies, each
@@ -40,6 +41,7 @@ from bridge.supervisor import Supervisor
 from bridge.upstream import UpstreamSettings
 from toolsearch.backend_settings import Backend, Bridge
 from toolsearch.config import Config
+from toolsearch.readiness import waited_enough
 
 MAX_CONNECTIONS = 1000  # open HTTP connections; uvicorn answers 503 beyond
 KEEP_ALIVE = 5  # seconds an idle connection stays open
@@ -66,7 +68,24 @@ class Served:
                 "starts": keeper.starts,
                 "last_error": keeper.last_error,
             }
-        return {"isolation": "per_session", "pids": keeper.pids(), "max_processes": keeper.max_processes}
+        lister = keeper.lister
+        return {
+            "isolation": "per_session",
+            "pids": keeper.pids(),
+            "max_processes": keeper.max_processes,
+            "starts": keeper.starts,
+            "lister": {
+                "state": lister.state,
+                "pid": lister.pid,
+                "starts": lister.starts,
+                "last_error": lister.last_error,
+            },
+        }
+
+
+def _first_start(keeper: Supervisor | ProcessPool) -> Supervisor:
+    """The process whose first start readiness waits for: a shared backend's, a per_session one's lister."""
+    return keeper if isinstance(keeper, Supervisor) else keeper.lister
 
 
 def allowed_hosts(bridge: Bridge) -> list[str]:
@@ -103,7 +122,9 @@ def _serve(backend: Backend, bridge: Bridge, environ: Mapping[str, str]) -> Serv
     )
     keeper: Supervisor | ProcessPool
     if per_session:
-        keeper = ProcessPool(launch, settings, backend.max_processes, backend.idle_timeout)
+        # the lister answers sessions' listings until their own processes run: no one hears it
+        lister = Supervisor(launch, settings, Listeners(backend.id, 1, idle), bridge.max_restart_delay)
+        keeper = ProcessPool(launch, settings, backend.max_processes, backend.idle_timeout, lister)
     else:
         listeners = Listeners(backend.id, bridge.max_sessions, bridge.session_idle_timeout)
         keeper = Supervisor(launch, settings, listeners, bridge.max_restart_delay)
@@ -127,18 +148,24 @@ def create_app(config: Config, environ: Mapping[str, str]) -> Starlette:
     async def healthz(request: Request) -> Response:
         return JSONResponse({"status": "ok", "backends": {s.backend.id: s.state() for s in served}})
 
+    since: dict[str, float] = {}  # when the keepers started (the lifespan sets it)
+
     async def readyz(request: Request) -> Response:
-        waiting = [
-            s.backend.id for s in served if isinstance(s.keeper, Supervisor) and not s.keeper.tried.is_set()
-        ]
-        status = 503 if waiting else 200
-        return JSONResponse({"status": "starting" if waiting else "ready", "starting": waiting}, status)
+        # one server that never answers holds nobody's readiness (toolsearch/readiness.py)
+        firsts = [_first_start(s.keeper) for s in served]
+        waiting = [s.backend.id for s, first in zip(served, firsts, strict=True) if first.tried_at is None]
+        started = since.get("keepers", anyio.current_time())
+        done_at = [first.tried_at - started for first in firsts if first.tried_at is not None]
+        if waited_enough(anyio.current_time() - started, done_at, len(waiting)):
+            return JSONResponse({"status": "ready", "starting": waiting})
+        return JSONResponse({"status": "starting", "starting": waiting}, 503)
 
     routes += [Route("/healthz", healthz, methods=["GET"]), Route("/readyz", readyz, methods=["GET"])]
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         # The keepers outlive the session managers: sessions end first, then the servers stop.
+        since["keepers"] = anyio.current_time()
         async with anyio.create_task_group() as keepers:
             for one in served:
                 keepers.start_soon(one.keeper.run)

@@ -8,8 +8,8 @@ served by and puts it in the request's scope for the forwarding handlers (bridge
   at once and cleanly instead of waiting.
 - `PerSessionEndpoint`: one process per session (`ProcessPool`). A request without a session id
   starts one (503 when `max_processes` run already, or when it does not start), and the session id
-  the answer carries binds it; later requests find it by that id (404 once it has ended: the client
-  starts a new session), and a DELETE ends it.
+  the answer carries binds it before the answer is sent; later requests find it by that id (404
+  once it has ended: the client starts a new session), and a DELETE ends it.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from starlette.requests import Request
 from starlette.types import Message, Receive, Scope, Send
 
 from bridge.forwarding import CHANNEL_KEY
-from bridge.pool import ProcessPool
+from bridge.pool import Lease, ProcessPool
 from bridge.supervisor import Supervisor
 
 _SESSION_HEADER = MCP_SESSION_ID_HEADER.encode()
@@ -61,20 +61,23 @@ class SharedEndpoint:
             self.supervisor.forget(session_id)
 
 
-class _SessionIdWatch:
-    """The `send` of an opening request, noting the status and the session id the answer carries."""
+class _Binding:
+    """The `send` of an opening request: binds the lease to the session id its answer carries, before
+    the answer leaves, so the session's next request (which may come the moment the client reads
+    the headers, on another connection) finds its process."""
 
-    def __init__(self, send: Send) -> None:
+    def __init__(self, send: Send, pool: ProcessPool, lease: Lease) -> None:
         self._send = send
-        self.status = 0
-        self.session_id: str | None = None
+        self._pool = pool
+        self._lease = lease
+        self.bound = False
 
     async def __call__(self, message: Message) -> None:
-        if message["type"] == "http.response.start":
-            self.status = message["status"]
+        if message["type"] == "http.response.start" and message["status"] < 400:
             for name, value in message.get("headers", []):
                 if name.lower() == _SESSION_HEADER:
-                    self.session_id = value.decode("latin-1")
+                    self._pool.bind(value.decode("latin-1"), self._lease)
+                    self.bound = True
         await self._send(message)
 
 
@@ -125,18 +128,19 @@ class PerSessionEndpoint:
         if (rejection := await self._guard.validate_request(Request(scope), is_post=True)) is not None:
             await rejection(scope, receive, send)
             return
+        if not self.pool.lister.accepting():  # the backend's command fails: so would the session's
+            await _refuse(send, 503, self.pool.lister.describe())
+            return
         try:
             lease = await self.pool.open()
         except MCPError as exc:  # the pool is full, or the process did not start
             await _refuse(send, 503, exc.error.message)
             return
         scope[CHANNEL_KEY] = lease
-        watch = _SessionIdWatch(send)
+        binding = _Binding(send, self.pool, lease)
         try:
             with lease.in_use():
-                await self.manager.handle_request(scope, receive, watch)
+                await self.manager.handle_request(scope, receive, binding)
         finally:
-            if watch.session_id is not None and watch.status < 400:
-                self.pool.bind(watch.session_id, lease)
-            else:
+            if not binding.bound:
                 self.pool.release(lease, "its session did not open")

@@ -51,9 +51,10 @@ FORWARDED: tuple[tuple[str, type[BaseModel]], ...] = (
 
 
 class Channel(Protocol):
-    """Where one request's stdio server is: a shared backend's `Supervisor`, or a session's `Lease`."""
+    """Where one request's stdio server is: a shared backend's `Supervisor`, or a session's `Lease`
+    (which may answer by method: a listing before the session's own process runs goes to its lister)."""
 
-    async def upstream(self) -> Upstream: ...
+    async def upstream(self, method: str) -> Upstream: ...
 
     def listen(self, session_id: str, session: ServerSession) -> None: ...
 
@@ -79,7 +80,7 @@ def _progress_relay(ctx: ServerRequestContext[Any]) -> ProgressFnT | None:
 
 def _forward(method: str) -> Callable[[ServerRequestContext[Any], BaseModel], Awaitable[HandlerResult]]:
     async def handle(ctx: ServerRequestContext[Any], params: BaseModel) -> HandlerResult:
-        upstream = await channel_of(ctx).upstream()
+        upstream = await channel_of(ctx).upstream(method)
         return await upstream.forward(method, ctx.params, _progress_relay(ctx))
 
     return handle
@@ -112,7 +113,7 @@ class _Sessions:
         channel = channel_of(ctx)
         if ctx.method == "initialize":
             # The session is not issued yet: it listens from its next message (notifications/initialized).
-            upstream = await channel.upstream()
+            upstream = await channel.upstream("initialize")
             return initialize_result(ctx.params, upstream.init)
         request = ctx.request
         if isinstance(request, Request) and (session_id := request.headers.get(MCP_SESSION_ID_HEADER)):

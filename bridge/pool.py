@@ -1,9 +1,17 @@
 """A per_session backend's server processes: one for each bridge session, at most `max_processes`.
 
 Some servers keep state that must not be shared between callers (a browser, a shell, a scratch
-memory). For those the bridge starts one process per session it issues: `ProcessPool.open` starts
-one for an `initialize` (refusing with `PoolFull` when `max_processes` run already), `bind` ties
-it to the session id the answer carried, and `get` finds it for the session's later requests.
+memory). For those the bridge gives each session it issues a process of its own: `ProcessPool.open`
+makes a `Lease` for an `initialize` (refusing with `PoolFull` when `max_processes` run already),
+`bind` ties it to the session id the answer carried, and `get` finds it for the session's later
+requests.
+
+A session's process starts at its first request that can touch state (a call, a read, a prompt, a
+subscription...). Until then its listings (`tools/list`, `resources/list`, `resources/templates/
+list`, `prompts/list`) and pings are answered by the backend's lister: one process of the same
+command, kept running like a shared backend's (`Supervisor`), that only ever lists. A fresh process
+lists what any fresh process lists, so the answer is the one the session's own would give; and a
+session that only lists (a health probe, a client looking before it calls) starts no process.
 
 A `Lease` ends when its session ends (DELETE), when it has been idle for the backend's
 `idle_timeout` (no request in flight, none for that long), or when its process exits. Its session
@@ -25,11 +33,14 @@ from mcp.shared.exceptions import MCPError
 
 from bridge.listeners import Listeners
 from bridge.process import Launch, StartFailed
+from bridge.supervisor import Supervisor
 from bridge.upstream import DESCRIBE_WAIT, Unavailable, Upstream, UpstreamSettings
 
 logger = logging.getLogger(__name__)
 
 REAP_EVERY = 5.0  # seconds between looks for idle processes (at most; a short idle_timeout looks sooner)
+# what a session's lister answers until its own process runs: requests that read no session state
+LISTINGS = frozenset({"ping", "tools/list", "resources/list", "resources/templates/list", "prompts/list"})
 
 
 class PoolFull(MCPError):
@@ -40,24 +51,35 @@ class PoolFull(MCPError):
 
 
 class Lease:
-    """One session's own server process, from its start to its end."""
+    """One session's own server process, from its start (at the session's first request that is not
+    a listing) to its end."""
 
-    def __init__(self, backend_id: str, listeners: Listeners) -> None:
-        self.backend_id = backend_id
+    def __init__(self, pool: ProcessPool, listeners: Listeners) -> None:
+        self.backend_id = pool.backend_id
         self.session_id: str | None = None
         self.in_flight = 0
         self.last_used = anyio.current_time()
         self.reason = ""  # why it ended (or is ending)
         self.ended = anyio.Event()
+        self._pool = pool
         self._listeners = listeners
         self._upstream: Upstream | None = None
         self._stop = anyio.Event()
+        self._starting = anyio.Lock()
+        self.started = False  # a process was started for it
 
     @property
     def pid(self) -> int | None:
         return self._upstream.process.pid if self._upstream is not None and not self.ended.is_set() else None
 
-    async def upstream(self) -> Upstream:
+    async def upstream(self, method: str) -> Upstream:
+        """The server that answers `method` for this session: its own process, started now if it is
+        the session's first request that is not a listing; the backend's lister before that."""
+        if not self.started and method in LISTINGS | {"initialize"} and not self.ended.is_set():
+            return await self._pool.lister.upstream(method)
+        async with self._starting:
+            if not self.started and not self.ended.is_set():
+                await self._pool.start(self)
         upstream = self._upstream
         if upstream is None or self.ended.is_set() or upstream.process.ended.is_set():
             if upstream is not None:
@@ -88,6 +110,8 @@ class Lease:
     def stop(self, reason: str) -> None:
         self.reason = self.reason or reason
         self._stop.set()
+        if not self.started:  # no process to wait for: it ends here
+            self.ended.set()
 
     async def run(self, launch: Launch, settings: UpstreamSettings, *, task_status: TaskStatus[None]) -> None:
         """Start the process (`task_status` once it answered initialize) and keep it until the end."""
@@ -113,11 +137,18 @@ class ProcessPool:
     """The leases of one per_session backend, by session id; changed only through its methods."""
 
     def __init__(
-        self, launch: Launch, settings: UpstreamSettings, max_processes: int, idle_timeout: float
+        self,
+        launch: Launch,
+        settings: UpstreamSettings,
+        max_processes: int,
+        idle_timeout: float,
+        lister: Supervisor,
     ) -> None:
         self.backend_id = launch.backend_id
         self.max_processes = max_processes
         self.idle_timeout = idle_timeout
+        self.lister = lister  # answers the listings of sessions whose own process has not started
+        self.starts = 0  # processes started for sessions, since the bridge started
         self._launch = launch
         self._settings = settings
         self._leases: set[Lease] = set()
@@ -128,42 +159,66 @@ class ProcessPool:
         return len(self._leases)
 
     def pids(self) -> list[int]:
-        """The process ids of the servers running now."""
+        """The process ids of the sessions' servers running now (the lister's is not one)."""
         return sorted(pid for lease in self._leases if (pid := lease.pid) is not None)
+
+    def _running(self) -> int:
+        return sum(1 for lease in self._leases if lease.started)
+
+    def _full(self) -> PoolFull:
+        return PoolFull(
+            f"backend {self.backend_id}: all {self.max_processes} of its stdio server processes "
+            "(max_processes) serve other sessions; end an unused session or try again later"
+        )
 
     async def run(self) -> None:
         """Hold the processes and reap idle ones until cancelled; every process is stopped then."""
         async with anyio.create_task_group() as tasks:
             self._tasks = tasks
+            tasks.start_soon(self.lister.run)
             try:
                 await self._reap()
             finally:
                 self._tasks = None
+                tasks.cancel_scope.cancel()
 
     async def open(self) -> Lease:
-        """A new process for a session about to open; raises `PoolFull` or `Unavailable`."""
+        """A lease for a session about to open (its process starts later); raises `PoolFull` when
+        `max_processes` run already, `Unavailable` when the bridge is stopping."""
         if self._tasks is None:
             raise Unavailable(f"backend {self.backend_id}: the bridge is stopping")
-        if len(self._leases) >= self.max_processes:
-            raise PoolFull(
-                f"backend {self.backend_id}: all {self.max_processes} of its stdio server processes "
-                "(max_processes) serve other sessions; end an unused session or try again later"
-            )
-        lease = Lease(self.backend_id, Listeners(self.backend_id, 1, self.idle_timeout))
+        if self._running() >= self.max_processes:
+            raise self._full()
+        lease = Lease(self, Listeners(self.backend_id, 1, self.idle_timeout))
         self._leases.add(lease)
+        return lease
+
+    async def start(self, lease: Lease) -> None:
+        """Start the lease's process; raises `PoolFull` or `Unavailable`."""
+        if self._tasks is None:
+            raise Unavailable(f"backend {self.backend_id}: the bridge is stopping")
+        if self._running() >= self.max_processes:
+            raise self._full()
+        lease.started = True
+        self.starts += 1
         try:
-            await self._tasks.start(self._hold, lease)
+            # in use while it starts: a start slower than idle_timeout is not idleness
+            with lease.in_use():
+                await self._tasks.start(self._hold, lease)
         except StartFailed as exc:
             raise Unavailable(f"backend {self.backend_id}: its stdio server did not start: {exc}") from None
-        return lease
 
     async def _hold(self, lease: Lease, *, task_status: TaskStatus[None]) -> None:
         try:
             await lease.run(self._launch, self._settings, task_status=task_status)
         finally:
-            self._leases.discard(lease)
-            if lease.session_id is not None and self._by_session.get(lease.session_id) is lease:
-                del self._by_session[lease.session_id]
+            self._forget(lease)
+
+    def _forget(self, lease: Lease) -> None:
+        self._leases.discard(lease)
+        if lease.session_id is not None and self._by_session.get(lease.session_id) is lease:
+            del self._by_session[lease.session_id]
+            if lease.started:
                 logger.info(
                     "backend %s: the stdio server of session %s stopped: %s",
                     self.backend_id,
@@ -184,6 +239,8 @@ class ProcessPool:
     def release(self, lease: Lease, reason: str) -> None:
         """End a lease: its session ended, or never opened."""
         lease.stop(reason)
+        if not lease.started:
+            self._forget(lease)
 
     async def _reap(self) -> None:
         while True:
@@ -191,4 +248,4 @@ class ProcessPool:
             now = anyio.current_time()
             for lease in list(self._leases):
                 if lease.in_flight == 0 and now - lease.last_used > self.idle_timeout:
-                    lease.stop(f"was idle for {self.idle_timeout:g}s")
+                    self.release(lease, f"was idle for {self.idle_timeout:g}s")

@@ -43,6 +43,7 @@ class Supervisor:
         self.last_error = ""
         self.starts = 0
         self.tried = anyio.Event()  # the first start has succeeded or failed
+        self.tried_at: float | None = None  # when it did (anyio's clock)
         self._launch = launch
         self._settings = settings
         self._listeners = listeners
@@ -56,6 +57,11 @@ class Supervisor:
         self.state, self._upstream = state, upstream
         self._changed.set()
         self._changed = anyio.Event()
+
+    def _tried(self) -> None:
+        if self.tried_at is None:
+            self.tried_at = anyio.current_time()
+        self.tried.set()
 
     @property
     def pid(self) -> int | None:
@@ -84,8 +90,9 @@ class Supervisor:
     def forget(self, session_id: str) -> None:
         self._listeners.remove(session_id)
 
-    async def upstream(self) -> Upstream:
-        """The running server, once it runs; raises `Unavailable` rather than wait for a long backoff."""
+    async def upstream(self, method: str = "") -> Upstream:
+        """The running server, once it runs, whatever the `method`; raises `Unavailable` rather than
+        wait for a long backoff."""
         with anyio.move_on_after(self._settings.start_timeout):
             while True:
                 if self.state == "ready" and self._upstream is not None:
@@ -110,7 +117,7 @@ class Supervisor:
             self._set("starting")
             started = anyio.current_time()
             reason, ran = await self._run_once()
-            self.tried.set()
+            self._tried()
             stable = anyio.current_time() - started >= STABLE_AFTER
             failures = 0 if stable else failures + 1
             delay = min(self._max_delay, FIRST_DELAY * 2 ** max(0, failures - 1))
@@ -135,7 +142,7 @@ class Supervisor:
                     upstream.process.pid,
                     self._launch.describe(),
                 )
-                self.tried.set()
+                self._tried()
                 self._set("ready", upstream)
                 await upstream.process.ended.wait()
                 self._retry_at, self._back_soon = anyio.current_time() + FIRST_DELAY, True

@@ -48,3 +48,6 @@ class Caller:
     streamed: bool = False  # answered as an SSE stream: notifications may go before the result
     # the tool a call_tool names, resolved with the session check; None: resolve it when needed
     resolved: ResolvedTool | None = None
+    # the session is one that callers who may be different people share (the implied session of a
+    # principal the router did not verify): it keeps no backend sessions
+    shared: bool = False

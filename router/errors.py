@@ -145,6 +145,14 @@ class BackendSessionGone(BackendError):
     """Raised when a backend answers 404 inside a backend session: it restarted and forgot it."""
 
 
+class CallCancelled(BackendError):
+    """Raised when the client cancelled a call while it ran (its `notifications/cancelled`)."""
+
+    def __init__(self, backend_id: str, reason: str | None) -> None:
+        because = f": {reason}" if reason else ""
+        super().__init__(backend_id, f"did not finish the call: the client cancelled it{because}")
+
+
 class BackendAnswered(BackendError):
     """Raised when a backend answers a request with a JSON-RPC error; `code` is the backend's own."""
 

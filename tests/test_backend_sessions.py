@@ -64,7 +64,7 @@ async def test_a_stateful_tool_keeps_its_state_over_two_calls_through_two_router
 
 
 @needs_everything
-async def test_a_backend_restarted_mid_session_gets_a_new_backend_session_without_the_client_noticing(
+async def test_a_backend_restarted_mid_session_gets_a_new_backend_session_and_the_result_says_state_is_gone(
     tmp_path: Path, http: httpx2.AsyncClient
 ) -> None:
     async with stack_with_everything(tmp_path) as (stack, everything):
@@ -73,6 +73,7 @@ async def test_a_backend_restarted_mid_session_gets_a_new_backend_session_withou
         first = await client.call(stack.mcp_url, TOGGLE, {})
         before = kept_backend_session(stack, client, "everything")
         assert before and text_of(first).startswith("Started"), first
+        assert "_meta" not in first and len(first["content"]) == 1, first  # nothing to say yet
         await asyncio.to_thread(everything.restart)
         again = await client.call(stack.mcp_url, TOGGLE, {})
         after = kept_backend_session(stack, client, "everything")
@@ -80,6 +81,12 @@ async def test_a_backend_restarted_mid_session_gets_a_new_backend_session_withou
         assert after and after != before
         assert text_of(again).startswith(f"Started simulated, random-leveled logging for session {after}")
         assert everything.live_sessions() == {after}
+        # the backend's own answer first, then what the agent must know
+        note = again["content"][-1]["text"]
+        assert note.startswith("[toolsearch] backend everything ") and "earlier calls set up" in note, note
+        assert again["_meta"]["toolsearch/backendSession"]["replaced"] is True, again
+        later = await client.call(stack.mcp_url, TOGGLE, {})
+        assert "_meta" not in later and len(later["content"]) == 1, later  # said once, when it happened
 
 
 @needs_everything
@@ -141,14 +148,18 @@ async def test_later_calls_of_a_session_reach_the_backend_in_one_request(
 
 
 @needs_everything
-async def test_a_2026_07_28_clients_implied_session_keeps_its_backend_session(tmp_path: Path) -> None:
+async def test_two_anonymous_2026_07_28_clients_never_share_a_backend_session(tmp_path: Path) -> None:
     async with stack_with_everything(tmp_path) as (stack, everything):
-        texts = []
+        results = []
         for _ in range(2):
-            # a client of its own each time: the principal's implied session is what carries over
+            # two programs: the anonymous implied session is all they have in common
             async with mcp_client(stack.mcp_url) as client:
                 result = await client.call_tool("call_tool", {"tool_name": TOGGLE, "parameters": {}})
             assert not result.is_error, result
-            texts.append(result.content[0].text)
-        assert texts[0].startswith("Started") and texts[1].startswith("Stopped"), texts
-        assert len(everything.live_sessions()) == 1
+            results.append(result)
+        texts = [r.content[0].text for r in results]
+        assert texts[0].startswith("Started") and texts[1].startswith("Started"), texts
+        for result in results:  # each says its session was its own, and is not kept
+            assert result.meta is not None and result.meta["toolsearch/backendSession"]["kept"] is False
+            assert "nothing it set up there is kept" in result.content[-1].text
+        await wait_for(lambda: not everything.live_sessions())  # each ended once it answered

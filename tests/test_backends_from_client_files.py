@@ -7,6 +7,7 @@ keys each kind may use, and the url a stdio backend gets from the bridge section
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -98,7 +99,9 @@ def test_a_vs_code_file_becomes_backends_with_a_header_from_the_environment(tmp_
 @pytest.mark.parametrize(
     ("entry", "expected"),
     [
-        ({"command": "x", "autoApprove": ["read"]}, "mcpServers.bad.autoApprove: cannot be imported"),
+        ({"command": "x", "envFile": ".env"}, "mcpServers.bad.envFile: cannot be imported"),
+        ({"command": "x", "includeTools": ["read"]}, "mcpServers.bad.includeTools: cannot be imported"),
+        ({"command": "x", "timeout": "soon"}, "mcpServers.bad.timeout: Input should be a valid number"),
         ({"command": "x", "url": "https://x"}, "mcpServers.bad.url: a stdio server (command) takes"),
         ({"command": "x", "env": {"T": "${input:token}"}}, "mcpServers.bad.env.T: prompted inputs"),
         ({"command": "x", "cwd": "${workspaceFolder}"}, "mcpServers.bad.cwd: variables such as"),
@@ -122,10 +125,88 @@ def test_a_key_that_cannot_be_mapped_names_the_file_the_entry_and_the_key(
     assert expected in message, message
 
 
-def test_vs_code_inputs_are_refused_clearly(tmp_path: Path) -> None:
-    content = {**VS_CODE, "inputs": [{"type": "promptString", "id": "token", "password": True}]}
+def test_a_vs_code_input_an_entry_uses_is_refused_clearly(tmp_path: Path) -> None:
+    servers = {"time": {"command": "uvx", "env": {"TOKEN": "${input:token}"}}}
+    content = {"inputs": [{"type": "promptString", "id": "token", "password": True}], "servers": servers}
     path = configure(tmp_path, {"backends_from": "mcp.json"}, **{"mcp.json": content})
-    assert "inputs: prompted inputs cannot be imported" in problem(path)
+    assert "servers.time.env.TOKEN: prompted inputs cannot be imported" in problem(path)
+
+
+# Files as the clients write them, with the keys only the client acts on.
+CLAUDE_DESKTOP_AS_KEPT = {
+    "mcpServers": {
+        "memory": {
+            "command": "npx",
+            "args": ["-y", "@modelcontextprotocol/server-memory"],
+            "autoApprove": ["read_graph"],
+            "timeout": 120,
+        }
+    },
+    "globalShortcut": "",
+}
+VS_CODE_AS_KEPT = {
+    "inputs": [],
+    "servers": {
+        "time": {"type": "stdio", "command": "uvx", "args": ["mcp-server-time"], "dev": {"watch": "src/**"}}
+    },
+}
+CURSOR_AS_KEPT = {
+    "mcpServers": {
+        "docs": {"url": "https://docs.example.com/mcp", "headers": {"Authorization": "${env:DOCS_TOKEN}"}},
+        "git": {"command": "uvx", "args": ["mcp-server-git"], "env": {}, "description": "repository tools"},
+    }
+}
+CLINE_AS_KEPT = {
+    "mcpServers": {
+        "search": {
+            "transportType": "sse",
+            "url": "https://search.example.com/sse",
+            "alwaysAllow": ["search"],
+            "disabled": False,
+            "timeout": 30,
+        }
+    }
+}
+GEMINI_AS_KEPT = {
+    "mcpServers": {"fetch": {"command": "uvx", "args": ["mcp-server-fetch"], "timeout": 45000, "trust": True}}
+}
+
+
+def test_files_as_clients_keep_them_are_imported_and_the_client_keys_named_in_one_log_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    files = {
+        "claude.json": CLAUDE_DESKTOP_AS_KEPT,
+        "mcp.json": VS_CODE_AS_KEPT,
+        "cursor.json": CURSOR_AS_KEPT,
+        "cline.json": CLINE_AS_KEPT,
+        "gemini.json": GEMINI_AS_KEPT,
+    }
+    path = configure(tmp_path, {"backends_from": list(files)}, **files)
+    with caplog.at_level(logging.INFO, logger="toolsearch.mcp_servers"):
+        backends = {b.id: b for b in load_config(path).backends}
+    assert set(backends) == {"memory", "time", "docs", "git", "search", "fetch"}
+    # a per-server timeout is the backend's: seconds, or Gemini CLI's milliseconds
+    assert (backends["memory"].timeout, backends["search"].timeout, backends["fetch"].timeout) == (
+        120,
+        30,
+        45,
+    )
+    assert backends["time"].timeout == 30  # the default, where the file says none
+    assert (backends["search"].transport, backends["search"].url) == ("sse", "https://search.example.com/sse")
+    lines = {r.getMessage().partition(": ")[0]: r.getMessage() for r in caplog.records}
+    assert lines == {
+        str(tmp_path / "claude.json"): f"{tmp_path / 'claude.json'}: ignored what only its client acts on: "
+        "mcpServers.memory.autoApprove",
+        str(tmp_path / "mcp.json"): f"{tmp_path / 'mcp.json'}: ignored what only its client acts on: "
+        "servers.time.dev",
+        str(tmp_path / "cursor.json"): f"{tmp_path / 'cursor.json'}: ignored what only its client acts on: "
+        "mcpServers.git.description",
+        str(tmp_path / "cline.json"): f"{tmp_path / 'cline.json'}: ignored what only its client acts on: "
+        "mcpServers.search.alwaysAllow",
+        str(tmp_path / "gemini.json"): f"{tmp_path / 'gemini.json'}: ignored what only its client acts on: "
+        "mcpServers.fetch.trust",
+    }
 
 
 def test_an_imported_name_that_clashes_with_a_backend_is_refused(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx2
 import pytest
@@ -15,6 +16,8 @@ import pytest
 from indexer.backends.discovery import list_tools
 from indexer.errors import BackendUnavailable
 from tests.support.bridges import Bridge, fake, mcp_client, poll_until, running_bridge
+from tests.support.clients import RawClient
+from tests.support.routers import light_stack
 from tests.support.stack import HEADERS, INITIALIZE
 from tests.support.stdio_servers import FLOOD_LINES
 
@@ -105,3 +108,26 @@ async def test_the_working_server_answers_at_once_throughout(bridge: Bridge) -> 
         assert not result.is_error
         # sooner than a silent server's start timeout: it never waits behind a broken server's start
         assert time.monotonic() - started < START_TIMEOUT
+
+
+async def test_a_server_that_never_answers_holds_nobodys_readiness(tmp_path: Path) -> None:
+    # it has all the time in the world to start, so whatever waited for it would wait 600 s
+    backends = [fake("echo", id="good"), fake("silent", id="stuck")]
+    (tmp_path / "stack").mkdir()
+    with running_bridge(tmp_path, backends, start_timeout=600) as bridge:  # ready within 90 s
+        served = [{"id": b["id"], "url": bridge.mcp_url(b["id"])} for b in backends]
+        indexer = {"discovery_timeout": 600, "health": {"enabled": True, "interval": 60}}
+        async with (
+            light_stack(tmp_path / "stack", backends=served, indexer=indexer) as stack,
+            httpx2.AsyncClient(timeout=60) as http,
+        ):
+            client = RawClient(http)
+            await client.initialize(stack.mcp_url)
+            result = await client.call(stack.mcp_url, "echo", {"text": "ready"})
+            states = stack.indexer.registry.states
+            stuck = states["stuck"].health
+            # the good one is usable while the broken one is still starting, and says so
+            assert not result.get("isError") and "ready" in result["content"][0]["text"], result
+            assert bridge.health()["stuck"]["state"] == "starting"
+            assert states["good"].health.status == "healthy"
+            assert stuck.status == "unhealthy" and stuck.last_error.startswith("still starting"), stuck

@@ -117,6 +117,9 @@ def test_an_idle_per_session_process_is_reaped_and_its_session_ends_with_it(brid
     response = httpx2.post(url, json=INITIALIZE, headers=HEADERS, timeout=10)
     assert response.status_code == 200, response.text
     session = {**HEADERS, "mcp-session-id": response.headers["mcp-session-id"]}
+    assert bridge.health()["scratch"]["pids"] == []  # its process starts with its first call
+    call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "echo", "arguments": {}}}
+    assert httpx2.post(url, json=call, headers=session, timeout=30).status_code == 200
     assert len(bridge.health()["scratch"]["pids"]) == 1
     poll_until(lambda: not bridge.health()["scratch"]["pids"], 15, "the idle process reaped")
     ping = {"jsonrpc": "2.0", "id": 2, "method": "ping"}
@@ -204,7 +207,7 @@ async def test_a_session_whose_process_died_is_gone_and_a_new_one_works(bridge: 
     url = bridge.mcp_url("private")
     errors: list[str] = []
     async with mcp_client(url) as client:
-        await client.list_tools()
+        await client.call_tool("echo", {"message": "x"})
         (pid,) = bridge.health()["private"]["pids"]
         os.kill(pid, signal.SIGKILL)
         with anyio.fail_after(20):  # no call hangs: each fails at once, saying why

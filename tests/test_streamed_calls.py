@@ -109,6 +109,68 @@ async def test_a_cancellation_sent_to_another_replica_reaches_the_backend_and_en
     assert len(json.loads(seen["content"][0]["text"])) >= 1  # the stdio server was told too, by the bridge
 
 
+async def test_cancelling_a_sessions_first_call_to_a_backend_reaches_it_through_another_replica(
+    tmp_path: Path,
+) -> None:
+    with running_bridge(tmp_path, [fake("patient", id="patient")]) as bridge:
+        backend = {"id": "patient", "url": bridge.mcp_url("patient"), "timeout": 60}
+        async with light_stack(tmp_path, backends=[backend]) as stack:
+            second, second_url = await asyncio.to_thread(another_router, stack, "second", {})
+            try:
+                async with httpx2.AsyncClient(timeout=90) as http:
+                    client = RawClient(http)
+                    await client.initialize(stack.mcp_url)
+                    # the session's first call to the backend: it opens the backend session
+                    waiting_id = client.next_id()
+                    waiting = asyncio.create_task(client.call(stack.mcp_url, "wait", {}, waiting_id))
+                    cancel = {"requestId": waiting_id, "reason": "the user gave up"}
+
+                    async def cancel_until_ended() -> None:
+                        # sent again until it lands: the call may not have reached the backend yet
+                        while not waiting.done():
+                            await client.notify(f"{second_url}/mcp", "notifications/cancelled", cancel)
+                            with contextlib.suppress(TimeoutError):
+                                await wait_for(waiting.done, within=0.5)
+
+                    async with asyncio.timeout(20):  # far less than the backend's 60 s timeout
+                        await asyncio.gather(cancel_until_ended(), waiting)
+                    seen = await client.call(stack.mcp_url, "cancelled", {})
+            finally:
+                second.stop()
+    assert waiting.result().get("isError"), waiting.result()
+    assert len(json.loads(seen["content"][0]["text"])) >= 1  # the stdio server was told, by the bridge
+
+
+async def test_cancelling_a_slow_first_call_ends_it_at_once_on_the_replica_running_it(tmp_path: Path) -> None:
+    # the catalog server speaks 2026-07-28: each call is a request of its own, with no backend
+    # session to pass a cancellation on in; the router running the call ends it itself
+    async with light_stack(tmp_path) as stack, httpx2.AsyncClient(timeout=90) as http:
+        control = f"{stack.catalog_url}/control/servers/Cocktails"
+        (await http.post(f"{control}/stall", params={"seconds": 120})).raise_for_status()
+        try:
+            client = RawClient(http)
+            await client.initialize(stack.mcp_url)
+            before = (await http.get(f"{control}/calls")).json()["requests"]
+            call_id = client.next_id()
+            call = asyncio.create_task(client.call(stack.mcp_url, "Search_by_name", {"name": "x"}, call_id))
+
+            def arrived() -> bool:
+                return bool(httpx2.get(f"{control}/calls", timeout=5).json()["requests"] > before)
+
+            await asyncio.to_thread(lambda: asyncio.run(wait_for(arrived)))
+            await client.notify(
+                stack.mcp_url, "notifications/cancelled", {"requestId": call_id, "reason": "no longer needed"}
+            )
+            async with asyncio.timeout(30):  # far less than the 120 s stall
+                result = await call
+        finally:
+            (await http.post(f"{control}/stall", params={"seconds": 0})).raise_for_status()
+    assert result.get("isError"), result
+    assert result["content"][0]["text"] == (
+        "backend Cocktails did not finish the call: the client cancelled it: no longer needed"
+    ), result
+
+
 async def test_a_backends_sampling_request_during_a_call_is_refused_at_once_and_the_call_answers(
     tmp_path: Path,
 ) -> None:

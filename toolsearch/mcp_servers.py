@@ -3,23 +3,31 @@
 Claude Desktop and Cursor keep `{"mcpServers": {NAME: ENTRY}}`, VS Code keeps `{"servers": {NAME:
 ENTRY}}`. An ENTRY is a stdio server (`command`, `args`, `env`, `cwd`) or a remote one (`url`,
 `headers`), and `type` may say which (`stdio`, `http`, `streamable-http`, `sse`). Each becomes one
-backend whose id is NAME made safe. What cannot be carried over is an error naming the file, the
-entry and the key, never silently dropped:
+backend whose id is NAME made safe; its `timeout` is the backend's (seconds, as Cline and Roo Code
+write it; a value over 3600 is milliseconds, as Gemini CLI writes it). Keys that only matter to the
+client that wrote the file (`autoApprove`, `alwaysAllow`, `trust`, `dev`, `description`; VS Code's
+top-level `inputs`; every key beside the server list) are ignored, and the ones an entry had are named
+in one log line per file. What cannot be carried over is an error naming the file, the entry and
+the key, never silently dropped:
 
-- VS Code's prompted `inputs` and `${input:...}`: nobody is there to answer a prompt;
+- `${input:...}`, VS Code's prompted input: nobody is there to answer a prompt;
 - a header value that is not exactly one environment variable (`${NAME}` or `${env:NAME}`): secrets
   never live in the configuration, and one header from one variable is what a backend's auth sends;
-- any key not listed here. Keys beside the server list (a client's other settings) are ignored.
+- any other key: it may change what the server does or what the agent may call (`envFile`,
+  `includeTools`, ...), which toolsearch would not honour.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+logger = logging.getLogger(__name__)
 
 
 class ServersFileError(ValueError):
@@ -35,7 +43,10 @@ _KINDS = {
 }
 _STDIO_KEYS = frozenset({"command", "args", "env", "cwd"})
 _REMOTE_KEYS = frozenset({"url", "headers"})
-_KNOWN_KEYS = _STDIO_KEYS | _REMOTE_KEYS | {"type", "disabled"}
+# what only the client that wrote the file acts on: approvals, trust prompts, its own dev mode, notes
+_CLIENT_KEYS = frozenset({"autoApprove", "alwaysAllow", "trust", "dev", "description"})
+_KNOWN_KEYS = _STDIO_KEYS | _REMOTE_KEYS | _CLIENT_KEYS | {"type", "transportType", "disabled", "timeout"}
+MAX_TIMEOUT_SECONDS = 3600  # Cline's largest timeout: a larger value is Gemini CLI's milliseconds
 # ${env:NAME} is VS Code's and Cursor's spelling of what the configuration writes ${NAME}
 _ENV_VARIABLE = re.compile(r"\$\{(?:env:)?([A-Za-z_][A-Za-z0-9_]*)\}")
 _ANY_VARIABLE = re.compile(r"\$\{([^}]*)\}")
@@ -65,11 +76,8 @@ def read_servers_file(path: Path) -> list[ImportedServer]:
         raise ServersFileError(f"{path}: not valid JSON ({exc}); comments are not supported") from None
     if not isinstance(document, dict):
         raise ServersFileError(f"{path}: the top level must be an object with mcpServers or servers")
-    if "inputs" in document:
-        raise ServersFileError(
-            f"{path}: inputs: prompted inputs cannot be imported (nobody is there to answer them); "
-            "put the values in environment variables and write ${env:NAME}"
-        )
+    # prompted inputs are refused where an entry uses one (${input:...}); the list alone is harmless
+    ignored = ["inputs"] if document.get("inputs") else []
     lists = [(key, document[key]) for key in ("mcpServers", "servers") if key in document]
     if not lists:
         raise ServersFileError(f"{path}: no mcpServers (Claude Desktop, Cursor) or servers (VS Code) object")
@@ -89,7 +97,18 @@ def read_servers_file(path: Path) -> list[ImportedServer]:
                 )
             names[server.backend["id"]] = where
             imported.append(server)
+            ignored += [f"{where}.{key}" for key in sorted(set(entry) & _CLIENT_KEYS)]
+    if ignored:
+        logger.info("%s: ignored what only its client acts on: %s", path, ", ".join(ignored))
     return imported
+
+
+def _kind(entry: Mapping[str, Any], fail: Callable[[str, str], ServersFileError]) -> str:
+    """The transport an entry names (`type`; Cline's and Roo Code's `transportType`), or implies."""
+    kind = entry.get("type", entry.get("transportType", "stdio" if "command" in entry else "streamable_http"))
+    if kind not in _KINDS.values() and kind not in _KINDS:
+        raise fail("type", f"unknown type {kind!r} (stdio, http, streamable-http or sse)")
+    return str(_KINDS.get(kind, kind))
 
 
 def _server(path: Path, where: str, name: str, entry: object) -> ImportedServer | None:
@@ -99,17 +118,19 @@ def _server(path: Path, where: str, name: str, entry: object) -> ImportedServer 
     if not isinstance(entry, dict):
         raise fail("", "must be an object (command, args, env, cwd, or url, headers)")
     if unknown := sorted(set(entry) - _KNOWN_KEYS):
-        raise fail(unknown[0], "cannot be imported (known: type, command, args, env, cwd, url, headers)")
+        known = "type, command, args, env, cwd, url, headers, timeout"
+        raise fail(
+            unknown[0], f"cannot be imported (known: {known}; ignored: {', '.join(sorted(_CLIENT_KEYS))})"
+        )
     if entry.get("disabled") is True:
         return None
     ident = backend_id(name)
     if not ident:
         raise fail("", "the name has no letter or digit to make a backend id of")
-    kind = entry.get("type", "stdio" if "command" in entry else "streamable_http")
-    if kind not in _KINDS.values() and kind not in _KINDS:
-        raise fail("type", f"unknown type {kind!r} (stdio, http, streamable-http or sse)")
-    kind = _KINDS.get(kind, kind)
+    kind = _kind(entry, fail)
     backend: dict[str, Any] = {"id": ident}
+    if "timeout" in entry:
+        backend["timeout"] = _seconds(entry["timeout"])
     if kind == "stdio":
         if stray := sorted(set(entry) & _REMOTE_KEYS):
             raise fail(stray[0], "a stdio server (command) takes command, args, env and cwd")
@@ -152,6 +173,13 @@ def _server(path: Path, where: str, name: str, entry: object) -> ImportedServer 
             )
         backend["auth"] = {"type": "header", "header": header, "value_env": match.group(1)}
     return ImportedServer(where, backend)
+
+
+def _seconds(timeout: object) -> object:
+    """A client's timeout in seconds: a value over `MAX_TIMEOUT_SECONDS` is in milliseconds."""
+    if isinstance(timeout, int | float) and not isinstance(timeout, bool) and timeout > MAX_TIMEOUT_SECONDS:
+        return timeout / 1000
+    return timeout  # validation names a wrong type
 
 
 def _strings(value: object) -> list[tuple[int, str]]:

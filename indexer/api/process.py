@@ -175,7 +175,8 @@ class IndexerProcess:
             await self.state.ready()
             logger.info("state: %s", self.state.description)
             stack.callback(self.embeddings.close)
-            await self.lister.discover_all()
+            # with probes, a backend far slower than the others is found by them: it holds no start
+            await self.lister.discover_all(wait_for_all=self.monitor is None)
             for state in self.registry.states.values():
                 tools = len(state.listing.tools) if state.listing else 0
                 logger.info(

@@ -34,6 +34,7 @@ from indexer.state import LocalTokens, Principal
 from indexer.state.listings import Listing
 from toolsearch.backend_settings import Backend
 from toolsearch.outgoing import MissingCallerToken, MissingSecret, auth_headers, per_caller
+from toolsearch.readiness import cut_at
 
 
 class BackendLister:
@@ -221,6 +222,32 @@ class BackendLister:
         else:
             registry.record_listing(backend_id, listing)
 
-    async def discover_all(self) -> None:
-        """List every backend at once; a backend that fails is left out until it recovers."""
-        await asyncio.gather(*(self.discover(backend_id) for backend_id in self._registry.states))
+    async def discover_all(self, wait_for_all: bool = True) -> None:
+        """List every backend at once; a backend that fails is left out until it recovers.
+
+        Unless `wait_for_all`, a backend far slower than the others (toolsearch/readiness.py) is not
+        waited for: its listing is given up and it is `unhealthy` ("still starting") until a probe
+        finds it answering, so one server that never answers holds nobody's start.
+        """
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        pending = {asyncio.ensure_future(self.discover(b)): b for b in self._registry.states}
+        done_at: list[float] = []
+        while pending:
+            wait = (
+                None if wait_for_all or not done_at else max(0.0, cut_at(done_at) - (loop.time() - started))
+            )
+            done, _ = await asyncio.wait(pending, timeout=wait, return_when=asyncio.FIRST_COMPLETED)
+            if not done:
+                break
+            for task in done:
+                del pending[task]
+                task.result()
+                done_at.append(loop.time() - started)
+        for task, backend_id in pending.items():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            waited = loop.time() - started
+            reason = f"still starting: no listing within {waited:.1f}s, while the others answered sooner"
+            self._registry.record_failure(backend_id, BackendUnavailable(backend_id, reason), "unhealthy")

@@ -204,6 +204,7 @@ class SessionLayer:
     ) -> None:
         session_id = ""
         resolved: ResolvedTool | None = None
+        shared = False
         if is_handshake_era(headers):
             if message.method == "initialize" and message.is_request:
                 await self._initialize(scope, receive, send, identity)
@@ -222,10 +223,12 @@ class SessionLayer:
             )
             session_id = opened.session_id
             resolved = opened.tool
+            # every caller of an unverified principal shares its implied session (docs/auth.md)
+            shared = not identity.principal.issuer
         bind_session(session_id)  # the logs of the rest of this request name the session (a prefix)
         streaming = self.streaming_app
         streamed = streaming is not None and message.method == "tools/call" and message.wants_progress
-        scope.setdefault("state", {})[STATE_KEY] = Caller(identity, session_id, streamed, resolved)
+        scope.setdefault("state", {})[STATE_KEY] = Caller(identity, session_id, streamed, resolved, shared)
         await (streaming if streamed and streaming is not None else self.app)(scope, receive, send)
 
     async def _initialize(self, scope: Scope, receive: Receive, send: Send, identity: Identity) -> None:

@@ -13,21 +13,24 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import anyio
 
 from router.caller import Caller
-from router.errors import BackendRejected, InvalidRequest, RouterError
+from router.errors import BackendRejected, CallCancelled, InvalidRequest, RouterError
 from router.handlers.arguments import parse_call_tool
 from router.handlers.schemas import SchemaValidators
 from router.link.indexer_client import IndexerClient
 from router.targets import BackendTarget
 from router.upstream.backend_messages import backend_request_id
-from router.upstream.backend_requests import END_TIMEOUT, keep_backend_session
 from router.upstream.backends import BackendCaller, CallOutcome
 from router.upstream.credentials import OutgoingCredentials
 from router.upstream.relays import NotificationRelay
+from router.upstream.running_calls import RunningCalls
+from router.upstream.session_keeping import END_TIMEOUT, SessionKeeper
+from router.upstream.session_notes import noted_call
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +50,7 @@ class ToolCalls:
         self.credentials = OutgoingCredentials(indexer, secrets)
         self.max_arguments_bytes = max_arguments_bytes
         self.validators = SchemaValidators()
+        self.running = RunningCalls()
 
     async def run(
         self,
@@ -56,7 +60,7 @@ class ToolCalls:
         call_id: str | None = None,
     ) -> dict[str, Any]:
         """call_tool: resolve the name in the caller's session, check the arguments, call the backend;
-        the backend's result as it came."""
+        the backend's result as it came (with a note when its backend session was replaced)."""
         args = parse_call_tool(arguments, self.max_arguments_bytes)
         # resolved with the session check from the same `tool_name`, unless it did not resolve there
         tool = caller.resolved or await self.indexer.resolve_tool(
@@ -68,31 +72,43 @@ class ToolCalls:
                 f"invalid parameters for {args.name}: {problem}. Fix the parameters to match the tool's "
                 "inputSchema (find_tool shows it) and call again."
             )
-        target = tool.target
+        # a shared implied session keeps no backend session: each call opens its own
+        target = replace(tool.target, session=None) if caller.shared else tool.target
         name = tool.original_name or args.name
         headers = await self.credentials.headers(target, caller.identity)
         try:
-            outcome = await self.backends.call_tool(
-                target, name, args.parameters, headers, relay=relay, call_id=call_id
-            )
+            outcome, keeper = await self._call(caller, target, name, args.parameters, headers, relay, call_id)
         except BackendRejected as exc:
             if exc.status != 401 or target.auth.type != "token_exchange":
                 raise
             # The token kept for this caller was refused (revoked, or signed with a retired key):
             # refused, the call did not run; one fresh exchange, and one more try.
             headers = await self.credentials.headers(target, caller.identity, renew=True)
-            outcome = await self.backends.call_tool(
-                target, name, args.parameters, headers, relay=relay, call_id=call_id
-            )
-        await self._keep(caller, outcome, target, headers)
-        return outcome.result
+            outcome, keeper = await self._call(caller, target, name, args.parameters, headers, relay, call_id)
+        return noted_call(outcome.result, keeper.note(outcome.replaced))
 
-    async def _keep(
-        self, caller: Caller, outcome: CallOutcome, target: BackendTarget, headers: Mapping[str, str]
-    ) -> None:
-        if outcome.session is not None and outcome.session != target.session:
-            # stored with the client session, for every replica
-            await keep_backend_session(self.indexer, self.backends, caller, target, outcome.session, headers)
+    async def _call(
+        self,
+        caller: Caller,
+        target: BackendTarget,
+        name: str,
+        parameters: Mapping[str, Any],
+        headers: Mapping[str, str],
+        relay: NotificationRelay | None,
+        call_id: str | None,
+    ) -> tuple[CallOutcome, SessionKeeper]:
+        """One call in the backend session the keeper keeps; a client's cancellation ends it here."""
+        keeper = SessionKeeper(self.indexer, self.backends, caller, target, headers)
+        try:
+            with self.running.running(caller.session_id, call_id) as running:
+                outcome = await self.backends.call_tool(
+                    target, name, parameters, headers, relay=relay, call_id=call_id, on_open=keeper
+                )
+        finally:
+            await keeper.close()
+        if running.cancelled:
+            raise CallCancelled(target.backend_id, running.reason)
+        return outcome, keeper
 
     async def cancel(self, caller: Caller, params: Mapping[str, Any]) -> None:
         """Pass a client's `notifications/cancelled` on to every backend its session has a session at.
@@ -112,6 +128,7 @@ class ToolCalls:
             logger.debug("a cancellation was not passed on: %s", exc)
             return
         call_id = backend_request_id(request_id)
+        self.running.cancel(caller.session_id, call_id, reason)
 
         async def one(target: BackendTarget) -> None:
             try:

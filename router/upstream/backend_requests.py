@@ -7,8 +7,9 @@ what it needs through a `Reach`. A handshake-era backend is asked inside the bac
 client session keeps there, the same one `call_tool` uses (router/handlers/tool_calls.py), so a stateful
 server sees one client: a resource a tool call made in the session can be listed and read. A request
 that had to open a backend session (none yet, or the backend forgot it) stores it with the client
-session (`SetBackendSession`, a compare-and-set), as a call does, and the requests after it in the
-same client request use it.
+session before it is sent in it (router/upstream/session_keeping.py), as a call does, and the
+requests after it in the same client request use it; a caller whose session others share keeps
+none, and each of its requests runs in a backend session of its own.
 """
 
 from __future__ import annotations
@@ -29,11 +30,12 @@ from router.link.indexer_client import IndexerClient
 from router.targets import BackendSession, BackendTarget, ReachableTarget, ReachableTargets
 from router.upstream.backends import BackendCaller
 from router.upstream.credentials import OutgoingCredentials
+from router.upstream.session_keeping import SessionKeeper
+from router.upstream.session_notes import noted_result
 from toolsearch.naming import Prefix
 
 logger = logging.getLogger(__name__)
 
-END_TIMEOUT = 2.0  # seconds to end a backend session that lost a race, at most
 MAX_PAGES = 20  # pages of one listing read from one backend
 MAX_ENTRIES = 1000  # entries of one listing kept from one backend: the rest are left out (logged)
 
@@ -51,37 +53,6 @@ def answered(result: Mapping[str, Any]) -> dict[str, Any]:
     """A result as the router answers it: complete (the 2026-07-28 wire requires it to say so), the
     rest as the backend or the aggregation gave it."""
     return {"resultType": "complete", **result}
-
-
-async def keep_backend_session(
-    indexer: IndexerClient,
-    backends: BackendCaller,
-    caller: Caller,
-    target: BackendTarget,
-    opened: BackendSession,
-    headers: Mapping[str, str],
-) -> None:
-    """Store a backend session a request to `target` opened with the client session, for every replica.
-
-    It replaces the target's `session` only if that is still the one stored. The request has
-    answered by now: a failure here costs the next one a new backend session, not this one its
-    result. Of two opened at once, the first stored wins; the other is ended at once.
-    """
-    backend_id = target.backend_id
-    previous = target.session
-    try:
-        stored = await indexer.set_backend_session(
-            caller.session_id,
-            caller.identity.principal,
-            backend_id,
-            previous.session_id if previous is not None else "",
-            opened,
-        )
-    except RouterError as exc:
-        logger.warning("backend %s: its new session could not be kept: %s", backend_id, exc)
-        stored = BackendSession("", "")
-    if stored.session_id != opened.session_id:
-        await backends.end_session(target, opened, headers, min(target.timeout_seconds, END_TIMEOUT))
 
 
 class BackendRequests:
@@ -130,6 +101,8 @@ class Reach:
     def _target(self, backend: ReachableTarget) -> BackendTarget:
         """The backend's target, with the backend session this request opened there, if it did."""
         target = backend.target
+        if self.caller.shared:  # a shared implied session keeps none: each request opens its own
+            return replace(target, session=None)
         if target.backend_id in self._sessions:
             return replace(target, session=self._sessions[target.backend_id])
         return target
@@ -140,13 +113,14 @@ class Reach:
         caller = self.caller
         target = self._target(backend)
         headers = await requests.credentials.headers(target, caller.identity)
-        outcome = await requests.backends.request(target, method, params, headers)
+        keeper = SessionKeeper(requests.indexer, requests.backends, caller, target, headers)
+        try:
+            outcome = await requests.backends.request(target, method, params, headers, keeper)
+        finally:
+            await keeper.close()
         if outcome.session is not None and outcome.session != target.session:
             self._sessions[target.backend_id] = outcome.session
-            await keep_backend_session(
-                requests.indexer, requests.backends, caller, target, outcome.session, headers
-            )
-        return outcome.result
+        return noted_result(outcome.result, keeper.note(outcome.replaced))
 
     async def list_all(self, backend: ReachableTarget, method: str, field: str) -> list[dict[str, Any]]:
         """Every entry of a paginated listing of one backend, at most `MAX_ENTRIES` of them."""

@@ -27,7 +27,7 @@ take the very same ways.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, NamedTuple
 
@@ -81,18 +81,27 @@ def outgoing_headers(
         raise MissingCredentials(backend_id, exc.reason) from None
 
 
+# what a request does with a backend session it opened, before it is sent in it: returns the
+# session to send it in (router/upstream/session_keeping.py)
+OnOpen = Callable[[BackendSession], Awaitable[BackendSession]]
+
+
 class CallOutcome(NamedTuple):
-    """A call's result as the wire has it, and the backend session it ran in (None: none kept)."""
+    """A call's result as the wire has it, the backend session it ran in (None: none kept), and,
+    when the session it was to run in was gone and a new one replaced it, why (else "")."""
 
     result: dict[str, Any]
     session: BackendSession | None
+    replaced: str = ""
 
 
 class RequestOutcome(NamedTuple):
-    """A request's result as the wire has it, and the backend session it ran in (None: none kept)."""
+    """A request's result as the wire has it, the backend session it ran in (None: none kept), and
+    why a new session replaced a gone one ("" when none did)."""
 
     result: dict[str, Any]
     session: BackendSession | None
+    replaced: str = ""
 
 
 class BackendCaller:
@@ -123,6 +132,7 @@ class BackendCaller:
         *,
         relay: NotificationRelay | None = None,
         call_id: str | None = None,
+        on_open: OnOpen | None = None,
     ) -> CallOutcome:
         """Run `name` on the backend `target` names and return its result as it came.
 
@@ -132,7 +142,8 @@ class BackendCaller:
         gets one request and an `sse` backend a session of its own, both without a kept session.
         With a `relay`, the backend gets the client's progress token, and its progress and log
         notifications during the call go to the relay as they arrive. `call_id` is the id the call
-        goes to a kept session with (`backend_request_id`), for `cancel` to name.
+        goes to a kept session with (`backend_request_id`), for `cancel` to name. `on_open` is given
+        each session the call opens, before the call is sent in it, and says which to send it in.
 
         Raises `BackendTimeout` after the target's `timeout_seconds`, `BackendRejected` on HTTP
         401/403, `BackendTooLarge` for an answer over its `max_response_bytes`, and
@@ -148,13 +159,18 @@ class BackendCaller:
         if _modern(target):
             answer = await _once(messenger, target, "tools/call", wire, relay, call_id)
             return CallOutcome(without_meta_stamp(answer), None)
-        answer, session = await _in_session(
-            messenger, target.timeout_seconds, "tools/call", wire, target.session, relay, call_id
+        answer, session, replaced = await _in_session(
+            messenger, target.timeout_seconds, "tools/call", wire, target.session, relay, call_id, on_open
         )
-        return CallOutcome(without_meta_stamp(answer), session)
+        return CallOutcome(without_meta_stamp(answer), session, replaced)
 
     async def request(
-        self, target: BackendTarget, method: str, params: Mapping[str, Any], headers: Mapping[str, str]
+        self,
+        target: BackendTarget,
+        method: str,
+        params: Mapping[str, Any],
+        headers: Mapping[str, str],
+        on_open: OnOpen | None = None,
     ) -> RequestOutcome:
         """Send one request other than tools/call (a listing, a read, a prompt, a completion).
 
@@ -169,10 +185,10 @@ class BackendCaller:
         if _modern(target):
             answer = await _once(messenger, target, method, params, None, None)
             return RequestOutcome(without_meta_stamp(answer), None)
-        answer, kept = await _in_session(
-            messenger, target.timeout_seconds, method, params, target.session, None, None
+        answer, kept, replaced = await _in_session(
+            messenger, target.timeout_seconds, method, params, target.session, None, None, on_open
         )
-        return RequestOutcome(without_meta_stamp(answer), kept)
+        return RequestOutcome(without_meta_stamp(answer), kept, replaced)
 
     async def cancel(
         self,
@@ -261,17 +277,23 @@ async def _in_session(
     session: BackendSession | None,
     relay: NotificationRelay | None,
     call_id: str | None,
-) -> tuple[dict[str, Any], BackendSession]:
+    on_open: OnOpen | None,
+) -> tuple[dict[str, Any], BackendSession, str]:
     """One request inside `session`, or inside a new backend session when there is none or the
-    backend forgot it (once); returns the result and the session it ran in."""
+    backend forgot it (once); returns the result, the session it ran in, and why a gone session
+    was replaced ("" if none was). A new session goes through `on_open` before the request."""
+    replaced = ""
     with _translated(messenger, timeout_seconds):
         if session is not None:
             try:
-                return await messenger.request(method, params, session, relay, call_id), session
-            except BackendSessionGone:
+                return await messenger.request(method, params, session, relay, call_id), session, ""
+            except BackendSessionGone as gone:
                 logger.info("backend %s forgot its session: opening a new one", messenger.backend_id)
+                replaced = gone.reason
         session = await messenger.initialize()
-        return await messenger.request(method, params, session, relay, call_id), session
+        if on_open is not None:
+            session = await on_open(session)
+        return await messenger.request(method, params, session, relay, call_id), session, replaced
 
 
 @contextmanager
