@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import secrets
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
@@ -267,10 +268,12 @@ class IndexerClient:
             credentials=pb.Credentials(bearer_token=bearer_token or ""),
             implied=implied,
             resolve=resolve,
+            # the id every attempt proposes: one that may have run has opened this very session,
+            # which a second attempt then answers, so the open is harmless twice
+            session_id="" if implied else secrets.token_urlsafe(24),
         )
-        # a handshake session opened twice would be two: tried again only where the first did not run
         opened: pb.OpenSessionResponse = await self._call(
-            lambda stub: stub.OpenSession, request, timeout=self.open_session_timeout, idempotent=implied
+            lambda stub: stub.OpenSession, request, timeout=self.open_session_timeout
         )
         return session_answer(opened)
 
