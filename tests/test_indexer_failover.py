@@ -19,7 +19,7 @@ import pytest
 
 from commands.ports import free_port
 from router.caller import Principal
-from router.errors import RouterError
+from router.errors import RouterError, SessionNotFound
 from router.link.failover import Failure, judge, next_address
 from router.link.indexer_client import IndexerClient
 from tests.support.waits import wait_for
@@ -82,6 +82,7 @@ class FakeIndexer(pb_grpc.IndexerServicer):
         self.calls: Counter[str] = Counter()
         self.proposed: list[str] = []  # the session id each OpenSession proposed
         self.cancel = 0  # calls to answer CANCELLED, as a stopping server does to calls it dropped
+        self.gone = False  # CloseSession answers that the session is not found
 
     async def _answer(self, method: str, context: grpc.aio.ServicerContext) -> None:
         self.calls[method] += 1
@@ -117,6 +118,9 @@ class FakeIndexer(pb_grpc.IndexerServicer):
         self, request: pb.CloseSessionRequest, context: grpc.aio.ServicerContext
     ) -> pb.CloseSessionResponse:
         await self._answer("CloseSession", context)
+        if self.gone:
+            context.set_trailing_metadata((("toolsearch-error", "session-not-found"),))
+            await context.abort(grpc.StatusCode.NOT_FOUND, "session not found")
         return pb.CloseSessionResponse()
 
     @property
@@ -258,3 +262,14 @@ async def test_a_dead_indexers_refusal_does_not_use_up_the_retry_a_timed_out_cal
         live.servicer.slow, live.servicer.slow_pause = 1, 2.0  # the first call times out, the next is quick
         await client.find_tools("s" * 32, ALICE, "weather", [], 3)
         assert live.servicer.calls["FindTools"] == 2
+
+
+async def test_a_close_that_may_have_run_is_done_when_the_other_finds_the_session_gone() -> None:
+    async with replicas(2, timeout=0.5) as ((first, second), client):
+        first.servicer.slow, first.servicer.slow_pause = 1, 2.0  # it ends the session, its answer lost
+        second.servicer.gone = True
+        await client.close_session("s" * 32, ALICE)
+        assert (first.servicer.calls["CloseSession"], second.servicer.calls["CloseSession"]) == (1, 1)
+        first.servicer.gone = True
+        with pytest.raises(SessionNotFound):  # answered at once, by the first: the session is unknown
+            await client.close_session("s" * 32, ALICE)

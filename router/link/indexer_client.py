@@ -181,12 +181,15 @@ class IndexerClient:
         tool_name: str = "",
         timeout: float | None = None,
         idempotent: bool = True,
+        if_gone: _Response | None = None,
     ) -> _Response:
         """Call `method` with `request`, failing over to other addresses; a failure becomes a router error.
 
         `method` picks the method off a stub (`lambda stub: stub.FindTools`) rather than being one
         stub's bound method: each address has a stub of its own, and a failover calls another's.
-        `idempotent`: whether running the call twice is harmless (router/link/failover.py).
+        `idempotent`: whether running the call twice is harmless (router/link/failover.py);
+        `if_gone`: the answer when the session is not found after an attempt that may have run (a
+        close that ran there, its answer lost).
         """
         metadata = self._security.metadata or None
         each = timeout or self.timeout
@@ -228,6 +231,8 @@ class IndexerClient:
                     )
                 failure = judge(exc, idempotent)
                 if failure is None:
+                    if ran and if_gone is not None and error_kind(exc) == ErrorKind.SESSION_NOT_FOUND:
+                        return if_gone
                     raise translate(exc, tool_name) from None
                 # each request message is named for its method: OpenSessionRequest, ...
                 name = request.DESCRIPTOR.name.removesuffix("Request")
@@ -299,7 +304,7 @@ class IndexerClient:
             principal=_principal(principal),
             credentials=pb.Credentials(bearer_token=bearer_token or ""),
         )
-        await self._call(lambda stub: stub.CloseSession, request)
+        await self._call(lambda stub: stub.CloseSession, request, if_gone=pb.CloseSessionResponse())
 
     async def set_backend_session(
         self,
