@@ -133,6 +133,12 @@ class GuardedProtocol(H11Protocol):
         super().on_response_complete()
         self._follow()
 
+    def shutdown(self) -> None:
+        if self._lingering and self._socket is not None:
+            self._socket.close()  # answered already: nothing for a stop to wait for
+            return
+        super().shutdown()
+
     def lingers(self) -> bool:
         return self._lingering
 
