@@ -19,6 +19,8 @@ the tool's inputSchema and echoes them back. It stands in for real backends in d
   list_changed notification: clients see it on their next tools/list), and
   `POST /control/servers/<slug>/subjects` with a JSON list of the subjects that server lets in from
   now on (`null`: every subject), for a server that requires a JWT;
+  `POST /control/servers/<slug>/garble?as=json|html` (every MCP request answers 200 with truncated
+  JSON, or with an HTML page: a broken backend or a proxy's error page; `as=off` ends it);
   `GET /control/servers/<slug>/calls` counts the `tools/call` requests that server has handled
   (`calls`) and the MCP requests it has received, on arrival, before any delay (`requests`);
 - `--sessions` serves them as most servers people run are served: in the initialize handshake
@@ -121,6 +123,7 @@ class _Backend:
     delay: float = 0.0
     call_delay: float = 0.0  # seconds every tools/call result waits besides `delay`
     pad: int = 0  # bytes every tools/call result carries in addition
+    garble: str = ""  # "json" or "html": every MCP request answered with that, unreadable
     calls: int = 0  # tools/call requests that reached this server's handler
     requests: int = 0  # MCP requests received, counted on arrival (before the delay)
 
@@ -133,11 +136,24 @@ class _Backend:
             "delay_seconds": self.delay,
             "call_delay_seconds": self.call_delay,
             "pad_bytes": self.pad,
+            "garble": self.garble or None,
             "calls": self.calls,
             "requests": self.requests,
             "requires_jwt": self.requires_jwt,
             "allowed_subjects": None if self.allowed_subjects is None else sorted(self.allowed_subjects),
         }
+
+
+# what a garbled server answers: JSON cut short, and the error page of a proxy in front of it
+_GARBLED = {
+    "json": Response(
+        '{"jsonrpc": "2.0", "id": 1, "result": {"tools": [{"name": "cut', media_type="application/json"
+    ),
+    "html": Response(
+        "<html><head><title>502 Bad Gateway</title></head><body><h1>Bad Gateway</h1></body></html>",
+        media_type="text/html",
+    ),
+}
 
 
 def _delay(request: Request) -> float:
@@ -279,6 +295,8 @@ class _CatalogService:
     def _rejection(self, backend: _Backend, headers: Headers) -> Response | None:
         if backend.down:
             return _rpc_error(503, f"server {backend.server!r} is down (set through the control API)")
+        if backend.garble:
+            return _GARBLED[backend.garble]
         if not backend.requires_jwt:
             return None
         scheme, _, token = headers.get("authorization", "").partition(" ")
@@ -314,7 +332,7 @@ class _CatalogService:
         return JSONResponse({"slug": backend.slug, "calls": backend.calls, "requests": backend.requests})
 
     async def control(self, request: Request) -> Response:
-        """`POST /control/servers/{slug}/{down,up,slow,stall,pad,tools,subjects}`."""
+        """`POST /control/servers/{slug}/{down,up,slow,stall,garble,pad,tools,subjects}`."""
         backend = self.backends.get(request.path_params["slug"])
         if backend is None:
             raise HTTPException(404, f"unknown server {_clip(request.path_params['slug'])}")
@@ -325,6 +343,11 @@ class _CatalogService:
             backend.delay = _delay(request)
         elif action == "stall":
             backend.call_delay = _delay(request)
+        elif action == "garble":
+            kind = request.query_params.get("as", "")
+            if kind not in (*_GARBLED, "off"):
+                raise HTTPException(400, "give what to answer as ?as=json, ?as=html, or ?as=off to end it")
+            backend.garble = "" if kind == "off" else kind
         elif action == "pad":
             size = request.query_params.get("bytes", "")
             if not size.isdigit() or int(size) > MAX_PAD_BYTES:
@@ -341,7 +364,8 @@ class _CatalogService:
         else:
             raise HTTPException(
                 404,
-                f"unknown control action {_clip(action)}: down, up, slow, stall, pad, tools or subjects",
+                f"unknown control action {_clip(action)}: down, up, slow, stall, garble, pad, tools or "
+                "subjects",
             )
         return JSONResponse(backend.state())
 

@@ -333,6 +333,7 @@ async def test_posting_tools_replaces_a_servers_tool_list(server: Running) -> No
         ("Flaky_Maps/slow", None, 400, "?seconds=X"),
         ("Flaky_Maps/stall?seconds=nan", None, 400, "seconds must be between"),
         ("Flaky_Maps/explode", None, 404, "unknown control action"),
+        ("Flaky_Maps/garble?as=xml", None, 400, "?as=json, ?as=html, or ?as=off"),
         ("Changing_Tools/tools", {"name": "x"}, 400, "JSON list"),
         ("Changing_Tools/tools", [{"description": "no name"}], 400, "'name'"),
         ("Changing_Tools/tools", [{"name": "x", "inputSchema": {"type": 5}}], 400, "not valid JSON Schema"),

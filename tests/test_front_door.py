@@ -29,7 +29,7 @@ from tests.support.waits import wait_for
 from toolsearch.config import load_config
 
 LIMIT = 8  # router.max_connections of these tests
-BOUNDS = {"max_connections": LIMIT, "header_timeout": 1.0, "body_timeout": 1.5, "keep_alive_timeout": 1.0}
+BOUNDS = {"max_connections": LIMIT, "header_timeout": 1.0, "body_timeout": 1.5, "keep_alive_timeout": 3.0}
 APP = "http://app.example:3000"  # a web client's origin, listed in the bounded router's allowed_origins
 WAIT = 10.0  # seconds any answer or close may take on a busy machine
 DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -208,6 +208,45 @@ async def test_a_body_declared_far_too_large_is_refused_unread(front: Front) -> 
     assert b"100 Continue" not in answer and b"connection: close" in answer.lower()
 
 
+REFUSALS = [  # (request line, content type, the status it is refused with)
+    ("PUT /mcp", "application/json", 405),
+    ("PUT /healthz", "application/json", 405),
+    ("POST /mcp", "text/plain", 415),
+    ("POST /mcp", "application/json", 413),
+    ("DELETE /mcp", "application/json", 400),
+    ("POST /nowhere", "application/json", 404),
+]
+
+
+async def _refused_with_a_body(front: Front, line: str, content_type: str, size: int, close: bool) -> bytes:
+    """What a client that writes its whole request before it reads gets back (its head)."""
+    reader, writer = await _connect(front.stack.router_url)
+    head = f"{line} HTTP/1.1\r\nHost: 127.0.0.1:{front.port}\r\nContent-Type: {content_type}\r\n"
+    head += f"Content-Length: {size}\r\n" + ("Connection: close\r\n" if close else "") + "\r\n"
+    writer.write(head.encode())
+    chunk = b"x" * 65536
+    for _ in range(size // len(chunk)):
+        writer.write(chunk)
+        await writer.drain()  # a reset would raise here
+    writer.write(b"x" * (size % len(chunk)))
+    await writer.drain()
+    try:
+        return await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), WAIT)
+    finally:
+        writer.close()
+
+
+@pytest.mark.parametrize("close", [False, True], ids=["kept", "connection-close"])
+@pytest.mark.parametrize("size", [2_000_000, 6_000_000], ids=["within-the-drain", "beyond-the-drain"])
+async def test_every_refusal_of_a_large_body_is_read_by_a_client_that_sends_it_whole(
+    front: Front, size: int, close: bool
+) -> None:
+    # the drain is 4 MiB (four times router.max_body_bytes): beyond it, the close lingers
+    for line, content_type, status in REFUSALS:
+        answer = await _refused_with_a_body(front, line, content_type, size, close)
+        assert answer.startswith(f"HTTP/1.1 {status} ".encode()), (line, answer[:200])
+
+
 # Connections
 
 
@@ -244,8 +283,11 @@ async def test_connections_beyond_the_limit_get_503_at_once_and_are_logged_once(
     assert output.count("refused connections beyond router.max_connections") == 1, output
 
 
-async def test_a_slowloris_is_cut_while_other_clients_are_served(front: Front) -> None:
-    reader, writer = await _connect(front.bounded_url)
+async def _trickled(
+    front: Front, interval: float, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+) -> float:
+    """Send a request head one byte every `interval` seconds; the seconds until the router answers
+    408 and closes (the head would take far longer)."""
     head = f"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: {'a' * 200}\r\n\r\n".encode()
     started = asyncio.get_running_loop().time()
 
@@ -254,17 +296,42 @@ async def test_a_slowloris_is_cut_while_other_clients_are_served(front: Front) -
             if writer.is_closing():
                 return
             writer.write(bytes([byte]))
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(interval)  # the slow client's pace, not a wait for the router
 
     sending = asyncio.create_task(trickle())
-    async with httpx2.AsyncClient(timeout=WAIT) as http:
-        assert (await http.get(f"{front.bounded_url}/healthz")).status_code == 200
-    answer = await _closed_by_server(reader)
-    took = asyncio.get_running_loop().time() - started
-    sending.cancel()
-    writer.close()
+    try:
+        answer = await _closed_by_server(reader)
+    finally:
+        sending.cancel()
+        writer.close()
     assert answer.startswith(b"HTTP/1.1 408 "), answer[:200]
-    assert took < BOUNDS["header_timeout"] + 3, took  # cut at the deadline, not when the head ends
+    return asyncio.get_running_loop().time() - started
+
+
+async def test_slowloris_connections_are_cut_at_the_header_timeout_while_other_clients_are_served(
+    front: Front,
+) -> None:
+    await wait_for(lambda: _held_connections(front) == 0, within=WAIT)
+    slow = [await _connect(front.bounded_url) for _ in range(LIMIT - 2)]  # leaves room for one client
+    cutting = asyncio.gather(*(_trickled(front, 0.25, reader, writer) for reader, writer in slow))
+    async with httpx2.AsyncClient(timeout=WAIT) as http:
+        while not cutting.done():  # served all along, each answer within a moment
+            response = await http.get(f"{front.bounded_url}/healthz")
+            assert response.status_code == 200
+    took = await cutting
+    # the head needs 60 s at this pace; each is cut at the deadline, not a byte's interval later
+    assert all(BOUNDS["header_timeout"] - 0.1 < t < BOUNDS["header_timeout"] + 3 for t in took), took
+
+
+async def test_a_slow_head_on_a_kept_connection_has_the_header_timeout_from_its_first_byte(
+    front: Front,
+) -> None:
+    reader, writer = await _connect(front.bounded_url)
+    writer.write(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+    first = await asyncio.wait_for(reader.readuntil(b'{"status":"ok"}'), WAIT)
+    assert first.startswith(b"HTTP/1.1 200 ")
+    took = await _trickled(front, 0.25, reader, writer)
+    assert BOUNDS["header_timeout"] - 0.1 < took < BOUNDS["header_timeout"] + 3, took
 
 
 async def test_a_stalled_body_is_cut_with_408(front: Front) -> None:
@@ -279,13 +346,43 @@ async def test_a_stalled_body_is_cut_with_408(front: Front) -> None:
     assert b"did not arrive within 1.5s" in answer
 
 
-async def test_an_idle_keep_alive_connection_is_closed(front: Front) -> None:
+async def test_an_idle_kept_connection_outlives_the_header_timeout_and_closes_after_keep_alive(
+    front: Front,
+) -> None:
     reader, writer = await _connect(front.bounded_url)
-    host = front.bounded_url.removeprefix("http://")
-    writer.write(f"GET /healthz HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
-    answer = await _closed_by_server(reader)  # answered, then closed once idle for keep_alive_timeout
+    request = f"GET /healthz HTTP/1.1\r\nHost: {front.bounded_url.removeprefix('http://')}\r\n\r\n".encode()
+    answers = []
+    for _ in range(2):
+        writer.write(request)
+        answers.append(await asyncio.wait_for(reader.readuntil(b'{"status":"ok"}'), WAIT))
+        # idle past router.header_timeout, which bounds a head once it has begun, not the idle time
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(reader.read(1), BOUNDS["header_timeout"] + 0.5)
+    started = asyncio.get_running_loop().time()
+    assert await _closed_by_server(reader) == b""  # then closed, quietly, once idle for keep_alive
     writer.close()
-    assert answer.startswith(b"HTTP/1.1 200 ")
+    waited = asyncio.get_running_loop().time() - started + BOUNDS["header_timeout"] + 0.5
+    assert all(a.startswith(b"HTTP/1.1 200 ") and b"keep-alive: timeout=3\r\n" in a for a in answers)
+    assert BOUNDS["keep_alive_timeout"] - 0.1 < waited < BOUNDS["keep_alive_timeout"] + 3, waited
+
+
+async def test_a_new_connection_at_the_limit_takes_the_place_of_the_longest_idle_one(front: Front) -> None:
+    await wait_for(lambda: _held_connections(front) == 0, within=WAIT)
+    host = front.bounded_url.removeprefix("http://")
+    kept = []
+    for _ in range(LIMIT):  # each answered once, then idle
+        reader, writer = await _connect(front.bounded_url)
+        writer.write(f"GET /healthz HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+        await asyncio.wait_for(reader.readuntil(b'{"status":"ok"}'), WAIT)
+        kept.append((reader, writer))
+    try:
+        async with httpx2.AsyncClient(timeout=WAIT) as http:
+            assert (await http.get(f"{front.bounded_url}/healthz")).status_code == 200
+        oldest, _ = kept[0]
+        assert await _closed_by_server(oldest) == b""  # given up, quietly
+    finally:
+        for _, writer in kept:
+            writer.close()
 
 
 async def test_a_flood_of_invalid_requests_is_one_log_line(front: Front) -> None:

@@ -19,7 +19,7 @@ import pytest
 
 from commands.ports import free_port
 from router.caller import Principal
-from router.errors import IndexerUnavailable, RouterError
+from router.errors import RouterError, SessionNotFound
 from router.link.failover import Failure, judge, next_address
 from router.link.indexer_client import IndexerClient
 from tests.support.waits import wait_for
@@ -80,7 +80,9 @@ class FakeIndexer(pb_grpc.IndexerServicer):
         self.slow = 0
         self.slow_pause = 0.0
         self.calls: Counter[str] = Counter()
+        self.proposed: list[str] = []  # the session id each OpenSession proposed
         self.cancel = 0  # calls to answer CANCELLED, as a stopping server does to calls it dropped
+        self.gone = False  # CloseSession answers that the session is not found
 
     async def _answer(self, method: str, context: grpc.aio.ServicerContext) -> None:
         self.calls[method] += 1
@@ -96,8 +98,9 @@ class FakeIndexer(pb_grpc.IndexerServicer):
     async def OpenSession(
         self, request: pb.OpenSessionRequest, context: grpc.aio.ServicerContext
     ) -> pb.OpenSessionResponse:
+        self.proposed.append(request.session_id)
         await self._answer("OpenSession", context)
-        return pb.OpenSessionResponse(session_id="s" * 32)
+        return pb.OpenSessionResponse(session_id=request.session_id or "s" * 32)
 
     async def GetSession(
         self, request: pb.GetSessionRequest, context: grpc.aio.ServicerContext
@@ -115,6 +118,9 @@ class FakeIndexer(pb_grpc.IndexerServicer):
         self, request: pb.CloseSessionRequest, context: grpc.aio.ServicerContext
     ) -> pb.CloseSessionResponse:
         await self._answer("CloseSession", context)
+        if self.gone:
+            context.set_trailing_metadata((("toolsearch-error", "session-not-found"),))
+            await context.abort(grpc.StatusCode.NOT_FOUND, "session not found")
         return pb.CloseSessionResponse()
 
     @property
@@ -180,7 +186,7 @@ class Load:
         calls = (
             lambda: self.client.get_session("s" * 32, ALICE),
             lambda: self.client.find_tools("s" * 32, ALICE, "weather", [], 3),
-            lambda: self.client.open_session(ALICE, None),  # not idempotent: only never-ran failures
+            lambda: self.client.open_session(ALICE, None),
             lambda: self.client.open_session(ALICE, None, implied=True),
             lambda: self.client.close_session("s" * 32, ALICE),
         )
@@ -229,14 +235,25 @@ async def test_a_call_a_stopping_indexer_dropped_is_answered_by_the_other_even_a
         assert second.servicer.calls["OpenSession"] == 1
 
 
-async def test_an_open_that_timed_out_is_not_opened_twice_but_a_search_is_tried_again() -> None:
+async def test_an_open_that_timed_out_is_tried_on_the_other_under_the_same_proposed_id() -> None:
     async with replicas(2, timeout=0.5) as ((first, second), client):
-        first.servicer.slow, first.servicer.slow_pause = 2, 2.0
-        with pytest.raises(IndexerUnavailable):
-            await client.open_session(ALICE, None)  # it may have opened one: a retry could open two
-        assert (first.servicer.calls["OpenSession"], second.servicer.calls["OpenSession"]) == (1, 0)
+        first.servicer.slow, first.servicer.slow_pause = 1, 2.0
+        opened = await client.open_session(ALICE, None)  # it may have run: the same id makes it harmless
+        assert (first.servicer.calls["OpenSession"], second.servicer.calls["OpenSession"]) == (1, 1)
+        assert first.servicer.proposed == second.servicer.proposed == [opened.session_id]
+        assert len(opened.session_id) >= 22  # 128 random bits at least
+        second.servicer.slow, second.servicer.slow_pause = 1, 2.0  # calls start from the one that answered
         await client.find_tools("s" * 32, ALICE, "weather", [], 3)  # harmless twice: tried on the other
         assert (first.servicer.calls["FindTools"], second.servicer.calls["FindTools"]) == (1, 1)
+
+
+async def test_each_open_proposes_an_id_of_its_own_and_an_implied_one_none() -> None:
+    async with replicas(1) as ((only,), client):
+        first = await client.open_session(ALICE, None)
+        second = await client.open_session(ALICE, None)
+        await client.open_session(ALICE, None, implied=True)
+        assert first.session_id != second.session_id
+        assert only.servicer.proposed == [first.session_id, second.session_id, ""]
 
 
 async def test_a_dead_indexers_refusal_does_not_use_up_the_retry_a_timed_out_call_is_owed() -> None:
@@ -245,3 +262,14 @@ async def test_a_dead_indexers_refusal_does_not_use_up_the_retry_a_timed_out_cal
         live.servicer.slow, live.servicer.slow_pause = 1, 2.0  # the first call times out, the next is quick
         await client.find_tools("s" * 32, ALICE, "weather", [], 3)
         assert live.servicer.calls["FindTools"] == 2
+
+
+async def test_a_close_that_may_have_run_is_done_when_the_other_finds_the_session_gone() -> None:
+    async with replicas(2, timeout=0.5) as ((first, second), client):
+        first.servicer.slow, first.servicer.slow_pause = 1, 2.0  # it ends the session, its answer lost
+        second.servicer.gone = True
+        await client.close_session("s" * 32, ALICE)
+        assert (first.servicer.calls["CloseSession"], second.servicer.calls["CloseSession"]) == (1, 1)
+        first.servicer.gone = True
+        with pytest.raises(SessionNotFound):  # answered at once, by the first: the session is unknown
+            await client.close_session("s" * 32, ALICE)

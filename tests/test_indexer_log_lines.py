@@ -64,11 +64,20 @@ async def test_a_probe_is_a_debug_line_and_only_a_change_of_status_is_info(
     probe.error = BackendUnavailable("a", "connection refused")
     await health.check("a")
     assert lines(caplog, "indexer.upkeep.health", logging.INFO) == [
-        "backend a: healthy -> unhealthy connection refused"
+        "backend a: healthy -> unhealthy: connection refused"
     ]
     assert lines(caplog, "indexer.upkeep.health", logging.DEBUG)[-1].endswith(
         "unhealthy (connection refused)"
     )
+    probe.error = None
+    await health.check("a")  # back, on probation for one interval
+    await health.check("a")
+    changes = lines(caplog, "indexer.upkeep.health", logging.INFO)[1:]
+    assert [line.split(" ms")[0].rsplit(" ", 1)[0] for line in changes] == [
+        "backend a: unhealthy -> degraded: answered in",
+        "backend a: degraded -> healthy: answered in",
+    ]
+    assert changes[0].endswith(" ms, after failing: degraded for one interval")
 
 
 def test_a_large_batch_logs_texts_done_and_rate_as_it_goes(caplog: pytest.LogCaptureFixture) -> None:

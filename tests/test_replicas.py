@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import signal
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import ExitStack, asynccontextmanager
 from dataclasses import dataclass, field
@@ -47,6 +49,7 @@ WEATHER = "AI_Weather_by_Meteosource"
 HEALTH = {"interval": 0.3, "timeout": 2.0, "unhealthy_after": 1}
 QUERIES = ("current weather conditions", "nba teams and players", "cocktail with an ingredient")
 ANONYMOUS = pb.Principal()
+CLIENTS = 8  # concurrent clients of the kill-and-restart load
 
 
 @dataclass
@@ -73,6 +76,10 @@ class Replicas:
         proc.send_signal(signal.SIGKILL)
         proc.popen.wait(timeout=10)
         proc.stop()
+
+    def freeze_indexer(self, number: int, frozen: bool = True) -> None:
+        """SIGSTOP (or SIGCONT): the replica holds every call it has, answering none."""
+        self.procs[f"indexer{number}"].send_signal(signal.SIGSTOP if frozen else signal.SIGCONT)
 
     def control(self, server: str, action: str) -> None:
         httpx2.post(f"{self.catalog_url}/control/servers/{server}/{action}", timeout=5).raise_for_status()
@@ -194,6 +201,118 @@ async def test_a_killed_replica_costs_the_client_no_error_and_serves_the_same_se
         listed = [{s.session_id: s.version.number for s in status.sessions} for status in statuses]
         assert listed[0] == listed[1] and all(listed[0][i[:8]] == version for i in ids.seen)
     assert "this replica holds the lease" in replicas.procs["indexer2"].output()  # it took over
+
+
+class Counted(Alternating):
+    """Alternates between the routers and keeps every HTTP answer and failure a client met."""
+
+    def __init__(self, ports: list[int], load: Load) -> None:
+        super().__init__(ports)
+        self.load = load
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        opening = request.method == "POST" and json.loads(request.content).get("method") == "initialize"
+        if opening:
+            self.load.opening[request] = time.monotonic()
+        try:
+            response = await super().handle_async_request(request)
+        except httpx2.TransportError as exc:  # a reset, a refused connection: what a user would see
+            self.load.errors.append(f"{request.method}: {type(exc).__name__} {exc}")
+            raise
+        finally:
+            self.load.opening.pop(request, None)
+        self.load.requests += 1
+        # 405 to a GET is the answer by design: a stateless router opens no standalone stream
+        if response.status_code >= 400 and (request.method, response.status_code) != ("GET", 405):
+            self.load.errors.append(f"{request.method}: HTTP {response.status_code}")
+        return response
+
+
+@dataclass
+class Load:
+    """Clients that open sessions, search, call a tool and close, over and over, through both routers."""
+
+    replicas: Replicas
+    requests: int = 0  # HTTP requests answered, initialize and DELETE included
+    sessions: int = 0  # sessions opened and closed
+    errors: list[str] = field(default_factory=list)
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+    opening: dict[httpx2.Request, float] = field(default_factory=dict)  # initialize requests: sent at
+
+    async def session(self, ports: list[int], number: int) -> None:
+        """One client session: initialize, search, call a tool, search, close."""
+        try:
+            async with (
+                httpx2.AsyncClient(timeout=30, transport=Counted(ports, self)) as http,
+                Client(
+                    streamable_http_client(self.replicas.mcp_url(0), http_client=http), mode="legacy"
+                ) as c,
+            ):
+                await find(c, QUERIES[number % len(QUERIES)])
+                called = await c.call_tool("call_tool", {"tool_name": "Get_All_Teams", "parameters": {}})
+                assert not called.is_error, called
+                await find(c, QUERIES[(number + 1) % len(QUERIES)])
+        except Exception as exc:  # collected, so the report shows every failure
+            self.errors.append(f"{type(exc).__name__}: {exc}")
+        else:
+            self.sessions += 1
+
+    async def client(self, number: int) -> None:
+        ports = self.replicas.routers[number % 2 :] + self.replicas.routers[: number % 2]
+        while not self.stop.is_set():
+            await self.session(ports, number)
+
+    async def more(self, count: int) -> None:
+        target = self.requests + count
+        await until(lambda: _at_least_value(lambda: self.requests, target), f"{count} more answers")
+
+
+async def _at_least_value(value: Callable[[], int], target: int) -> bool:
+    return value() >= target
+
+
+async def freeze_amid_an_open(replicas: Replicas, load: Load, openers: list[asyncio.Task[None]]) -> int:
+    """Freeze a replica a router sends to, once an `initialize` waits on it; returns its number.
+
+    A router sends its calls where the last one was answered, so which replica that is depends on
+    what happened before: each is frozen in turn, a session opened through each router at once
+    (the router's next calls move on after a timeout), and thawed again if no open waits on it.
+    """
+
+    async def an_open_waits() -> bool:
+        return any(time.monotonic() - sent > 1.0 for sent in list(load.opening.values()))
+
+    for number in (1, 2):
+        await asyncio.to_thread(replicas.freeze_indexer, number)
+        openers += [asyncio.create_task(load.session([port], 0)) for port in replicas.routers]
+        try:
+            await until(an_open_waits, f"an initialize waiting on frozen indexer {number}", timeout=10)
+        except AssertionError:
+            await asyncio.to_thread(replicas.freeze_indexer, number, False)
+            continue
+        return number
+    raise AssertionError("no initialize waited on either replica")
+
+
+async def test_replicas_killed_and_restarted_under_clients_opening_sessions_cost_no_client_an_error(
+    replicas: Replicas,
+) -> None:
+    load = Load(replicas)
+    clients = [asyncio.create_task(load.client(n)) for n in range(CLIENTS)]
+    try:
+        await load.more(50)
+        for _ in range(2):  # the replica in use, each time: SIGKILL amid an open, then back
+            number = await freeze_amid_an_open(replicas, load, clients)
+            await asyncio.to_thread(replicas.kill_indexer, number)
+            await load.more(100)  # served by the other alone
+            await asyncio.to_thread(replicas.start_indexer, number)
+            await load.more(100)
+    finally:
+        load.stop.set()
+        await asyncio.gather(*clients)
+    print(f"\n{load.requests} HTTP requests, {load.sessions} sessions, {len(load.errors)} errors")
+    assert load.errors == [], load.errors[:10]
+    assert load.sessions >= CLIENTS
 
 
 async def _at_least(items: list[int], count: int) -> bool:

@@ -23,6 +23,7 @@ from indexer.embedder.fake import FakeEmbedder
 from indexer.errors import (
     BackendRejected,
     BackendUnavailable,
+    InvalidRequest,
     NoCallerToken,
     SessionNotFound,
     SessionsFull,
@@ -195,6 +196,21 @@ async def test_the_cap_on_one_principal_counts_authenticated_ones_and_refuses_be
     carol = Principal("https://issuer.test", "carol")
     answers = await asyncio.gather(*(sessions.open(carol, "t") for _ in range(6)), return_exceptions=True)
     assert sorted(type(a).__name__ for a in answers) == ["LiveSession"] * 2 + ["TooManySessions"] * 4
+
+
+async def test_an_open_sent_again_under_its_proposed_id_answers_the_session_the_first_opened() -> None:
+    sessions = manager(LocalSessions(TTL, Clock()), sessions=100, per_principal=2)
+    proposed = "p" * 32
+    first = await sessions.open(ALICE, "alice-token", session_id=proposed)
+    again = await sessions.open(ALICE, "alice-token", session_id=proposed)  # a router's second attempt
+    assert first.id == again.id == proposed
+    await sessions.open(ALICE, "alice-token")  # the one session counts once: there is room for another
+    await refused(sessions, ALICE)
+    with pytest.raises(InvalidRequest, match="session_id is taken"):
+        await sessions.open(BOB, None, session_id=proposed)
+    for bad in ("short", "x" * 65, "p" * 31 + "/"):
+        with pytest.raises(InvalidRequest, match="22 to 64 characters"):
+            await sessions.open(BOB, None, session_id=bad)
 
 
 @pytest.mark.parametrize(

@@ -167,3 +167,18 @@ async def test_two_indexers_on_one_redis_share_both_caps_and_keep_no_unneeded_to
         assert 1 <= full.value.retry_after <= 300
         await one.sessions.close(held.id, TOKEN_HOLDER)
         await two.sessions.open(BOB, "bob-token")
+
+
+async def test_an_open_sent_to_both_replicas_under_one_proposed_id_is_one_session_counted_once(
+    tmp_path: Path, redis_server: RedisServer, redis_client: aredis.Redis
+) -> None:
+    config = parse_config(replica_config(tmp_path, redis_server.url), tmp_path / "toolsearch.yaml")
+    async with running_indexer(config, {}) as one, running_indexer(config, {}) as two:
+        proposed = "r" * 32  # a router's: its first attempt ran on one, its second went to the other
+        first = await one.sessions.open(ALICE, "alice-token", session_id=proposed)
+        again = await two.sessions.open(ALICE, "alice-token", session_id=proposed)
+        assert first.id == again.id == proposed
+        assert await redis_client.zcard(KEYS.owned(principal_key(ALICE))) == 1
+        await two.sessions.open(ALICE, "alice-token")  # the cap of 2 has room for one more
+        with pytest.raises(TooManySessions):
+            await one.sessions.open(ALICE, "alice-token")

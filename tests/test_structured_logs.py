@@ -134,3 +134,44 @@ def test_a_library_that_sets_its_own_logger_to_debug_stays_quiet_at_info(
     finally:
         eager.setLevel(logging.NOTSET)
     assert "Building index" not in stream.getvalue() and "said at info" in stream.getvalue()
+
+
+def _sdk_parse_error() -> None:
+    """What the SDK's client logs when a backend answers truncated JSON: an error with a traceback."""
+    try:
+        json.loads('{"jsonrpc": "2.0", "result": {"tools": [')
+    except ValueError:
+        logging.getLogger("mcp.client.streamable_http").exception("Error parsing JSON response")
+    logging.getLogger("mcp.client.streamable_http").error("Unexpected content type: text/html")
+
+
+@pytest.mark.usefixtures("root_restored")
+@pytest.mark.parametrize("log_format", ["text", "json"])
+def test_the_sdk_clients_errors_about_a_backends_answer_are_a_debug_line_without_traceback(
+    monkeypatch: pytest.MonkeyPatch, log_format: str
+) -> None:
+    stream = io.StringIO()
+    monkeypatch.setattr("sys.stderr", stream)
+    configure_logging("info", log_format)
+    _sdk_parse_error()
+    logging.getLogger("mcp.client.streamable_http").warning("a warning still shows")
+    assert "Error parsing" not in stream.getvalue() and "a warning still shows" in stream.getvalue()
+    configure_logging("debug", log_format)
+    start = len(stream.getvalue())
+    _sdk_parse_error()
+    shown = stream.getvalue()[start:]
+    assert "Traceback" not in shown and "exception" not in shown and len(shown.splitlines()) == 2
+    assert "DEBUG" in shown.upper() and "Error parsing JSON response: JSONDecodeError: Expecting" in shown
+    configure_logging("info", "text")  # leaves the libraries as the other tests expect them
+
+
+@pytest.mark.usefixtures("root_restored")
+def test_the_services_own_tracebacks_are_not_touched(monkeypatch: pytest.MonkeyPatch) -> None:
+    stream = io.StringIO()
+    monkeypatch.setattr("sys.stderr", stream)
+    configure_logging("info", "text")
+    try:
+        raise RuntimeError("a bug of ours")
+    except RuntimeError:
+        logging.getLogger("indexer.upkeep.health").exception("health probe of a failed unexpectedly")
+    assert "Traceback" in stream.getvalue() and "RuntimeError: a bug of ours" in stream.getvalue()

@@ -13,6 +13,13 @@ A record may carry more fields for machines as `extra={"fields": {...}}` (the ro
 does): a JSON line holds them as keys of its own; a text line has them in its message already.
 Below debug, the HTTP and MCP libraries keep their INFO lines to themselves (`QUIET_LIBRARIES`): one
 `HTTP Request: POST ...` line per health probe and backend call drowns what the services say.
+
+The SDK's client logs a traceback when a backend answers something it cannot read (truncated JSON,
+an HTML page: `Error parsing JSON response`), then hands the same error to the caller, which says in
+its own words what the backend did (a failed call, a backend's change of health). So the SDK
+client's errors and records that carry an exception (`SDK_CLIENT_LOGGERS`) become one debug line,
+the exception's type and message in it, never a traceback: a backend's bad answer is told once, in
+the service's words, not at every probe in the library's.
 """
 
 from __future__ import annotations
@@ -36,6 +43,8 @@ REQUEST_ID_HEADER = "x-request-id"
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
 # loggers that say INFO for every request they make or serve; warnings still come through
 QUIET_LIBRARIES = ("httpx", "httpx2", "httpcore", "httpcore2", "mcp", "mcp_types", "sse_starlette")
+# the SDK's client side: its errors are a backend's answers, which the services report themselves
+SDK_CLIENT_LOGGERS = ("mcp.client",)
 
 _request_id: ContextVar[str] = ContextVar("toolsearch_request_id", default="")
 _session: ContextVar[str] = ContextVar("toolsearch_session", default="")
@@ -107,12 +116,34 @@ def _utc(created: float) -> str:
     return f"{seconds}.{int(created % 1 * 1000):03d}Z"
 
 
+class BackendTracebacks(logging.Filter):
+    """Turns an SDK client's error or record with an exception into one debug line, no traceback."""
+
+    def __init__(self, level: int) -> None:
+        super().__init__()
+        self.level = level  # the handler's: a record made debug here must still clear it
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc_info = record.exc_info
+        if not record.name.startswith(SDK_CLIENT_LOGGERS) or not (
+            exc_info or record.levelno >= logging.ERROR
+        ):
+            return True
+        error = exc_info[1] if exc_info else None
+        record.msg = record.getMessage() + (f": {type(error).__name__}: {error}" if error else "")
+        record.args = None
+        record.exc_info = record.exc_text = None
+        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return self.level <= logging.DEBUG
+
+
 def configure_logging(level: str, log_format: str) -> None:
     """Send every log record to stderr as text or JSON lines, at `level` and above (replaces handlers)."""
     handler = logging.StreamHandler(sys.stderr)
     # the handler's level too: a library that sets its own logger to DEBUG (bm25s does, on import)
     # must not reach the output below `level`
     handler.setLevel(level.upper())
+    handler.addFilter(BackendTracebacks(handler.level))
     handler.setFormatter(JsonFormatter() if log_format == "json" else logging.Formatter(TEXT_FORMAT))
     root = logging.getLogger()
     for old in list(root.handlers):

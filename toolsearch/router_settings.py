@@ -112,7 +112,8 @@ class Router(Section):
     max_connections: int = Field(default=1000, ge=1)  # open client connections; more are answered 503
     header_timeout: float = Field(default=10.0, gt=0)  # seconds until a request's head has arrived
     body_timeout: float = Field(default=30.0, gt=0)  # seconds for a request's whole body
-    keep_alive_timeout: float = Field(default=5.0, gt=0)  # seconds an idle connection stays open
+    # seconds an idle connection stays open: longer than clients keep theirs (docs/reliability.md)
+    keep_alive_timeout: float = Field(default=120.0, gt=0)
     max_connections_per_backend: int = Field(default=100, ge=1)  # each backend's own pool
     # tools advertised in tools/list beside the meta-tools: "backend/tool" or "backend/*" (docs/router.md)
     pinned: list[str] = []

@@ -131,7 +131,10 @@ class IndexerService(pb_grpc.IndexerServicer):
         self, request: pb.OpenSessionRequest, context: grpc.aio.ServicerContext
     ) -> pb.OpenSessionResponse:
         session = await self._sessions.open(
-            principal_of(request.principal), request.credentials.bearer_token or None, implied=request.implied
+            principal_of(request.principal),
+            request.credentials.bearer_token or None,
+            implied=request.implied,
+            session_id=request.session_id,
         )
         tool = self._resolver.resolved(session, request.resolve) if request.resolve else None
         return pb.OpenSessionResponse(

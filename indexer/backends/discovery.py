@@ -11,6 +11,7 @@ HTTP+SSE transport (the SDK's SSE client), everything else over Streamable HTTP.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -31,6 +32,10 @@ from toolsearch.settings import DEFAULT_MAX_RESPONSE_BYTES
 
 # A server that pages forever must not hang discovery.
 MAX_PAGES = 1000
+# how the SDK reports an answer it could not read as JSON-RPC, and the validator's words for bad JSON
+_UNPARSED = "Failed to parse JSON response"
+_INVALID_JSON = re.compile(r"Invalid JSON: ([^\[\n]*)")
+_NOT_JSONRPC = "answered JSON that is not a JSON-RPC message"
 
 
 class _StatusRecorder:
@@ -58,8 +63,18 @@ def _describe(exc: BaseException) -> str:
     if isinstance(first, httpx2.TimeoutException):
         return "timed out"
     if isinstance(first, MCPError):
-        return f"MCP error: {first.error.message}"
-    return f"{type(first).__name__}: {first}"[:200]
+        message = first.error.message
+        if message.startswith(_UNPARSED):
+            # the SDK's text is the validator's, over several lines: what it found is enough
+            found = _INVALID_JSON.search(message)
+            return f"answered invalid JSON ({found.group(1).strip()})" if found else _NOT_JSONRPC
+        return _one_line(f"MCP error: {message}")
+    return _one_line(f"{type(first).__name__}: {first}")
+
+
+def _one_line(reason: str) -> str:
+    """A reason as one log line of at most 200 characters: a backend's text may hold line breaks."""
+    return " ".join(reason.split())[:200]
 
 
 def pinned_mode(protocol_version: str) -> str:

@@ -17,6 +17,7 @@ the `BackendSessionEnder` (indexer.backend_sessions), which ends them at their b
 
 from __future__ import annotations
 
+import re
 import secrets
 import time
 
@@ -24,7 +25,7 @@ from indexer.backends.backend_sessions import BackendSessionEnder
 from indexer.backends.credentials import kept_token, list_at_creation, listing_token
 from indexer.backends.follower import HealthFollower
 from indexer.backends.lister import BackendLister
-from indexer.errors import SessionNotFound
+from indexer.errors import InvalidRequest, SessionNotFound
 from indexer.retrieval.index import IndexVersion, VersionPool
 from indexer.sessions.catalogs import Catalogs
 from indexer.sessions.limits import SessionLimits
@@ -46,6 +47,9 @@ from indexer.state import (
 from indexer.state.listings import intern_backends
 from toolsearch.indexer_settings import Naming
 from toolsearch.outgoing import per_caller
+
+# a session id a router proposes: URL-safe base64 of at least 128 random bits
+_PROPOSED_ID = re.compile(r"[A-Za-z0-9_-]{22,64}")
 
 
 class SessionManager:
@@ -92,10 +96,19 @@ class SessionManager:
         """Every live session's record, wherever it was opened."""
         return await self._store.records()
 
-    async def open(self, principal: Principal, token: str | None, implied: bool = False) -> LiveSession:
-        """A new session (or, with `implied`, the principal's implied one), listed with its credentials."""
+    async def open(
+        self, principal: Principal, token: str | None, implied: bool = False, session_id: str = ""
+    ) -> LiveSession:
+        """A new session (or, with `implied`, the principal's implied one), listed with its credentials.
+
+        `session_id` is the id a new session takes (a router's choice, so that an open sent twice
+        opens one session); when the principal already holds a session of that id, that one is the
+        answer. Empty: a fresh id.
+        """
         self._views.forget_idle(self._store.ttl)
         if implied and (existing := await self._implied(principal)) is not None:
+            return existing
+        if session_id and not implied and (existing := await self._proposed(principal, session_id)):
             return existing
         await self._limits.check(self._store, principal)  # before anything is listed or built for it
         token = listing_token(principal, token, implied)
@@ -109,7 +122,7 @@ class SessionManager:
         version = await self._catalogs.version(catalog)
         await self._catalogs.share([catalog])
         created = SessionRecord(
-            id=secrets.token_urlsafe(24),
+            id=session_id if session_id and not implied else secrets.token_urlsafe(24),
             principal=principal,
             token=kept_token(principal, token, relisted),
             implied=implied,
@@ -137,6 +150,20 @@ class SessionManager:
         if self._store.shared:
             created.token = None  # kept in the shared state only
         return session
+
+    async def _proposed(self, principal: Principal, session_id: str) -> LiveSession | None:
+        """The principal's session of a proposed id, when an earlier attempt of the open made it."""
+        if not _PROPOSED_ID.fullmatch(session_id):
+            raise InvalidRequest(
+                "session_id must be 22 to 64 characters of A-Z, a-z, 0-9, '-' and '_' (random: "
+                "at least 128 bits), or empty for the indexer to choose"
+            )
+        stored = await self._store.load(session_id)
+        if stored is None:
+            return None
+        if stored.principal != principal:
+            raise InvalidRequest("session_id is taken: propose another (a fresh random one)")
+        return await self._views.of(stored, self._recover)
 
     async def _implied(self, principal: Principal) -> LiveSession | None:
         session_id = await self._store.implied(principal)

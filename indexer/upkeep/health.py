@@ -103,6 +103,16 @@ def _reason(backend_id: str, before: Status, after: Status, tools_changed: bool)
     return None
 
 
+def _answered(before: Status, after: Status, latency: float, settings: Health) -> str:
+    """Why an answer changed a backend's status: how fast it came, and what that means."""
+    answered = f"answered in {latency * 1000:.0f} ms"
+    if latency > settings.degraded_latency:
+        return f"{answered}, slower than health.degraded_latency ({settings.degraded_latency:g}s)"
+    if after == "degraded":
+        return f"{answered}, after failing: degraded for one interval"
+    return answered
+
+
 class HealthMonitor:
     """One probe loop per backend, concurrent and independent: a hanging backend stalls only itself."""
 
@@ -287,8 +297,9 @@ class HealthMonitor:
             after,
             f" ({error.reason})" if error else "",
         )
-        if before != after:
-            logger.info("backend %s: %s -> %s %s", backend_id, before, after, error.reason if error else "")
+        if before != after:  # the one line a change gets, with its reason
+            why = error.reason if error else _answered(before, after, latency, self._settings)
+            logger.info("backend %s: %s -> %s: %s", backend_id, before, after, why)
         if reason is not None:
             self._rebuilder.request(reason)
         return reason

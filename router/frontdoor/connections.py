@@ -4,31 +4,33 @@ uvicorn bounds neither the time a request's head may take nor the connections it
 `limit_concurrency` answers 503 only once a request has arrived, and logs a warning for each), so
 a client that opens connections and sends nothing, or sends its headers a byte at a time
 (slowloris), holds a file descriptor for ever; at the process's descriptor limit every other client
-times out. `GuardedProtocol`, uvicorn's h11 protocol extended, adds:
+times out. `GuardedProtocol`, uvicorn's h11 protocol extended, adds (the values in `FrontDoor`,
+router/frontdoor/bounds.py):
 
-- `router.max_connections` (1000): a connection beyond it is answered `503` at once, with a
-  JSON-RPC error, `Retry-After: 1` and `Connection: close`, before any request is read; its request
-  is read and dropped for a moment so the client reads the answer.
+- `router.max_connections` (1000): a new connection beyond it takes the place of the longest idle
+  one, which is closed; with none idle, it is answered `503` at once, with a JSON-RPC error,
+  `Retry-After: 1` and `Connection: close`, before any request is read, and its request is read and
+  dropped for a moment so the client reads the answer.
 - `router.header_timeout` (10 s): a request's head must have arrived in full this long after the
-  connection opened or the previous response ended; otherwise the connection is closed (with `408`
-  when part of a head came).
+  connection opened, or, on a kept connection, after the head's first byte: however slowly it
+  trickles, the deadline is never moved. Otherwise the connection is closed (with `408` when part
+  of a head came).
 - `router.body_timeout` (30 s): a request's body must have arrived in full this long after its
   head; otherwise the app sees the client gone and the client gets `408`.
-- `router.keep_alive_timeout` (5 s): an idle connection between requests is closed.
+- `router.keep_alive_timeout` (120 s): an idle connection between requests is closed; each answer
+  says so in `Keep-Alive: timeout=N` (docs/reliability.md says why it is longer than clients').
+- a close while the client is still sending its request lingers (router/frontdoor/lingering.py).
 
 Refusals and cut connections are logged once per burst (router/frontdoor/bursts.py), and so are uvicorn's own
 warnings about one request each (an invalid request, an unsupported upgrade), which a flood of bad
 requests would otherwise turn into a flood of lines. Heads over h11's 16 KiB are refused by h11 with
-400. `raise_fd_limit` makes room for `max_connections` in the process's
-file-descriptor limit at start.
+400.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import resource
-from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import h11
@@ -38,14 +40,12 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.server import ServerState
 
 from router.error_answers import jsonrpc_error_body
-from router.frontdoor.bursts import BurstLog
-from toolsearch.router_settings import Router
+from router.frontdoor.bounds import FrontDoor
+from router.frontdoor.lingering import LingeringTransport
 
-logger = logging.getLogger(__name__)
-
-FD_RESERVE = 512  # descriptors kept for backend and indexer connections, logs and files
 LINGER = 1.0  # seconds a refused connection is read (and dropped) so its client reads the 503
-MAX_LINGERING = 256  # refused connections lingering at once; more are closed right away
+MAX_LINGERING = 256  # connections lingering at once (router/frontdoor/lingering.py); more are closed
+LINGER_BYTES = 64 * 1024 * 1024  # bytes one lingering connection may send before it is closed anyway
 
 
 def _raw_response(status: str, message: str, retry_after: bool = False) -> bytes:
@@ -53,52 +53,6 @@ def _raw_response(status: str, message: str, retry_after: bool = False) -> bytes
     head = f"HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {len(body)}\r\n"
     head += "retry-after: 1\r\n" if retry_after else ""
     return (head + "connection: close\r\n\r\n" + body).encode()
-
-
-@dataclass
-class FrontDoor:
-    """The bounds one server's connections share, and the burst logs of what they refuse."""
-
-    max_connections: int
-    header_timeout: float
-    body_timeout: float
-    keep_alive_timeout: float
-    lingering: int = 0
-    refused: BurstLog = field(init=False)
-    cut: BurstLog = field(init=False)
-    uvicorn_warnings: dict[str, BurstLog] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        self.refused = BurstLog(
-            logger,
-            f"refused connections beyond router.max_connections ({self.max_connections}) with 503",
-            "raise router.max_connections if the clients are legitimate",
-        )
-        self.cut = BurstLog(
-            logger,
-            "closed connections whose request did not arrive in time (router.header_timeout "
-            f"{self.header_timeout:g}s, router.body_timeout {self.body_timeout:g}s)",
-            "a slow or stalled client, or a slowloris",
-        )
-
-    @classmethod
-    def of(cls, settings: Router, max_connections: int | None = None) -> FrontDoor:
-        return cls(
-            max_connections=max_connections or settings.max_connections,
-            header_timeout=settings.header_timeout,
-            body_timeout=settings.body_timeout,
-            keep_alive_timeout=settings.keep_alive_timeout,
-        )
-
-    def warnings(self, message: str) -> BurstLog:
-        """The burst log of one of uvicorn's per-request warnings."""
-        if message not in self.uvicorn_warnings:
-            self.uvicorn_warnings[message] = BurstLog(logger, message.rstrip("."), "uvicorn, per request")
-        return self.uvicorn_warnings[message]
-
-    def close(self) -> None:
-        for log in (self.refused, self.cut, *self.uvicorn_warnings.values()):
-            log.close()
 
 
 class _ProtocolLog:
@@ -116,7 +70,8 @@ class _ProtocolLog:
 
 
 class GuardedProtocol(H11Protocol):
-    """uvicorn's h11 protocol with a connection limit and deadlines on a request's arrival."""
+    """uvicorn's h11 protocol with a connection limit, deadlines on a request's arrival, idle
+    connections given up at the limit, and closes that linger while the client still sends."""
 
     front: ClassVar[FrontDoor]  # set on the subclass `protocol_for` makes
 
@@ -130,32 +85,35 @@ class GuardedProtocol(H11Protocol):
         super().__init__(config, server_state, app_state, _loop)
         self.timeout_keep_alive = self.front.keep_alive_timeout  # type: ignore[assignment]  # a float works
         self.logger = _ProtocolLog(self.logger, self.front)  # type: ignore[assignment]
-        self._phase = "head"  # head, body, app (the request arrived), or refused
+        # head, idle (between requests), body, app (the request arrived), refused, or lingering
+        self._phase = "head"
         self._deadline: asyncio.TimerHandle | None = None
         self._head_bytes = 0
         self._lingering = False
+        self._dropped = 0  # bytes read and dropped while lingering
+        self._socket: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         front = self.front
-        if len(self.connections) >= front.max_connections:
+        self._socket = transport
+        if len(self.connections) >= front.max_connections and not front.give_up_idle():
             self._phase, self.transport = "refused", transport
             front.refused.note()
             message = f"the router is at its connection limit ({front.max_connections}): retry shortly"
             transport.write(_raw_response("503 Service Unavailable", message, retry_after=True))
-            if front.lingering >= MAX_LINGERING or not transport.can_write_eof():
-                transport.close()
-                return
-            front.lingering += 1
-            self._lingering = True
-            transport.write_eof()  # the answer is sent; reading on lets the client read it
-            self._deadline = self.loop.call_later(LINGER, transport.close)
+            self._linger(LINGER)
             return
-        super().connection_made(transport)
+        super().connection_made(LingeringTransport(transport, self))
         self._enter("head")
 
     def data_received(self, data: bytes) -> None:
-        if self._phase == "refused":
-            return  # dropped: it is answered already
+        if self._phase in ("refused", "lingering"):
+            self._dropped += len(data)  # answered already: read so the client reads the answer
+            if self._dropped > LINGER_BYTES and self._socket is not None:
+                self._socket.close()
+            return
+        if self._phase == "idle":
+            self._enter("head")  # the next request's first byte: its head has header_timeout from now
         if self._phase == "head":
             self._head_bytes += len(data)
         super().data_received(data)
@@ -163,10 +121,11 @@ class GuardedProtocol(H11Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel()
+        self.front.idle.pop(self, None)
+        if self._lingering:
+            self._lingering = False
+            self.front.lingering -= 1
         if self._phase == "refused":
-            if self._lingering:
-                self._lingering = False
-                self.front.lingering -= 1
             return
         super().connection_lost(exc)
 
@@ -174,16 +133,66 @@ class GuardedProtocol(H11Protocol):
         super().on_response_complete()
         self._follow()
 
+    def shutdown(self) -> None:
+        if self._lingering and self._socket is not None:
+            self._socket.close()  # answered already: nothing for a stop to wait for
+            return
+        super().shutdown()
+
+    def lingers(self) -> bool:
+        return self._lingering
+
+    def close_transport(self) -> None:
+        """uvicorn's close: lingering while the client may still be sending its request, else at once."""
+        state = self.conn.their_state
+        if state is h11.SEND_BODY or state is h11.ERROR:
+            self._linger(self.front.body_timeout)
+        elif self._socket is not None:
+            self._socket.close()
+
+    def give_up(self) -> None:
+        """Close an idle connection to make room for a new one."""
+        self.front.idle.pop(self, None)
+        if self._socket is not None and not self._socket.is_closing():
+            self._socket.close()
+
+    def _linger(self, seconds: float) -> None:
+        """Send what is written and our side's end, then read and drop until the client closes, at most
+        `seconds` (at once when too many linger already or the transport cannot half-close)."""
+        socket, front = self._socket, self.front
+        if socket is None or socket.is_closing():
+            return
+        if self._lingering or front.lingering >= MAX_LINGERING or not socket.can_write_eof():
+            socket.close()
+            return
+        if self._phase != "refused":
+            self._phase = "lingering"
+        front.lingering += 1
+        self._lingering = True
+        self._cancel()
+        socket.write_eof()
+        socket.resume_reading()  # uvicorn may have paused it for a body the app did not read
+        self._deadline = self.loop.call_later(seconds, socket.close)
+
     def _follow(self) -> None:
         """Set the deadline of the phase the connection is in now."""
+        if self._lingering:
+            return  # the lingering close has its own bound
         if self.transport.is_closing():
             self._cancel()
             return
         state = self.conn.their_state
         if state is h11.IDLE and self.conn.our_state is h11.IDLE:
-            if self._phase != "head":
-                self._head_bytes = 0
-                self._enter("head")
+            if self._phase not in ("head", "idle"):
+                # between requests: idle until keep_alive_timeout (uvicorn's timer), unless the
+                # next head has begun already (pipelined)
+                self._head_bytes = len(self.conn.trailing_data[0])
+                if self._head_bytes:
+                    self._enter("head")
+                else:
+                    self._cancel()
+                    self._phase = "idle"
+                    self.front.idle[self] = None
         elif state is h11.SEND_BODY:
             if self._phase != "body":
                 self._enter("body")
@@ -193,6 +202,7 @@ class GuardedProtocol(H11Protocol):
 
     def _enter(self, phase: str) -> None:
         self._cancel()
+        self.front.idle.pop(self, None)
         self._phase = phase
         seconds = self.front.header_timeout if phase == "head" else self.front.body_timeout
         self._deadline = self.loop.call_later(seconds, self._expire)
@@ -204,7 +214,8 @@ class GuardedProtocol(H11Protocol):
 
     def _expire(self) -> None:
         self._deadline = None
-        if self.transport.is_closing():
+        socket = self._socket
+        if socket is None or socket.is_closing():
             return
         if self._phase == "body":
             cycle = self.cycle
@@ -212,39 +223,17 @@ class GuardedProtocol(H11Protocol):
                 cycle.disconnected = True  # the app's receive() now says the client is gone
                 cycle.message_event.set()
                 message = f"the request body did not arrive within {self.front.body_timeout:g}s"
-                self.transport.write(_raw_response("408 Request Timeout", message))
+                socket.write(_raw_response("408 Request Timeout", message))
             self.front.cut.note("body")
         elif self._head_bytes:
             message = f"the request head did not arrive within {self.front.header_timeout:g}s"
-            self.transport.write(_raw_response("408 Request Timeout", message))
+            socket.write(_raw_response("408 Request Timeout", message))
             self.front.cut.note("head")
-        # an idle connection that never sent a byte is closed quietly, as keep-alive expiry does
-        self.transport.close()
+        # a new connection that never sent a byte is closed quietly, as keep-alive expiry does;
+        # a late or stalled client gets no lingering: the deadline is the bound
+        socket.close()
 
 
 def protocol_for(front: FrontDoor) -> type[GuardedProtocol]:
     """The protocol class uvicorn builds each connection with, bound to `front`."""
     return type("RouterProtocol", (GuardedProtocol,), {"front": front})
-
-
-def raise_fd_limit(max_connections: int) -> int:
-    """Make room for `max_connections` under the descriptor limit; returns how many fit."""
-    wanted = max_connections + FD_RESERVE
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft != resource.RLIM_INFINITY and soft < wanted:
-        target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-            soft = target
-        except (ValueError, OSError):
-            pass
-    if soft == resource.RLIM_INFINITY or soft >= wanted:
-        return max_connections
-    fits = max(1, soft - FD_RESERVE)
-    logger.warning(
-        "router.max_connections %d lowered to %d: the file-descriptor limit is %d (raise `ulimit -n`)",
-        max_connections,
-        fits,
-        soft,
-    )
-    return fits

@@ -25,7 +25,8 @@ from mcp_types import INTERNAL_ERROR
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from router.error_answers import jsonrpc_error_body
-from router.frontdoor.connections import FrontDoor, protocol_for, raise_fd_limit
+from router.frontdoor.bounds import FrontDoor, raise_fd_limit
+from router.frontdoor.connections import protocol_for
 from router.frontdoor.session_layer import JSONRPC_ID_KEY
 from toolsearch.router_settings import Router
 
@@ -115,6 +116,8 @@ def router_server(app: ASGIApp, settings: Router, log_level: str, log_format: st
         port=int(port),
         http=protocol_for(front),
         log_level=log_level,
+        # how long an idle connection is kept, for clients that read it (Node's fetch, for one)
+        headers=[("keep-alive", f"timeout={max(1, int(settings.keep_alive_timeout))}")],
         access_log=log_level in ("debug", "trace"),
         # uvicorn types it as int; a float works the same (an asyncio timeout)
         timeout_graceful_shutdown=settings.shutdown_grace,  # type: ignore[arg-type]

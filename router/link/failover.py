@@ -13,11 +13,13 @@ a few ways, and each tells whether the call may have run there:
 
 A call that did not run is tried on the next address whatever it does. One that may have run is
 tried again only if running it twice is harmless (`idempotent`): the reads, ending a session, a
-token exchange (the token kept for the principal, or one more), and the implied session of a
-principal (one per principal however many attempts). Opening a handshake
-session is not: a second attempt could open a second session, held against the caller's cap until
-it expires. A call may run on at most `tries` indexers in all, so a slow one costs at most that many
-timeouts; refusals, being immediate, do not count.
+token exchange (the token kept for the principal, or one more), the implied session of a principal
+(one per principal however many attempts), and opening a handshake session, whose id the router
+proposes (every attempt the same), so that an attempt on another replica answers the session an
+attempt that ran has opened instead of opening a second. Every call the router makes is harmless
+twice today; `idempotent` stays so that one that is not says so. A call may run on at most `tries`
+indexers in all, so a slow one costs at most that many timeouts; refusals, being immediate, do not
+count.
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import secrets
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
@@ -34,10 +35,11 @@ from router.link.backend_targets import (
     session_targets,
     stored_session,
 )
-from router.link.failover import judge, next_address
+from router.link.failover import error_kind, judge, next_address
 from router.link.indexer_answers import found, pinned_definitions, status_view
 from router.link.indexer_errors import UNAVAILABLE_MESSAGE, translate
 from router.targets import BackendSession, BackendTarget, ReachableTargets, ResolvedTool
+from toolsearch.trailers import ErrorKind
 from toolsearch.transport import ChannelSecurity, aio_channel
 from toolsearch.v1 import indexer_pb2 as pb
 from toolsearch.v1 import indexer_pb2_grpc
@@ -132,6 +134,7 @@ class IndexerClient:
         timeout: float | None = None,
         idempotent: bool = True,
         backend_id: str = "",
+        if_gone: _Response | None = None,
     ) -> _Response:
         """Call `method` with `request`, failing over to other addresses; a failure becomes a router error.
 
@@ -139,6 +142,8 @@ class IndexerClient:
         stub's bound method: each address has a stub of its own, and a failover calls another's.
         `idempotent`: whether running the call twice is harmless (router/link/failover.py);
         `tool_name` and `backend_id` are what a ResolveTool or an ExchangeToken asked for, for its error.
+        `if_gone`: the answer when the session is not found after an attempt that may have run (a
+        close that ran there, its answer lost).
         """
         metadata = self._security.metadata or None
         each = timeout or self.timeout
@@ -180,6 +185,8 @@ class IndexerClient:
                     )
                 failure = judge(exc, idempotent)
                 if failure is None:
+                    if ran and if_gone is not None and error_kind(exc) == ErrorKind.SESSION_NOT_FOUND:
+                        return if_gone
                     raise translate(exc, tool_name, backend_id) from None
                 # each request message is named for its method: OpenSessionRequest, ...
                 name = request.DESCRIPTOR.name.removesuffix("Request")
@@ -220,10 +227,12 @@ class IndexerClient:
             credentials=pb.Credentials(bearer_token=bearer_token or ""),
             implied=implied,
             resolve=resolve,
+            # the id every attempt proposes: one that may have run has opened this very session,
+            # which a second attempt then answers, so the open is harmless twice
+            session_id="" if implied else secrets.token_urlsafe(24),
         )
-        # a handshake session opened twice would be two: tried again only where the first did not run
         opened: pb.OpenSessionResponse = await self._call(
-            lambda stub: stub.OpenSession, request, timeout=self.open_session_timeout, idempotent=implied
+            lambda stub: stub.OpenSession, request, timeout=self.open_session_timeout
         )
         return session_answer(opened)
 
@@ -249,7 +258,7 @@ class IndexerClient:
             principal=_principal(principal),
             credentials=pb.Credentials(bearer_token=bearer_token or ""),
         )
-        await self._call(lambda stub: stub.CloseSession, request)
+        await self._call(lambda stub: stub.CloseSession, request, if_gone=pb.CloseSessionResponse())
 
     async def set_backend_session(
         self,

@@ -101,12 +101,19 @@ class OpenSessionRequest(_message.Message):
     CREDENTIALS_FIELD_NUMBER: _builtins.int
     IMPLIED_FIELD_NUMBER: _builtins.int
     RESOLVE_FIELD_NUMBER: _builtins.int
+    SESSION_ID_FIELD_NUMBER: _builtins.int
     implied: _builtins.bool
     """When true, return the principal's implied session (created on first use) instead of a new
     one: the stateless protocol has no session header, so the principal names the session.
     """
     resolve: _builtins.str
     """A tool name to resolve in the same round trip, as GetSessionRequest.resolve."""
+    session_id: _builtins.str
+    """The id a new (not implied) session takes, chosen by the router: an open sent again to another
+    replica, after an attempt that may have run, then answers the session the first attempt opened
+    instead of opening a second. Empty: the indexer chooses one. 22 to 64 characters of A-Z, a-z,
+    0-9, '-' and '_' (at least 128 random bits).
+    """
     @_builtins.property
     def principal(self) -> Global___Principal: ...
     @_builtins.property
@@ -118,10 +125,11 @@ class OpenSessionRequest(_message.Message):
         credentials: Global___Credentials | None = ...,
         implied: _builtins.bool = ...,
         resolve: _builtins.str = ...,
+        session_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["credentials", b"credentials", "principal", b"principal"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["credentials", b"credentials", "implied", b"implied", "principal", b"principal", "resolve", b"resolve"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["credentials", b"credentials", "implied", b"implied", "principal", b"principal", "resolve", b"resolve", "session_id", b"session_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
