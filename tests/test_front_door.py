@@ -284,12 +284,17 @@ async def test_connections_beyond_the_limit_get_503_at_once_and_are_logged_once(
 
 
 async def _trickled(
-    front: Front, interval: float, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    front: Front,
+    interval: float,
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    started: float | None = None,
 ) -> float:
-    """Send a request head one byte every `interval` seconds; the seconds until the router answers
-    408 and closes (the head would take far longer)."""
+    """Send a request head one byte every `interval` seconds; the seconds from `started` (the loop's
+    time; by default now) until the router answers 408 and closes (the head would take far longer)."""
     head = f"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: {'a' * 200}\r\n\r\n".encode()
-    started = asyncio.get_running_loop().time()
+    if started is None:
+        started = asyncio.get_running_loop().time()
 
     async def trickle() -> None:
         for byte in head:
@@ -312,8 +317,12 @@ async def test_slowloris_connections_are_cut_at_the_header_timeout_while_other_c
     front: Front,
 ) -> None:
     await wait_for(lambda: _held_connections(front) == 0, within=WAIT)
-    slow = [await _connect(front.bounded_url) for _ in range(LIMIT - 2)]  # leaves room for one client
-    cutting = asyncio.gather(*(_trickled(front, 0.25, reader, writer) for reader, writer in slow))
+    # the head's deadline runs from the connection's opening: each is timed from just before it
+    loop = asyncio.get_running_loop()
+    slow = [(loop.time(), await _connect(front.bounded_url)) for _ in range(LIMIT - 2)]  # room for one
+    cutting = asyncio.gather(
+        *(_trickled(front, 0.25, reader, writer, opened) for opened, (reader, writer) in slow)
+    )
     async with httpx2.AsyncClient(timeout=WAIT) as http:
         while not cutting.done():  # served all along, each answer within a moment
             response = await http.get(f"{front.bounded_url}/healthz")
