@@ -7,8 +7,9 @@ live here, beneath all of them, and nothing below the front door imports it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from starlette.datastructures import Headers
 
@@ -40,6 +41,42 @@ class Authenticator(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
+class Declared:
+    """What the client said of itself that backends' requests depend on.
+
+    A handshake-era client says it once (its capabilities at initialize, its level with
+    logging/setLevel), and the indexer keeps it with the session; a 2026-07-28 client says it in
+    each request's `_meta`.
+    """
+
+    capabilities: Mapping[str, Any] | None = None  # None: the client said nothing of them
+    log_level: str = ""  # the lowest level of log messages it asked for; "" for none
+    # without a level, the client takes no log messages (2026-07-28: logs are asked for per
+    # request); else it takes all of them (the handshake era leaves the choice to the server)
+    quiet_unasked: bool = False
+
+    @property
+    def log_floor(self) -> str | None:
+        """The lowest level of log messages to pass on to this client; None for none at all."""
+        if self.log_level:
+            return self.log_level
+        return None if self.quiet_unasked else "debug"
+
+    @property
+    def session_level(self) -> str:
+        """The level the client set for its whole session ("" for none; a 2026-07-28 client's level
+        is its request's alone)."""
+        return "" if self.quiet_unasked else self.log_level
+
+    def lacks(self, capability: str) -> bool:
+        """Whether the client is known not to have declared `capability` (unknown: it is not)."""
+        return self.capabilities is not None and capability not in self.capabilities
+
+
+NOTHING_DECLARED = Declared()
+
+
+@dataclass(frozen=True, slots=True)
 class Caller:
     """What the tool handlers know about the request in hand."""
 
@@ -51,3 +88,4 @@ class Caller:
     # the session is one that callers who may be different people share (the implied session of a
     # principal the router did not verify): it keeps no backend sessions
     shared: bool = False
+    declared: Declared = NOTHING_DECLARED  # what the client said of itself

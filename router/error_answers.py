@@ -6,8 +6,8 @@ decided here and nowhere else:
 - `http_answer`: an HTTP response, for a request refused before the SDK's handlers run (the session
   layer): 401, 404, 429, 503 and so on, each with a JSON-RPC error body.
 - `tool_result_for`: a call_tool or find_tool result with `isError`, for a mistake the model can
-  correct (an unknown tool, a bad argument, a backend's failure); the router's own faults are raised
-  as `MCPError` instead.
+  correct (an unknown tool, a bad argument, a backend's failure); the router's own faults, and a
+  capability the client lacks (`-32021`, the client's to mend), are raised as `MCPError` instead.
 - `mcp_error`: the JSON-RPC error of a request other than a tool call (resources, prompts).
 
 `jsonrpc_error_body` is the body all of them and the front door's own refusals send.
@@ -27,6 +27,7 @@ from router.errors import (
     SESSION_GONE,
     BackendAnswered,
     BackendError,
+    CapabilityMissing,
     IndexerFailed,
     IndexerUnavailable,
     InvalidRequest,
@@ -86,6 +87,8 @@ def tool_result_for(exc: RouterError) -> dict[str, Any]:
     """The tool result for an error the model can act on; raises `MCPError` for the router's own faults."""
     if isinstance(exc, ToolNotFound):
         return text_result(not_found_message(exc), is_error=True)
+    if isinstance(exc, CapabilityMissing):
+        raise mcp_error(exc)  # the spec's error: the client, not the model, lacks what it takes
     if isinstance(exc, InvalidRequest | BackendError):
         return text_result(str(exc), is_error=True)
     raise mcp_error(exc)
@@ -94,7 +97,7 @@ def tool_result_for(exc: RouterError) -> dict[str, Any]:
 def mcp_error(exc: RouterError) -> MCPError:
     """The JSON-RPC error a client gets for a router error outside a tool result."""
     if isinstance(exc, BackendAnswered):
-        return MCPError(exc.code, str(exc))
+        return MCPError(exc.code, str(exc), exc.data)
     if isinstance(exc, SessionNotFound):
         return MCPError(INVALID_REQUEST, SESSION_GONE)
     return MCPError(INTERNAL_ERROR, str(exc))

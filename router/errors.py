@@ -21,6 +21,7 @@ handlers run), tool results with `isError`, or JSON-RPC errors.
         ├── BackendTooLarge
         ├── BackendSessionGone      (opened again once, transparently, before it reaches anyone)
         ├── BackendAnswered         (its JSON-RPC error: resources/read and prompts/get pass its code on)
+        │   └── CapabilityMissing   JSON-RPC error -32021 (HTTP 400 for 2026-07-28), also from call_tool
         ├── MissingCredentials
         ├── ExchangeFailed          (the backend's token endpoint gave no token: the indexer's message)
         └── ExchangeRefused         (the token endpoint refused the caller's token)
@@ -28,6 +29,11 @@ handlers run), tool results with `isError`, or JSON-RPC errors.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from mcp_types import MISSING_REQUIRED_CLIENT_CAPABILITY
 
 
 class RouterError(Exception):
@@ -154,12 +160,25 @@ class CallCancelled(BackendError):
 
 
 class BackendAnswered(BackendError):
-    """Raised when a backend answers a request with a JSON-RPC error; `code` is the backend's own."""
+    """Raised when a backend answers a request with a JSON-RPC error; `code` and `data` are its own."""
 
-    def __init__(self, backend_id: str, code: int, message: str) -> None:
+    def __init__(self, backend_id: str, code: int, message: str, data: Any = None) -> None:
         super().__init__(backend_id, f"answered with an error: {message}")
         self.code = code
         self.message = message
+        self.data = data
+
+
+class CapabilityMissing(BackendAnswered):
+    """Raised when a request needs a capability its client did not declare: the backend said so
+    (`-32021`), or asked the client for what only that capability answers (sampling, elicitation,
+    roots). `required` is the capabilities wanted, as MCP names them (`{"sampling": {}}`)."""
+
+    def __init__(self, backend_id: str, message: str, required: Mapping[str, Any]) -> None:
+        super().__init__(
+            backend_id, MISSING_REQUIRED_CLIENT_CAPABILITY, message, {"requiredCapabilities": dict(required)}
+        )
+        self.required = dict(required)
 
 
 class MissingCredentials(BackendError):

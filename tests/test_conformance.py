@@ -32,20 +32,15 @@ INPUT_REQUIRED = (
     "2026-07-28 input-required results (requests of the client and request state) are not relayed"
 )
 SUBSCRIPTIONS = "resources/subscribe is not relayed (no stream holds resource updates for the client)"
-LOGGING = "logging/setLevel is not forwarded to the session's backends, nor log messages of a plain call"
-CAPABILITIES = "the client's capabilities are not offered to backends (-32021 is the backend's to give)"
 
 # What toolsearch does not relay yet, by requirement set and scenario: a strict xfail each
 NOT_RELAYED: dict[tuple[str, str], str] = {
-    ("2025-11-25", "logging-set-level"): LOGGING,
-    ("2025-11-25", "tools-call-with-logging"): LOGGING,
     ("2025-11-25", "tools-call-sampling"): SAMPLING,
     ("2025-11-25", "tools-call-elicitation"): ELICITATION,
     ("2025-11-25", "elicitation-sep1034-defaults"): ELICITATION,
     ("2025-11-25", "elicitation-sep1330-enums"): ELICITATION,
     ("2025-11-25", "resources-subscribe"): SUBSCRIPTIONS,
     ("2025-11-25", "resources-unsubscribe"): SUBSCRIPTIONS,
-    ("2026-07-28", "server-stateless"): CAPABILITIES,
     **{
         ("2026-07-28", f"input-required-result-{name}"): INPUT_REQUIRED
         for name in (

@@ -114,6 +114,23 @@ async def test_a_session_record_round_trips_through_another_replica(replicas: tu
     assert await first.sessions.load("s-1") is None
 
 
+async def test_what_a_client_declared_is_read_by_another_replica(replicas: tuple[State, State]) -> None:
+    first, second = replicas
+    original = record()
+    original.client_capabilities = '{"sampling":{}}'
+    await first.sessions.create(original)
+    loaded = await second.sessions.load("s-1")
+    assert loaded is not None and (loaded.client_capabilities, loaded.log_level) == ('{"sampling":{}}', "")
+
+    assert await second.sessions.set_log_level(loaded, "warning")
+    again = await first.sessions.load("s-1")
+    assert again is not None and again.log_level == "warning"
+
+    await first.sessions.delete(again)
+    assert not await second.sessions.set_log_level(loaded, "error")  # an ended session stays ended
+    assert await first.sessions.load("s-1") is None
+
+
 async def test_a_principal_has_one_implied_session_whichever_replica_creates_it(
     replicas: tuple[State, State],
 ) -> None:

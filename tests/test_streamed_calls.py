@@ -181,7 +181,7 @@ async def test_a_backends_sampling_request_during_a_call_is_refused_at_once_and_
         backend = {"id": "asking", "url": f"http://127.0.0.1:{port}/mcp/", "timeout": 60}
         async with light_stack(tmp_path, backends=[backend]) as stack, httpx2.AsyncClient(timeout=90) as http:
             client = RawClient(http)
-            await client.initialize(stack.mcp_url)
+            await client.initialize(stack.mcp_url, {"sampling": {}})  # declared, yet not relayed
             async with asyncio.timeout(20):  # far less than the backend's 60 s and its own 60 s wait
                 result = await client.call(stack.mcp_url, "ask", {})
     finally:

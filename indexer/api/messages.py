@@ -7,19 +7,43 @@ reachable backends `ReachableBackend`s); this module alone gives them their wire
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
+from typing import get_args
+
+from mcp_types import LoggingLevel
 
 from indexer.api.finder import Found
 from indexer.api.reachable import ReachableBackend
 from indexer.api.resolution import ResolvedTool
 from indexer.backends.registry import BackendState
-from indexer.errors import ToolNotFound
+from indexer.errors import InvalidRequest, ToolNotFound
 from indexer.retrieval.tools import Tool
 from indexer.sessions.views import LiveSession
 from indexer.state import BackendSession, Principal, SessionRecord, VersionRef
 from toolsearch.backend_settings import Backend
 from toolsearch.indexer_settings import Naming
 from toolsearch.v1 import indexer_pb2 as pb
+
+LOG_LEVELS: tuple[str, ...] = get_args(LoggingLevel)  # MCP's eight, least severe first
+MAX_CAPABILITIES = 65_536  # characters of a client's declared capabilities a session keeps
+
+
+def checked_capabilities(declared: str) -> str:
+    """A client's declared capabilities as a session keeps them: a JSON object, or "" for none."""
+    if not declared:
+        return ""
+    if len(declared) > MAX_CAPABILITIES:
+        raise InvalidRequest(
+            f"a client's capabilities are at most {MAX_CAPABILITIES} characters of JSON: declare fewer"
+        )
+    try:
+        decoded = json.loads(declared)
+    except ValueError:
+        raise InvalidRequest("a client's capabilities must be a JSON object") from None
+    if not isinstance(decoded, dict):
+        raise InvalidRequest("a client's capabilities must be a JSON object")
+    return declared
 
 
 def suggestions(exc: ToolNotFound) -> pb.ToolSuggestions:

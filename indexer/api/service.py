@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
 import grpc
@@ -17,8 +17,10 @@ import grpc
 from indexer.api import messages
 from indexer.api.finder import Finder
 from indexer.api.messages import (
+    LOG_LEVELS,
     backend_session,
     backend_status,
+    checked_capabilities,
     principal_of,
     resolved_tool,
     session_status,
@@ -135,6 +137,7 @@ class IndexerService(pb_grpc.IndexerServicer):
             request.credentials.bearer_token or None,
             implied=request.implied,
             session_id=request.session_id,
+            capabilities=checked_capabilities(request.client_capabilities_json),
         )
         tool = self._resolver.resolved(session, request.resolve) if request.resolve else None
         return pb.OpenSessionResponse(
@@ -155,6 +158,8 @@ class IndexerService(pb_grpc.IndexerServicer):
             session_id=session.id,
             version=version_ref(session),
             tool=resolved_tool(tool) if tool is not None else None,
+            log_level=session.record.log_level,
+            client_capabilities_json=session.record.client_capabilities,
         )
 
     @translated
@@ -187,13 +192,31 @@ class IndexerService(pb_grpc.IndexerServicer):
         self, request: pb.BackendSessionsRequest, context: grpc.aio.ServicerContext
     ) -> pb.BackendSessionsResponse:
         session = await self._sessions.get(request.session_id, principal_of(request.principal))
+        return messages.sessions_at_backends(self._kept(session.record.backend_sessions))
+
+    @translated
+    async def SetLogLevel(
+        self, request: pb.SetLogLevelRequest, context: grpc.aio.ServicerContext
+    ) -> pb.SetLogLevelResponse:
+        if request.level not in LOG_LEVELS:
+            raise InvalidRequest(
+                f"unknown log level {request.level[:40]!r}: use one of {', '.join(LOG_LEVELS)}"
+            )
+        session = await self._sessions.set_log_level(
+            request.session_id, principal_of(request.principal), request.level
+        )
+        kept = messages.sessions_at_backends(self._kept(session.record.backend_sessions))
+        return pb.SetLogLevelResponse(backends=kept.backends)
+
+    def _kept(self, sessions: Mapping[str, BackendSession]) -> dict[str, tuple[Backend, BackendSession]]:
+        """The backend sessions a router can reach: of configured backends, with a session id."""
         kept: dict[str, tuple[Backend, BackendSession]] = {}
-        for backend_id, at_backend in session.record.backend_sessions.items():
+        for backend_id, at_backend in sessions.items():
             state = self._registry.states.get(backend_id)
             if state is None or not at_backend.session_id:
                 continue  # gone from the configuration, or a stateless backend's
             kept[backend_id] = (state.config, at_backend)
-        return messages.sessions_at_backends(kept)
+        return kept
 
     @translated
     async def ReachableBackends(

@@ -97,13 +97,19 @@ class SessionManager:
         return await self._store.records()
 
     async def open(
-        self, principal: Principal, token: str | None, implied: bool = False, session_id: str = ""
+        self,
+        principal: Principal,
+        token: str | None,
+        implied: bool = False,
+        session_id: str = "",
+        capabilities: str = "",
     ) -> LiveSession:
         """A new session (or, with `implied`, the principal's implied one), listed with its credentials.
 
         `session_id` is the id a new session takes (a router's choice, so that an open sent twice
         opens one session); when the principal already holds a session of that id, that one is the
-        answer. Empty: a fresh id.
+        answer. Empty: a fresh id. `capabilities` is what the client declared at initialize (JSON),
+        kept with a new session.
         """
         self._views.forget_idle(self._store.ttl)
         if implied and (existing := await self._implied(principal)) is not None:
@@ -132,6 +138,7 @@ class SessionManager:
             ref=VersionRef(1, catalog.fingerprint),
             catalog=catalog.refs,
             listed_epochs=epochs,
+            client_capabilities="" if implied else capabilities,
         )
         created.swaps.append(Swap(None, created.ref, "created", time.time()))
         holder = await self._limits.create(self._store, created)  # other opens may have finished meanwhile
@@ -230,6 +237,14 @@ class SessionManager:
         else:
             live.record.backend_sessions[backend_id] = stored
         return stored
+
+    async def set_log_level(self, session_id: str, principal: Principal, level: str) -> LiveSession:
+        """Keep the log level the session's client set; the session, with its backend sessions."""
+        live = await self.get(session_id, principal)
+        if not await self._store.set_log_level(live.record, level):
+            raise SessionNotFound(session_id)
+        live.record.log_level = level
+        return live
 
     def forget_idle(self, seconds: float) -> None:
         """Drop the handles of sessions unused for `seconds` (their records have expired by then)."""

@@ -118,6 +118,10 @@ class SessionRecord:
     ending: frozenset[str] = frozenset()
     # backend id -> the backend session a router opened for this session (handshake-era backends)
     backend_sessions: dict[str, BackendSession] = field(default_factory=dict)
+    # what the client said of itself, for every replica's router: the capabilities it declared at
+    # initialize (JSON, "" for none) and the log level it set last ("" for none)
+    client_capabilities: str = ""
+    log_level: str = ""
     swaps: deque[Swap] = field(default_factory=lambda: deque(maxlen=SWAPS_KEPT))
     created_at: float = field(default_factory=time.time)
 
@@ -205,6 +209,10 @@ class SessionStore(Protocol):
         """Store `session` (None: forget it) as the record's at `backend_id` if the stored one's id is
         still `previous` ("" for none); returns the one stored afterwards (None when the session is gone).
         """
+        ...
+
+    async def set_log_level(self, record: SessionRecord, level: str) -> bool:
+        """Keep the log level the record's client set; returns False when the session is gone."""
         ...
 
     def take_expired(self) -> list[EndedSession]:

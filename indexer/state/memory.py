@@ -170,6 +170,14 @@ class LocalSessions:
                 stored[backend_id] = session
         return stored.get(backend_id)
 
+    async def set_log_level(self, record: SessionRecord, level: str) -> bool:
+        self._expire()
+        held = self._held.get(record.id)
+        if held is None:
+            return False
+        held.record.log_level = level
+        return True
+
     def take_expired(self) -> list[EndedSession]:
         self._expire()
         ended = list(self._ended)

@@ -142,6 +142,7 @@ class RedisSessions:
             "fingerprint": record.ref.fingerprint,
             "catalog": json.dumps(record.catalog),
             "created_at": repr(record.created_at),
+            "capabilities": record.client_capabilities,
             **await self._backend_fields(record),
         }
         if record.token:
@@ -241,6 +242,8 @@ class RedisSessions:
                 listed_epochs=epochs,
                 created_at=float(fields.get("created_at") or 0.0),
                 backend_sessions=_backend_sessions(backends),
+                client_capabilities=fields.get("capabilities", ""),
+                log_level=fields.get("log_level", ""),
             )
             record.swaps.extend(_swap(json.loads(s)) for s in reversed(swap_list[:SWAPS_KEPT]))
             records.append(record)
@@ -332,6 +335,11 @@ class RedisSessions:
             return None
         session_id, version = json.loads(text(answer))
         return BackendSession(str(session_id), str(version))
+
+    async def set_log_level(self, record: SessionRecord, level: str) -> bool:
+        async with guarded("storing a log level"):
+            stored = await self._update(keys=[self._keys.session(record.id)], args=["log_level", level])
+        return bool(stored)
 
     def take_expired(self) -> list[EndedSession]:
         ended = list(self._ended)

@@ -4,7 +4,7 @@ and the status page at `/status` and `/status.json` (router/observe/status_page.
 `create_app` builds a plain Starlette app (the SDK's own framework); its lifespan opens what every
 request shares (the gRPC channel to the indexer, the backends' connection pools, the SDK's
 stateless session managers behind the session layer: JSON answers, and SSE for calls that
-ask for progress), hands it to requests as lifespan state, and
+ask for progress or log messages), hands it to requests as lifespan state, and
 closes it on shutdown. Every request first passes the Host and Origin guard (router/frontdoor/origins.py).
 In `jwt` mode the app also serves its OAuth protected resource metadata
 (router/frontdoor/resource_metadata.py).
@@ -31,6 +31,7 @@ from mcp_types import (
     GetPromptRequestParams,
     PaginatedRequestParams,
     ReadResourceRequestParams,
+    SetLevelRequestParams,
 )
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -48,6 +49,7 @@ from router.frontdoor.origins import HostPolicy, OriginGuard
 from router.frontdoor.resource_metadata import ResourceMetadata
 from router.frontdoor.server import ShutdownGuard, router_server
 from router.frontdoor.session_layer import SessionLayer
+from router.handlers.log_levels import LogLevels
 from router.handlers.meta_tools import MetaTools
 from router.handlers.passthrough import PassThroughMiddleware, holding
 from router.handlers.prompts import Prompts
@@ -83,10 +85,12 @@ def build_server(
     metrics: RouterMetrics | None = None,
     resources: Resources | None = None,
     prompts: Prompts | None = None,
+    logs: LogLevels | None = None,
 ) -> Server[Any]:
     """The MCP server behind `/mcp`: `tools/list` and `tools/call` answered by the meta-tools, and,
     with `resources` and `prompts`, the resource, prompt and completion methods over the session's
-    backends (which the SDK then advertises in the initialize answer's capabilities).
+    backends, with `logs`, `logging/setLevel` (each of which the SDK then advertises in the
+    initialize answer's capabilities).
 
     With `metrics`, every `tools/call` is counted and timed.
     """
@@ -122,6 +126,8 @@ def build_server(
         server.add_request_handler("prompts/list", PaginatedRequestParams, prompts.list_prompts)
         server.add_request_handler("prompts/get", GetPromptRequestParams, holding(prompts.get_prompt))
         server.add_request_handler("completion/complete", CompleteRequestParams, prompts.complete)
+    if logs is not None:
+        server.add_request_handler("logging/setLevel", SetLevelRequestParams, logs.set_level)
     return server
 
 
@@ -208,7 +214,7 @@ def create_app(
             pinned=settings.pinned,
         )
         requests = BackendRequests(indexer, caller, secrets)
-        server = build_server(tools, metrics, Resources(requests), Prompts(requests))
+        server = build_server(tools, metrics, Resources(requests), Prompts(requests), LogLevels(requests))
         manager = StreamableHTTPSessionManager(
             server, stateless=True, json_response=True, max_request_body_size=settings.max_body_bytes
         )

@@ -27,13 +27,14 @@ from starlette.datastructures import Headers
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from router.caller import STATE_KEY, Authenticator, Caller, Identity
+from router.caller import NOTHING_DECLARED, STATE_KEY, Authenticator, Caller, Identity
 from router.error_answers import http_answer, jsonrpc_error_response
 from router.errors import (
     RouterError,
     Unauthenticated,
 )
 from router.frontdoor.bodies import DRAIN_FACTOR, Body, BodyTooLarge, ClientGone, answer_early
+from router.frontdoor.declarations import request_declared, session_declared
 from router.frontdoor.resource_metadata import ResourceMetadata
 from router.link.indexer_client import IndexerClient
 from router.targets import ResolvedTool
@@ -78,6 +79,18 @@ class JsonRpcMessage:
     is_request: bool
     wants_progress: bool = False  # its params carry `_meta.progressToken`
     params: Any = None  # as posted
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        """Its params' `_meta`, where a 2026-07-28 request says what its client declares."""
+        meta = self.params.get("_meta") if isinstance(self.params, dict) else None
+        return meta if isinstance(meta, dict) else {}
+
+    @property
+    def declared_capabilities(self) -> str:
+        """The capabilities an initialize request declares, as JSON ("" when it declares none)."""
+        declared = self.params.get("capabilities") if isinstance(self.params, dict) else None
+        return json.dumps(declared, separators=(",", ":")) if isinstance(declared, dict) else ""
 
     @property
     def named_tool(self) -> str:
@@ -205,15 +218,17 @@ class SessionLayer:
         session_id = ""
         resolved: ResolvedTool | None = None
         shared = False
+        declared = NOTHING_DECLARED
         if is_handshake_era(headers):
             if message.method == "initialize" and message.is_request:
-                await self._initialize(scope, receive, send, identity)
+                await self._initialize(scope, receive, send, identity, message.declared_capabilities)
                 return
             session_id = headers.get(SESSION_HEADER, "")
             if not session_id:
                 raise ClientError(400, INVALID_REQUEST, MISSING_SESSION)
             checked = await self.indexer.get_session(session_id, identity.principal, message.named_tool)
             resolved = checked.tool
+            declared = session_declared(checked.log_level, checked.capabilities_json)
             cancelled = message.method == "notifications/cancelled" and not message.is_request
             if cancelled and self.on_cancelled is not None and isinstance(message.params, dict):
                 await self.on_cancelled(Caller(identity, session_id), message.params)
@@ -225,13 +240,24 @@ class SessionLayer:
             resolved = opened.tool
             # every caller of an unverified principal shares its implied session (docs/auth.md)
             shared = not identity.principal.issuer
+            declared = request_declared(message.meta)
         bind_session(session_id)  # the logs of the rest of this request name the session (a prefix)
         streaming = self.streaming_app
-        streamed = streaming is not None and message.method == "tools/call" and message.wants_progress
-        scope.setdefault("state", {})[STATE_KEY] = Caller(identity, session_id, streamed, resolved, shared)
+        # a call's answer is a stream when something may come before the result: progress, or log
+        # messages the client asked for (a handshake session's level, a 2026-07-28 request's)
+        wants_logs = bool(declared.log_level)
+        streamed = (
+            streaming is not None
+            and message.method == "tools/call"
+            and (message.wants_progress or wants_logs)
+        )
+        caller = Caller(identity, session_id, streamed, resolved, shared, declared)
+        scope.setdefault("state", {})[STATE_KEY] = caller
         await (streaming if streamed and streaming is not None else self.app)(scope, receive, send)
 
-    async def _initialize(self, scope: Scope, receive: Receive, send: Send, identity: Identity) -> None:
+    async def _initialize(
+        self, scope: Scope, receive: Receive, send: Send, identity: Identity, capabilities_json: str
+    ) -> None:
         # The SDK answers first, held back, so a refused initialize opens no session at all.
         held: list[Message] = []
 
@@ -242,7 +268,9 @@ class SessionLayer:
         await self.app(scope, receive, hold)
         start = held[0] if held and held[0]["type"] == "http.response.start" else None
         if start is not None and start["status"] == 200 and not _is_jsonrpc_error(held[1:]):
-            opened = await self.indexer.open_session(identity.principal, identity.bearer_token)
+            opened = await self.indexer.open_session(
+                identity.principal, identity.bearer_token, capabilities_json=capabilities_json
+            )
             bind_session(opened.session_id)
             session_header = (SESSION_HEADER.encode(), opened.session_id.encode())
             held[0] = {**start, "headers": [*start.get("headers", []), session_header]}

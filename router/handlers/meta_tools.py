@@ -186,7 +186,9 @@ class MetaTools:
         """`tools/call`: run find_tool or call_tool for the caller the session layer identified."""
         caller = caller_of(ctx)
         # only a streamed answer (the session layer's choice) can carry notifications before the result
-        relay = NotificationRelay(ctx, _progress_token(params)) if caller.streamed else None
+        relay = None
+        if caller.streamed:
+            relay = NotificationRelay(ctx, _progress_token(params), caller.declared.log_floor)
         try:
             if params.name == FIND_TOOL:
                 return await self.find_tool(caller, params.arguments)

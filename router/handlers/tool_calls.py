@@ -102,7 +102,14 @@ class ToolCalls:
         try:
             with self.running.running(caller.session_id, call_id) as running:
                 outcome = await self.backends.call_tool(
-                    target, name, parameters, headers, relay=relay, call_id=call_id, on_open=keeper
+                    target,
+                    name,
+                    parameters,
+                    headers,
+                    relay=relay,
+                    call_id=call_id,
+                    on_open=keeper,
+                    declared=caller.declared,
                 )
         finally:
             await keeper.close()

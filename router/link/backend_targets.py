@@ -57,15 +57,21 @@ def resolved_tool(tool: pb.ResolveToolResponse) -> ResolvedTool:
 
 
 class SessionAnswer(NamedTuple):
-    """An opened or checked session: its id, and the tool its request named, when that resolves."""
+    """An opened or checked session: its id, the tool its request named (when that resolves), and,
+    for a checked one, what its client declared: its log level and its capabilities (JSON)."""
 
     session_id: str
     tool: ResolvedTool | None
+    log_level: str = ""
+    capabilities_json: str = ""
 
 
 def session_answer(answer: pb.OpenSessionResponse | pb.GetSessionResponse) -> SessionAnswer:
     """OpenSession's or GetSession's answer, its resolution (if any) read into a `ResolvedTool`."""
-    return SessionAnswer(answer.session_id, resolved_tool(answer.tool) if answer.HasField("tool") else None)
+    tool = resolved_tool(answer.tool) if answer.HasField("tool") else None
+    if isinstance(answer, pb.GetSessionResponse):
+        return SessionAnswer(answer.session_id, tool, answer.log_level, answer.client_capabilities_json)
+    return SessionAnswer(answer.session_id, tool)
 
 
 def reachable_targets(found: pb.ReachableBackendsResponse) -> ReachableTargets:
@@ -85,7 +91,7 @@ def reachable_targets(found: pb.ReachableBackendsResponse) -> ReachableTargets:
     return ReachableTargets(backends, prefix, separator)
 
 
-def session_targets(found: pb.BackendSessionsResponse) -> list[BackendTarget]:
+def session_targets(found: pb.BackendSessionsResponse | pb.SetLogLevelResponse) -> list[BackendTarget]:
     """The backends a client session has a backend session at, each with that session.
 
     The indexer lists only those with a session id, so each target's `session` is set; the

@@ -216,11 +216,18 @@ class IndexerClient:
         return min(ready) if ready else None
 
     async def open_session(
-        self, principal: Principal, bearer_token: str | None, *, implied: bool = False, resolve: str = ""
+        self,
+        principal: Principal,
+        bearer_token: str | None,
+        *,
+        implied: bool = False,
+        resolve: str = "",
+        capabilities_json: str = "",
     ) -> SessionAnswer:
         """Open a session for `principal`; with `implied`, its implied session (created on first use).
 
-        With `resolve`, the answer carries that tool's resolution too, when the name resolves.
+        With `resolve`, the answer carries that tool's resolution too, when the name resolves;
+        `capabilities_json` is what the client declared at initialize, kept with the session.
         """
         request = pb.OpenSessionRequest(
             principal=_principal(principal),
@@ -230,6 +237,7 @@ class IndexerClient:
             # the id every attempt proposes: one that may have run has opened this very session,
             # which a second attempt then answers, so the open is harmless twice
             session_id="" if implied else secrets.token_urlsafe(24),
+            client_capabilities_json=capabilities_json,
         )
         opened: pb.OpenSessionResponse = await self._call(
             lambda stub: stub.OpenSession, request, timeout=self.open_session_timeout
@@ -288,6 +296,15 @@ class IndexerClient:
         """The backends the session has a backend session at, each with it; raises `SessionNotFound`."""
         request = pb.BackendSessionsRequest(session_id=session_id, principal=_principal(principal))
         response: pb.BackendSessionsResponse = await self._call(lambda stub: stub.BackendSessions, request)
+        return session_targets(response)
+
+    async def set_log_level(self, session_id: str, principal: Principal, level: str) -> list[BackendTarget]:
+        """Keep the log level the session's client set; the backend sessions to pass it on to.
+
+        Raises `SessionNotFound`, or `InvalidRequest` for a level that is not MCP's.
+        """
+        request = pb.SetLogLevelRequest(session_id=session_id, principal=_principal(principal), level=level)
+        response: pb.SetLogLevelResponse = await self._call(lambda stub: stub.SetLogLevel, request)
         return session_targets(response)
 
     async def reachable_backends(self, session_id: str, principal: Principal) -> ReachableTargets:

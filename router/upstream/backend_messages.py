@@ -18,28 +18,32 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import httpx2
-from mcp_types import INTERNAL_ERROR, METHOD_NOT_FOUND
+from mcp_types import METHOD_NOT_FOUND
 from mcp_types.version import LATEST_HANDSHAKE_VERSION
 
+from router.caller import NOTHING_DECLARED, Declared
 from router.errors import (
-    BackendAnswered,
     BackendError,
     BackendRejected,
     BackendSessionGone,
     BackendTooLarge,
     BackendUnavailable,
+    CapabilityMissing,
 )
 from router.targets import BackendSession
+from router.upstream.backend_answers import answered, error_body, forgot, messages_of, streamed
 from router.upstream.relays import NotificationRelay
 from toolsearch.outgoing import ROUTER_CLIENT_NAME, SESSION_HEADER, VERSION_HEADER, client_info
 from toolsearch.responses import STREAMED, BoundedTransport
 
 logger = logging.getLogger(__name__)
 
+# what a backend's request of its client needs the client to have declared
+_NEEDS = {"sampling/createMessage": "sampling", "elicitation/create": "elicitation", "roots/list": "roots"}
 _ACCEPT = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 
 
@@ -51,93 +55,22 @@ def backend_request_id(client_request_id: str | int) -> str:
     return f"toolsearch:{json.dumps(client_request_id)}"
 
 
-def _is_stream(response: httpx2.Response) -> bool:
-    content_type = response.headers.get("content-type", "").partition(";")[0].strip().lower()
-    return content_type == "text/event-stream"
-
-
-class _Events:
-    """SSE lines in, the JSON-RPC message of each complete event out."""
-
-    def __init__(self) -> None:
-        self._data: list[str] = []
-
-    def line(self, line: str) -> Any | None:
-        """Take one line; returns the event's message when the line ends an event that has one."""
-        if line:
-            if line.startswith("data:"):
-                self._data.append(line[5:].removeprefix(" "))
-            return None
-        payload, self._data = "\n".join(self._data).strip(), []
-        # an event without data (a priming event, which only carries an id) holds no message
-        return json.loads(payload) if payload else None
-
-
-def _messages(response: httpx2.Response) -> list[Any]:
-    """The JSON-RPC messages of a whole answer: one JSON body, or the `data` of each SSE event."""
-    if not _is_stream(response):
-        return [response.json()]
-    events = _Events()
-    found = (events.line(line) for line in [*response.text.splitlines(), ""])
-    return [message for message in found if message is not None]
-
-
-async def _streamed(response: httpx2.Response) -> AsyncIterator[Any]:
-    """The JSON-RPC messages of an answer as they arrive."""
-    if not _is_stream(response):
-        await response.aread()
-        yield response.json()
-        return
-    events = _Events()
-    async for line in response.aiter_lines():
-        if (message := events.line(line)) is not None:
-            yield message
-    if (message := events.line("")) is not None:
-        yield message
-
-
-def _forgot(response: httpx2.Response) -> bool:
-    """Whether an answer to a request inside a session says the backend does not know the session.
-
-    The transport says 404; some servers (server-everything among them) answer 400 with an error
-    about the session id instead, and are read the same way.
-    """
-    if response.status_code == 404:
-        return True
-    if response.status_code != 400:
-        return False
-    try:
-        error = response.json().get("error") or {}
-    except (ValueError, AttributeError):
-        return False
-    return isinstance(error, dict) and "session" in str(error.get("message", "")).lower()
-
-
-def _error_body(response: httpx2.Response) -> tuple[int, str] | None:
-    """The code and message of a JSON-RPC error an HTTP error answer carries, if it carries one."""
-    try:
-        error = response.json().get("error")
-    except (ValueError, AttributeError):
-        return None
-    if (
-        not isinstance(error, dict)
-        or not isinstance(code := error.get("code"), int)
-        or isinstance(code, bool)
-    ):
-        return None
-    return code, str(error.get("message", ""))
-
-
 class BackendMessenger:
     """Posts the messages of one call to one backend through `http` (headers, deadline, size bound)."""
 
     def __init__(
-        self, backend_id: str, url: str, http: httpx2.AsyncClient, bounded: BoundedTransport
+        self,
+        backend_id: str,
+        url: str,
+        http: httpx2.AsyncClient,
+        bounded: BoundedTransport,
+        declared: Declared = NOTHING_DECLARED,
     ) -> None:
         self.backend_id = backend_id
         self.url = url
         self.http = http
         self.bounded = bounded
+        self.declared = declared  # what the client said of itself: its capabilities, its log level
         self._next_id = 0
 
     def _headers(self, session: BackendSession | None) -> dict[str, str]:
@@ -161,13 +94,13 @@ class BackendMessenger:
         if self.bounded.exceeded:  # the bounded transport's stand-in answer
             raise BackendTooLarge(self.backend_id, self.bounded.limit)
         status = response.status_code
-        if session is not None and session.session_id and _forgot(response):
+        if session is not None and session.session_id and forgot(response):
             raise BackendSessionGone(self.backend_id, f"forgot its session (HTTP {status})")
         if status in (401, 403):
             raise BackendRejected(self.backend_id, status)
-        if status >= 400 and (error := _error_body(response)) is not None:
+        if status >= 400 and (error := error_body(response)) is not None:
             # a JSON-RPC error with an HTTP status (2026-07-28 maps errors to 400 and 404): the error
-            raise BackendAnswered(self.backend_id, *error)
+            raise answered(self.backend_id, error)
         if 300 <= status < 400:
             # redirects are not followed (a call's POST would be replayed elsewhere): say where to
             where = response.headers.get("location", "")
@@ -190,8 +123,10 @@ class BackendMessenger:
         The answer is read as it arrives: with a `relay`, the notifications before the result go to
         it; a request the backend makes of its client meanwhile (sampling, elicitation, roots) is
         refused at once (`_refuse`), so the backend goes on instead of waiting for an answer that
-        would never come. `request_id` is the id to send (a counter's when None); `extra_headers`
-        go with the POST (a 2026-07-28 request's, router/upstream/modern.py).
+        would never come. If the client did not even declare the capability such a request needs,
+        the request's answer is `CapabilityMissing` (MCP's `-32021`), whatever the backend made of
+        the refusal. `request_id` is the id to send (a counter's when None); `extra_headers` go
+        with the POST (a 2026-07-28 request's, router/upstream/modern.py).
         """
         if request_id is None:
             self._next_id += 1
@@ -205,13 +140,17 @@ class BackendMessenger:
                 if response.status_code >= 400:
                     await response.aread()
                 self._checked(response, session)
-                async for answer in _streamed(response):
+                lacked: dict[str, Any] = {}  # capabilities the backend asked for and the client lacks
+                async for answer in streamed(response):
                     if not isinstance(answer, dict):
                         continue
                     if answer.get("id") == request_id and "method" not in answer:
+                        if lacked:
+                            raise self._lacking(lacked)
                         return self._result(answer)
                     if "method" in answer and "id" in answer:
-                        await self._refuse(answer, session)
+                        if lacks := await self._refuse(answer, session):
+                            lacked[lacks] = {}
                     elif relay is not None:
                         await relay.forward(answer)
         except httpx2.ConnectError:
@@ -220,24 +159,38 @@ class BackendMessenger:
             raise BackendError(self.backend_id, "answered with something that is not JSON-RPC") from None
         raise BackendUnavailable(self.backend_id, "closed the connection without answering")
 
-    async def _refuse(self, request: Mapping[str, Any], session: BackendSession | None) -> None:
-        """Answer a backend's request of its client with an error naming it (docs/gateway.md says why)."""
+    async def _refuse(self, request: Mapping[str, Any], session: BackendSession | None) -> str:
+        """Answer a backend's request of its client with an error naming it (docs/gateway.md says why).
+
+        Returns the capability the request needs if the client did not declare it, else "".
+        """
         method = str(request.get("method", ""))
-        error = {
-            "code": METHOD_NOT_FOUND,
-            "message": f"toolsearch does not relay {method} to its clients: the client of this call "
-            "cannot answer it",
-        }
+        needs = _NEEDS.get(method, "")
+        lacks = needs if needs and self.declared.lacks(needs) else ""
+        message = (
+            f"toolsearch does not relay {method} to its clients: the client of this call cannot answer it"
+        )
+        if lacks:
+            message = f"the client of this call did not declare the {lacks} capability {method} needs"
+        error = {"code": METHOD_NOT_FOUND, "message": message}
         try:
             await self._post({"jsonrpc": "2.0", "id": request.get("id"), "error": error}, session)
         except BackendError as exc:
             logger.debug("backend %s: refusing its %s failed: %s", self.backend_id, method, exc)
+        return lacks
+
+    def _lacking(self, lacked: Mapping[str, Any]) -> CapabilityMissing:
+        named = ", ".join(sorted(lacked))
+        return CapabilityMissing(
+            self.backend_id,
+            f"this request needs the client's {named} capability, which the client did not declare: "
+            "declare it (initialize's capabilities; in 2026-07-28, each request's _meta) to use it",
+            lacked,
+        )
 
     def _result(self, answer: Mapping[str, Any]) -> dict[str, Any]:
         if isinstance(error := answer.get("error"), dict):
-            code = error.get("code")
-            code = code if isinstance(code, int) and not isinstance(code, bool) else INTERNAL_ERROR
-            raise BackendAnswered(self.backend_id, code, str(error.get("message", "")))
+            raise answered(self.backend_id, error)
         result = answer.get("result")
         if not isinstance(result, dict):
             raise BackendError(self.backend_id, "answered with something that is not a result")
@@ -254,7 +207,7 @@ class BackendMessenger:
         message = {"jsonrpc": "2.0", "id": self._next_id, "method": "initialize", "params": params}
         response = await self._post(message, None)
         try:
-            answers = _messages(response)
+            answers = messages_of(response)
         except ValueError:
             raise BackendError(
                 self.backend_id, "answered initialize with something that is not JSON"
@@ -269,7 +222,18 @@ class BackendMessenger:
         version = str(result.get("protocolVersion") or LATEST_HANDSHAKE_VERSION)
         session = BackendSession(response.headers.get(SESSION_HEADER, ""), version)
         await self._post({"jsonrpc": "2.0", "method": "notifications/initialized"}, session)
+        capabilities = result.get("capabilities")
+        level = self.declared.session_level
+        if level and session.session_id and isinstance(capabilities, dict) and "logging" in capabilities:
+            await self.set_level(level, session)  # the level the client set before this session opened
         return session
+
+    async def set_level(self, level: str, session: BackendSession) -> None:
+        """Pass a client's `logging/setLevel` on inside a backend session; a refusal is logged only."""
+        try:
+            await self.request("logging/setLevel", {"level": level}, session)
+        except BackendError as exc:
+            logger.debug("backend %s: passing on a log level failed: %s", self.backend_id, exc)
 
     async def notify(self, method: str, params: Mapping[str, Any], session: BackendSession) -> None:
         """Send a notification inside a session; raises the router errors above."""

@@ -115,7 +115,9 @@ class Reach:
         headers = await requests.credentials.headers(target, caller.identity)
         keeper = SessionKeeper(requests.indexer, requests.backends, caller, target, headers)
         try:
-            outcome = await requests.backends.request(target, method, params, headers, keeper)
+            outcome = await requests.backends.request(
+                target, method, params, headers, keeper, declared=caller.declared
+            )
         finally:
             await keeper.close()
         if outcome.session is not None and outcome.session != target.session:

@@ -36,6 +36,7 @@ import httpx2
 import mcp_types as types
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from router.caller import NOTHING_DECLARED, Declared
 from router.errors import (
     BackendError,
     BackendSessionGone,
@@ -133,6 +134,7 @@ class BackendCaller:
         relay: NotificationRelay | None = None,
         call_id: str | None = None,
         on_open: OnOpen | None = None,
+        declared: Declared = NOTHING_DECLARED,
     ) -> CallOutcome:
         """Run `name` on the backend `target` names and return its result as it came.
 
@@ -144,6 +146,8 @@ class BackendCaller:
         notifications during the call go to the relay as they arrive. `call_id` is the id the call
         goes to a kept session with (`backend_request_id`), for `cancel` to name. `on_open` is given
         each session the call opens, before the call is sent in it, and says which to send it in.
+        `declared` is what the client said of itself: a session opened gets its log level, and a
+        backend that asks it for a capability it did not declare gets `CapabilityMissing` raised.
 
         Raises `BackendTimeout` after the target's `timeout_seconds`, `BackendRejected` on HTTP
         401/403, `BackendTooLarge` for an answer over its `max_response_bytes`, and
@@ -155,7 +159,7 @@ class BackendCaller:
         wire: dict[str, Any] = {"name": name, "arguments": dict(arguments)}
         if relay is not None and relay.progress_token is not None:
             wire["_meta"] = {"progressToken": relay.progress_token}
-        messenger = self._messenger(target, headers)
+        messenger = self._messenger(target, headers, declared=declared)
         if _modern(target):
             answer = await _once(messenger, target, "tools/call", wire, relay, call_id)
             return CallOutcome(without_meta_stamp(answer), None)
@@ -171,6 +175,7 @@ class BackendCaller:
         params: Mapping[str, Any],
         headers: Mapping[str, str],
         on_open: OnOpen | None = None,
+        declared: Declared = NOTHING_DECLARED,
     ) -> RequestOutcome:
         """Send one request other than tools/call (a listing, a read, a prompt, a completion).
 
@@ -181,7 +186,7 @@ class BackendCaller:
         if target.transport == "sse":
             link = self._sdk_link(target, headers)
             return RequestOutcome(without_meta_stamp(await request_by_sdk(link, method, params)), None)
-        messenger = self._messenger(target, headers)
+        messenger = self._messenger(target, headers, declared=declared)
         if _modern(target):
             answer = await _once(messenger, target, method, params, None, None)
             return RequestOutcome(without_meta_stamp(answer), None)
@@ -210,6 +215,19 @@ class BackendCaller:
             except (BackendError, httpx2.HTTPError) as exc:
                 logger.debug("backend %s: passing on a cancellation failed: %s", target.backend_id, exc)
 
+    async def set_level(
+        self, target: BackendTarget, headers: Mapping[str, str], level: str, timeout: float
+    ) -> None:
+        """Pass a client's log level on to the target's session (best effort, bounded)."""
+        if target.session is None:
+            return
+        messenger = self._messenger(target, headers, timeout, _NOTICE_BYTES)
+        with anyio.move_on_after(timeout):
+            try:
+                await messenger.set_level(level, target.session)
+            except (BackendError, httpx2.HTTPError) as exc:
+                logger.debug("backend %s: passing on a log level failed: %s", target.backend_id, exc)
+
     async def end_session(
         self, target: BackendTarget, session: BackendSession, headers: Mapping[str, str], timeout: float
     ) -> None:
@@ -226,12 +244,13 @@ class BackendCaller:
         headers: Mapping[str, str],
         timeout: float | None = None,
         max_response_bytes: int | None = None,
+        declared: Declared = NOTHING_DECLARED,
     ) -> BackendMessenger:
         """A messenger to `target`, under its own bounds unless others are given."""
         timeout = target.timeout_seconds if timeout is None else timeout
         limit = target.max_response_bytes if max_response_bytes is None else max_response_bytes
         http, bounded, _ = self._client(target.backend_id, headers, timeout, limit)
-        return BackendMessenger(target.backend_id, target.url, http, bounded)
+        return BackendMessenger(target.backend_id, target.url, http, bounded, declared)
 
     def _sdk_link(self, target: BackendTarget, headers: Mapping[str, str]) -> SdkLink:
         """The SDK's way to an `sse` target: a session per call."""

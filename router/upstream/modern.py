@@ -8,8 +8,9 @@ backend's answer reaches the client as it came: the SDK's client would check the
 its own idea of the schema first, and refuse one that omits an optional field (`resultType`, which
 some servers leave out).
 
-The router offers the backend no client capabilities (it answers no request of the backend), and
-asks for log messages only on a call whose client gets notifications (a relay).
+The router offers the backend no client capabilities (it relays no request of the backend to the
+client), and asks for log messages only on a call whose client gets them (a relay with a level): at
+the client's level.
 """
 
 from __future__ import annotations
@@ -28,10 +29,6 @@ from mcp_types import (
 from router.upstream.relays import NotificationRelay
 from toolsearch.outgoing import ROUTER_CLIENT_NAME, VERSION_HEADER, client_info
 
-RELAYED_LOG_LEVEL = (
-    "debug"  # what a relayed call asks of the backend: the client's own level applies downstream
-)
-
 
 def modern_request(
     method: str, params: Mapping[str, Any], version: str, relay: NotificationRelay | None
@@ -41,8 +38,8 @@ def modern_request(
     meta[PROTOCOL_VERSION_META_KEY] = version
     meta[CLIENT_INFO_META_KEY] = client_info(ROUTER_CLIENT_NAME)
     meta[CLIENT_CAPABILITIES_META_KEY] = {}
-    if relay is not None:
-        meta.setdefault(LOG_LEVEL_META_KEY, RELAYED_LOG_LEVEL)
+    if relay is not None and relay.log_floor is not None:
+        meta[LOG_LEVEL_META_KEY] = relay.log_floor
     headers = {VERSION_HEADER: version, MCP_METHOD_HEADER: method}
     name_key = NAME_BEARING_METHODS.get(method)
     if name_key is not None and isinstance(name := params.get(name_key), str):

@@ -1,16 +1,19 @@
-"""A Streamable HTTP MCP server whose one tool asks its client to sample, whatever the client declared.
+"""A Streamable HTTP MCP server that asks its client to sample, whatever the client declared, and
+that logs at the level its client set.
 
     python tests/support/asking_server.py PORT
 
 The tool `ask` sends `sampling/createMessage` on the call's own stream and answers with what came
-back: `answered: ...`, or `refused: <the error's message>`. It speaks the initialize handshake
-only (server/discover is refused), with a session per client, as most servers people run do.
+back: `answered: ...`, or `refused: <the error's message>`. The tool `chatter` sends one log message
+at each of MCP's eight levels at or above the level its session set (`logging/setLevel`; all of
+them when none was set), and answers `level: <that level, or unset>`. It speaks the initialize
+handshake only (server/discover is refused), with a session per client, as most servers people run do.
 """
 
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import Any, get_args
 
 import mcp_types as types
 import uvicorn
@@ -23,17 +26,40 @@ from starlette.applications import Starlette
 from starlette.routing import Mount
 
 ASK = types.Tool(name="ask", description="Ask the client's model a question", input_schema={"type": "object"})
+CHATTER = types.Tool(name="chatter", description="Log at every level", input_schema={"type": "object"})
+LEVELS: list[types.LoggingLevel] = list(get_args(types.LoggingLevel))
+_levels: dict[str, types.LoggingLevel] = {}  # logging/setLevel by session id
+
+
+def _session_id(ctx: ServerRequestContext[Any]) -> str:
+    return ctx.request.headers.get("mcp-session-id", "") if ctx.request is not None else ""
+
+
+async def set_level(ctx: ServerRequestContext[Any], params: types.SetLevelRequestParams) -> types.EmptyResult:
+    _levels[_session_id(ctx)] = params.level
+    return types.EmptyResult()
+
+
+async def chatter(ctx: ServerRequestContext[Any]) -> types.CallToolResult:
+    level = _levels.get(_session_id(ctx))
+    for each in LEVELS[LEVELS.index(level or "debug") :]:
+        await ctx.session.send_log_message(
+            each, f"a {each} message", "asking", related_request_id=ctx.request_id
+        )
+    return types.CallToolResult(content=[types.TextContent(type="text", text=f"level: {level or 'unset'}")])
 
 
 async def list_tools(
     ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
 ) -> types.ListToolsResult:
-    return types.ListToolsResult(tools=[ASK])
+    return types.ListToolsResult(tools=[ASK, CHATTER])
 
 
 async def call_tool(
     ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
 ) -> types.CallToolResult:
+    if params.name == "chatter":
+        return await chatter(ctx)
     message = types.SamplingMessage(role="user", content=types.TextContent(type="text", text="hello?"))
     request = types.CreateMessageRequest(
         params=types.CreateMessageRequestParams(messages=[message], max_tokens=5)
@@ -58,6 +84,7 @@ async def refuse_discover(ctx: ServerRequestContext[Any], params: types.RequestP
 def main(port: int) -> None:
     server: Server[Any] = Server("asking", on_list_tools=list_tools, on_call_tool=call_tool)
     server.add_request_handler("server/discover", types.RequestParams, refuse_discover)
+    server.add_request_handler("logging/setLevel", types.SetLevelRequestParams, set_level)
     manager = StreamableHTTPSessionManager(server, json_response=False)
     app = Starlette(routes=[Mount("/mcp", app=manager.handle_request)], lifespan=lambda app: manager.run())
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")

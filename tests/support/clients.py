@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -65,8 +66,10 @@ class RawClient:
         self.session_id = ""
         self._id = 1
 
-    async def initialize(self, mcp_url: str) -> None:
-        response = await self.http.post(mcp_url, json=INITIALIZE, headers=HEADERS)
+    async def initialize(self, mcp_url: str, capabilities: dict[str, Any] | None = None) -> None:
+        """Open the session, declaring `capabilities` (none by default)."""
+        params = {**INITIALIZE["params"], "capabilities": capabilities or {}}
+        response = await self.http.post(mcp_url, json={**INITIALIZE, "params": params}, headers=HEADERS)
         assert response.status_code == 200, response.text
         self.session_id = response.headers["mcp-session-id"]
         notified = await self.http.post(
@@ -96,6 +99,18 @@ class RawClient:
         assert response.status_code == 200, response.text
         result: dict[str, Any] = response.json()["result"]
         return result
+
+    async def request(
+        self, mcp_url: str, method: str, params: dict[str, Any]
+    ) -> tuple[int, list[dict[str, Any]]]:
+        """One request; the answer's HTTP status and its JSON-RPC messages (one JSON body, or each
+        event of an SSE stream, the result last)."""
+        message = {"jsonrpc": "2.0", "id": self.next_id(), "method": method, "params": params}
+        response = await self.http.post(mcp_url, json=message, headers=self.headers())
+        if not response.headers.get("content-type", "").startswith("text/event-stream"):
+            return response.status_code, [response.json()]
+        data = [line[5:].strip() for line in response.text.splitlines() if line.startswith("data:")]
+        return response.status_code, [json.loads(d) for d in data if d]
 
     async def notify(self, mcp_url: str, method: str, params: dict[str, Any]) -> None:
         message = {"jsonrpc": "2.0", "method": method, "params": params}

@@ -102,6 +102,7 @@ class OpenSessionRequest(_message.Message):
     IMPLIED_FIELD_NUMBER: _builtins.int
     RESOLVE_FIELD_NUMBER: _builtins.int
     SESSION_ID_FIELD_NUMBER: _builtins.int
+    CLIENT_CAPABILITIES_JSON_FIELD_NUMBER: _builtins.int
     implied: _builtins.bool
     """When true, return the principal's implied session (created on first use) instead of a new
     one: the stateless protocol has no session header, so the principal names the session.
@@ -113,6 +114,10 @@ class OpenSessionRequest(_message.Message):
     replica, after an attempt that may have run, then answers the session the first attempt opened
     instead of opening a second. Empty: the indexer chooses one. 22 to 64 characters of A-Z, a-z,
     0-9, '-' and '_' (at least 128 random bits).
+    """
+    client_capabilities_json: _builtins.str
+    """The capabilities the client declared in its initialize request (a JSON object), kept with the
+    session; "" for none (an implied session: its clients declare theirs in each request).
     """
     @_builtins.property
     def principal(self) -> Global___Principal: ...
@@ -126,10 +131,11 @@ class OpenSessionRequest(_message.Message):
         implied: _builtins.bool = ...,
         resolve: _builtins.str = ...,
         session_id: _builtins.str = ...,
+        client_capabilities_json: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["credentials", b"credentials", "principal", b"principal"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["credentials", b"credentials", "implied", b"implied", "principal", b"principal", "resolve", b"resolve", "session_id", b"session_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["client_capabilities_json", b"client_capabilities_json", "credentials", b"credentials", "implied", b"implied", "principal", b"principal", "resolve", b"resolve", "session_id", b"session_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -213,7 +219,13 @@ class GetSessionResponse(_message.Message):
     SESSION_ID_FIELD_NUMBER: _builtins.int
     VERSION_FIELD_NUMBER: _builtins.int
     TOOL_FIELD_NUMBER: _builtins.int
+    LOG_LEVEL_FIELD_NUMBER: _builtins.int
+    CLIENT_CAPABILITIES_JSON_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
+    log_level: _builtins.str
+    """the level the client set (logging/setLevel); "" when it set none"""
+    client_capabilities_json: _builtins.str
+    """what the client declared at initialize; "" for none"""
     @_builtins.property
     def version(self) -> Global___IndexVersionRef: ...
     @_builtins.property
@@ -226,10 +238,12 @@ class GetSessionResponse(_message.Message):
         session_id: _builtins.str = ...,
         version: Global___IndexVersionRef | None = ...,
         tool: Global___ResolveToolResponse | None = ...,
+        log_level: _builtins.str = ...,
+        client_capabilities_json: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["tool", b"tool", "version", b"version"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["session_id", b"session_id", "tool", b"tool", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["client_capabilities_json", b"client_capabilities_json", "log_level", b"log_level", "session_id", b"session_id", "tool", b"tool", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1225,3 +1239,52 @@ class ExchangeTokenResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ExchangeTokenResponse: _TypeAlias = ExchangeTokenResponse  # noqa: Y015
+
+@_typing.final
+class SetLogLevelRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    PRINCIPAL_FIELD_NUMBER: _builtins.int
+    LEVEL_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    level: _builtins.str
+    """debug, info, notice, warning, error, critical, alert or emergency"""
+    @_builtins.property
+    def principal(self) -> Global___Principal: ...
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+        principal: Global___Principal | None = ...,
+        level: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["principal", b"principal"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["level", b"level", "principal", b"principal", "session_id", b"session_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SetLogLevelRequest: _TypeAlias = SetLogLevelRequest  # noqa: Y015
+
+@_typing.final
+class SetLogLevelResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    BACKENDS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def backends(self) -> _containers.RepeatedCompositeFieldContainer[Global___SessionAtBackend]:
+        """the session's backend sessions, as BackendSessions has them"""
+
+    def __init__(
+        self,
+        *,
+        backends: _abc.Iterable[Global___SessionAtBackend] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["backends", b"backends"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SetLogLevelResponse: _TypeAlias = SetLogLevelResponse  # noqa: Y015

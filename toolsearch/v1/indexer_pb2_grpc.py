@@ -95,6 +95,11 @@ class IndexerStub:
                 request_serializer=toolsearch_dot_v1_dot_indexer__pb2.ExchangeTokenRequest.SerializeToString,
                 response_deserializer=toolsearch_dot_v1_dot_indexer__pb2.ExchangeTokenResponse.FromString,
                 _registered_method=True)
+        self.SetLogLevel = channel.unary_unary(
+                '/toolsearch.v1.Indexer/SetLogLevel',
+                request_serializer=toolsearch_dot_v1_dot_indexer__pb2.SetLogLevelRequest.SerializeToString,
+                response_deserializer=toolsearch_dot_v1_dot_indexer__pb2.SetLogLevelResponse.FromString,
+                _registered_method=True)
 
 
 class IndexerServicer:
@@ -187,6 +192,15 @@ class IndexerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetLogLevel(self, request, context):
+        """Keeps the log level a client set (logging/setLevel) with its session, so every replica applies
+        it (GetSession hands it back), and answers the backend sessions to pass the level on to.
+        INVALID_ARGUMENT for a level that is not one of MCP's eight.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_IndexerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -244,6 +258,11 @@ def add_IndexerServicer_to_server(servicer, server):
                     servicer.ExchangeToken,
                     request_deserializer=toolsearch_dot_v1_dot_indexer__pb2.ExchangeTokenRequest.FromString,
                     response_serializer=toolsearch_dot_v1_dot_indexer__pb2.ExchangeTokenResponse.SerializeToString,
+            ),
+            'SetLogLevel': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetLogLevel,
+                    request_deserializer=toolsearch_dot_v1_dot_indexer__pb2.SetLogLevelRequest.FromString,
+                    response_serializer=toolsearch_dot_v1_dot_indexer__pb2.SetLogLevelResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -549,6 +568,33 @@ class Indexer:
             '/toolsearch.v1.Indexer/ExchangeToken',
             toolsearch_dot_v1_dot_indexer__pb2.ExchangeTokenRequest.SerializeToString,
             toolsearch_dot_v1_dot_indexer__pb2.ExchangeTokenResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetLogLevel(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/toolsearch.v1.Indexer/SetLogLevel',
+            toolsearch_dot_v1_dot_indexer__pb2.SetLogLevelRequest.SerializeToString,
+            toolsearch_dot_v1_dot_indexer__pb2.SetLogLevelResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -74,6 +74,11 @@ class IndexerStub:
     (`exchange-failed`) when the token endpoint gave none, PERMISSION_DENIED (`exchange-refused`)
     when it refused the caller; INVALID_ARGUMENT for a backend that does not exchange tokens.
     """
+    SetLogLevel: _grpc.UnaryUnaryMultiCallable[_indexer_pb2.SetLogLevelRequest, _indexer_pb2.SetLogLevelResponse]
+    """Keeps the log level a client set (logging/setLevel) with its session, so every replica applies
+    it (GetSession hands it back), and answers the backend sessions to pass the level on to.
+    INVALID_ARGUMENT for a level that is not one of MCP's eight.
+    """
 
 @_typing.type_check_only
 class IndexerAsyncStub(IndexerStub):
@@ -116,6 +121,11 @@ class IndexerAsyncStub(IndexerStub):
     kept per principal and backend until shortly before it expires. FAILED_PRECONDITION
     (`exchange-failed`) when the token endpoint gave none, PERMISSION_DENIED (`exchange-refused`)
     when it refused the caller; INVALID_ARGUMENT for a backend that does not exchange tokens.
+    """
+    SetLogLevel: _aio.UnaryUnaryMultiCallable[_indexer_pb2.SetLogLevelRequest, _indexer_pb2.SetLogLevelResponse]  # type: ignore[assignment]
+    """Keeps the log level a client set (logging/setLevel) with its session, so every replica applies
+    it (GetSession hands it back), and answers the backend sessions to pass the level on to.
+    INVALID_ARGUMENT for a level that is not one of MCP's eight.
     """
 
 class IndexerServicer(metaclass=_abc_1.ABCMeta):
@@ -222,6 +232,17 @@ class IndexerServicer(metaclass=_abc_1.ABCMeta):
         kept per principal and backend until shortly before it expires. FAILED_PRECONDITION
         (`exchange-failed`) when the token endpoint gave none, PERMISSION_DENIED (`exchange-refused`)
         when it refused the caller; INVALID_ARGUMENT for a backend that does not exchange tokens.
+        """
+
+    @_abc_1.abstractmethod
+    def SetLogLevel(
+        self,
+        request: _indexer_pb2.SetLogLevelRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_indexer_pb2.SetLogLevelResponse, _abc.Awaitable[_indexer_pb2.SetLogLevelResponse]]:
+        """Keeps the log level a client set (logging/setLevel) with its session, so every replica applies
+        it (GetSession hands it back), and answers the backend sessions to pass the level on to.
+        INVALID_ARGUMENT for a level that is not one of MCP's eight.
         """
 
 def add_IndexerServicer_to_server(servicer: IndexerServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -1,0 +1,67 @@
+"""`logging/setLevel`: the level a client sets, kept with its session and passed on to its backends.
+
+A handshake-era client sets the lowest level of log messages it wants once, for its session. The
+router keeps it with the session in the indexer (`SetLogLevel`), so every replica's session check
+(`GetSession`) hands it back; the same answer names the session's backend sessions, and the
+request is passed on inside each of them at once, so the backends send what the client asked for.
+A backend session opened later gets the level right after its `initialize`
+(router/upstream/backend_messages.py), when the backend declared `logging`. A 2026-07-28 backend
+keeps no session: each request it gets says the client's level in its `_meta`
+(router/upstream/modern.py). Whatever a backend sends, the relay passes on no message below the
+level (router/upstream/relays.py).
+
+Passing the level on is best effort: each backend gets it within `PASS_ON_TIMEOUT` (or its own
+timeout, if lower), and one that refuses it or does not answer is logged at debug; the client's
+request is answered `{}` once the level is kept.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import anyio
+import mcp_types as types
+from mcp.server.context import ServerRequestContext
+
+from router.error_answers import mcp_error
+from router.errors import RouterError
+from router.targets import BackendTarget
+from router.upstream.backend_requests import BackendRequests, caller_of
+
+logger = logging.getLogger(__name__)
+
+PASS_ON_TIMEOUT = 5.0  # seconds one backend may take to take a client's level, at most
+
+
+class LogLevels:
+    """The handler of `logging/setLevel`, over the backend requests' indexer, backends and credentials."""
+
+    def __init__(self, requests: BackendRequests) -> None:
+        self._requests = requests
+
+    async def set_level(
+        self, ctx: ServerRequestContext[Any, Any], params: types.SetLevelRequestParams
+    ) -> dict[str, Any]:
+        caller = caller_of(ctx)
+        requests = self._requests
+        try:
+            kept = await requests.indexer.set_log_level(
+                caller.session_id, caller.identity.principal, params.level
+            )
+        except RouterError as exc:
+            raise mcp_error(exc) from None
+
+        async def one(target: BackendTarget) -> None:
+            try:
+                headers = await requests.credentials.headers(target, caller.identity)
+            except RouterError as exc:
+                logger.debug("backend %s: the log level was not passed on: %s", target.backend_id, exc)
+                return
+            within = min(target.timeout_seconds, PASS_ON_TIMEOUT)
+            await requests.backends.set_level(target, headers, params.level, within)
+
+        async with anyio.create_task_group() as group:
+            for target in kept:
+                group.start_soon(one, target)
+        return {}

@@ -1,0 +1,103 @@
+"""What a backend's HTTP answer holds: its JSON-RPC messages, as one JSON body or as SSE events read as
+they arrive, and what an error answer means (a forgotten session, a JSON-RPC error, a capability
+the client lacks), for the messenger (router/upstream/backend_messages.py) to act on.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import httpx2
+from mcp_types import INTERNAL_ERROR, MISSING_REQUIRED_CLIENT_CAPABILITY
+
+from router.errors import BackendAnswered, CapabilityMissing
+
+
+def is_stream(response: httpx2.Response) -> bool:
+    content_type = response.headers.get("content-type", "").partition(";")[0].strip().lower()
+    return content_type == "text/event-stream"
+
+
+class _Events:
+    """SSE lines in, the JSON-RPC message of each complete event out."""
+
+    def __init__(self) -> None:
+        self._data: list[str] = []
+
+    def line(self, line: str) -> Any | None:
+        """Take one line; returns the event's message when the line ends an event that has one."""
+        if line:
+            if line.startswith("data:"):
+                self._data.append(line[5:].removeprefix(" "))
+            return None
+        payload, self._data = "\n".join(self._data).strip(), []
+        # an event without data (a priming event, which only carries an id) holds no message
+        return json.loads(payload) if payload else None
+
+
+def messages_of(response: httpx2.Response) -> list[Any]:
+    """The JSON-RPC messages of a whole answer: one JSON body, or the `data` of each SSE event."""
+    if not is_stream(response):
+        return [response.json()]
+    events = _Events()
+    found = (events.line(line) for line in [*response.text.splitlines(), ""])
+    return [message for message in found if message is not None]
+
+
+async def streamed(response: httpx2.Response) -> AsyncIterator[Any]:
+    """The JSON-RPC messages of an answer as they arrive."""
+    if not is_stream(response):
+        await response.aread()
+        yield response.json()
+        return
+    events = _Events()
+    async for line in response.aiter_lines():
+        if (message := events.line(line)) is not None:
+            yield message
+    if (message := events.line("")) is not None:
+        yield message
+
+
+def forgot(response: httpx2.Response) -> bool:
+    """Whether an answer to a request inside a session says the backend does not know the session.
+
+    The transport says 404; some servers (server-everything among them) answer 400 with an error
+    about the session id instead, and are read the same way.
+    """
+    if response.status_code == 404:
+        return True
+    if response.status_code != 400:
+        return False
+    try:
+        error = response.json().get("error") or {}
+    except (ValueError, AttributeError):
+        return False
+    return isinstance(error, dict) and "session" in str(error.get("message", "")).lower()
+
+
+def error_body(response: httpx2.Response) -> Mapping[str, Any] | None:
+    """The JSON-RPC error an HTTP error answer carries, if it carries one with a code."""
+    try:
+        error = response.json().get("error")
+    except (ValueError, AttributeError):
+        return None
+    if (
+        not isinstance(error, dict)
+        or not isinstance(code := error.get("code"), int)
+        or isinstance(code, bool)
+    ):
+        return None
+    return error
+
+
+def answered(backend_id: str, error: Mapping[str, Any]) -> BackendAnswered:
+    """The router error for a backend's JSON-RPC error; a missing capability is named as one."""
+    code = error.get("code")
+    code = code if isinstance(code, int) and not isinstance(code, bool) else INTERNAL_ERROR
+    message, data = str(error.get("message", "")), error.get("data")
+    required = data.get("requiredCapabilities") if isinstance(data, dict) else None
+    if code == MISSING_REQUIRED_CLIENT_CAPABILITY and isinstance(required, dict):
+        return CapabilityMissing(backend_id, message, required)
+    return BackendAnswered(backend_id, code, message, data)

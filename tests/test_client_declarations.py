@@ -1,0 +1,108 @@
+"""What a client declares of itself follows its session to every replica and to its backends: the
+log level it sets (`logging/setLevel`) and the capabilities it declared at initialize.
+
+Real processes on loopback: a backend of the project's own (tests/support/asking_server.py: a tool
+that logs at each level at or above the level its session set and says which that is, and one that
+asks its client to sample), an indexer in the test's loop, router processes, and a raw handshake
+client whose session any replica serves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx2
+
+from commands.ports import free_port
+from tests.support.clients import RawClient
+from tests.support.processes import start_process
+from tests.support.routers import LightStack, another_router, light_stack
+from tests.support.waits import wait_for
+
+ASKING_SERVER = Path(__file__).parent / "support" / "asking_server.py"
+SEVERE = ["error", "critical", "alert", "emergency"]
+
+
+def _accepts(port: int) -> bool:
+    with socket.socket() as probe:
+        probe.settimeout(0.5)
+        return probe.connect_ex(("127.0.0.1", port)) == 0
+
+
+@asynccontextmanager
+async def _stack(tmp_path: Path) -> AsyncIterator[LightStack]:
+    """A stack whose one extra backend is the asking server."""
+    port = free_port()
+    asking = await asyncio.to_thread(start_process, [sys.executable, str(ASKING_SERVER), str(port)], None)
+    try:
+        await wait_for(lambda: _accepts(port) or asking.returncode is not None)
+        backend = {"id": "asking", "url": f"http://127.0.0.1:{port}/mcp/", "timeout": 30}
+        async with light_stack(tmp_path, backends=[backend]) as stack:
+            yield stack
+    finally:
+        asking.stop()
+
+
+def _call(name: str) -> dict[str, Any]:
+    return {"name": "call_tool", "arguments": {"tool_name": name, "parameters": {}}}
+
+
+def _logged(messages: list[dict[str, Any]]) -> list[str]:
+    return [m["params"]["level"] for m in messages if m.get("method") == "notifications/message"]
+
+
+async def test_a_client_that_set_a_level_gets_a_plain_calls_log_messages_at_and_above_it(
+    tmp_path: Path,
+) -> None:
+    async with _stack(tmp_path) as stack, httpx2.AsyncClient(timeout=30) as http:
+        client = RawClient(http)
+        await client.initialize(stack.mcp_url)
+        status, answer = await client.request(stack.mcp_url, "logging/setLevel", {"level": "warning"})
+        assert (status, answer[0].get("result")) == (200, {}), answer
+        # no progress token: the log messages alone make the answer a stream
+        status, messages = await client.request(stack.mcp_url, "tools/call", _call("chatter"))
+    assert status == 200
+    assert _logged(messages) == ["warning", *SEVERE]
+    # the backend session, opened after the level was set, was told it at once
+    assert messages[-1]["result"]["content"][0]["text"] == "level: warning", messages
+
+
+async def test_a_level_set_through_one_replica_reaches_the_backend_session_another_opened(
+    tmp_path: Path,
+) -> None:
+    async with _stack(tmp_path) as stack, httpx2.AsyncClient(timeout=30) as http:
+        proc, other_url = await asyncio.to_thread(another_router, stack, "other", {})
+        other = f"{other_url}/mcp"
+        try:
+            client = RawClient(http)
+            await client.initialize(stack.mcp_url)
+            _, before = await client.request(stack.mcp_url, "tools/call", _call("chatter"))
+            status, answer = await client.request(other, "logging/setLevel", {"level": "error"})
+            assert (status, answer[0].get("result")) == (200, {}), answer
+            _, after = await client.request(stack.mcp_url, "tools/call", _call("chatter"))
+        finally:
+            proc.stop()
+    # before any level, a plain call is answered with plain JSON: its log messages have no room
+    assert len(before) == 1 and before[0]["result"]["content"][0]["text"] == "level: unset", before
+    assert after[-1]["result"]["content"][0]["text"] == "level: error", after
+    assert _logged(after) == SEVERE
+
+
+async def test_a_backend_asking_for_a_capability_the_client_did_not_declare_gets_the_client_minus_32021(
+    tmp_path: Path,
+) -> None:
+    async with _stack(tmp_path) as stack, httpx2.AsyncClient(timeout=30) as http:
+        client = RawClient(http)
+        await client.initialize(stack.mcp_url, {"roots": {}})
+        async with asyncio.timeout(20):  # the backend waits 60 s for an answer it is never given
+            status, answer = await client.request(stack.mcp_url, "tools/call", _call("ask"))
+    error = answer[-1]["error"]
+    assert (status, error["code"]) == (200, -32021), answer
+    assert error["data"] == {"requiredCapabilities": {"sampling": {}}}
+    assert "sampling capability, which the client did not declare" in error["message"]
