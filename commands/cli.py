@@ -23,7 +23,7 @@ _COMMANDS = {
     "commands.router": ("router",),
     "commands.bridge": ("bridge",),
     "commands.catalog_server": ("catalog-server",),
-    "commands.model": ("model",),
+    "commands.model_command": ("model",),
     "commands.evaluation": ("eval",),
     "commands.status": ("status",),
     "commands.bench": ("bench",),

