@@ -98,8 +98,10 @@ class BackendMessenger:
             raise BackendSessionGone(self.backend_id, f"forgot its session (HTTP {status})")
         if status in (401, 403):
             raise BackendRejected(self.backend_id, status)
-        if status >= 400 and (error := error_body(response)) is not None:
-            # a JSON-RPC error with an HTTP status (2026-07-28 maps errors to 400 and 404): the error
+        if 400 <= status < 500 and (error := error_body(response)) is not None:
+            # a JSON-RPC error with a client-error status (2026-07-28 maps errors to 400 and 404):
+            # the backend's own answer; a server error says the backend cannot serve now, whatever
+            # its body, and stays an unavailable backend (the agent may try again later)
             raise answered(self.backend_id, error)
         if 300 <= status < 400:
             # redirects are not followed (a call's POST would be replayed elsewhere): say where to

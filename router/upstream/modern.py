@@ -2,11 +2,11 @@
 
 A 2026-07-28 backend keeps no session: each request says in its `_meta` which protocol it speaks,
 who asks and what the client can answer, and in its headers its protocol, method and name (for a
-load balancer that routes on them). The router posts such requests itself
-(router/upstream/backend_messages.py), as it does inside a handshake-era backend session, so the
-backend's answer reaches the client as it came: the SDK's client would check the result against
-its own idea of the schema first, and refuse one that omits an optional field (`resultType`, which
-some servers leave out).
+load balancer that routes on them), and the trace it belongs to in `_meta` too. The router posts
+such requests itself (router/upstream/backend_messages.py), as it does inside a handshake-era
+backend session, so the backend's answer reaches the client as it came: the SDK's client would
+check the result against its own idea of the schema first, and refuse one that omits an optional
+field (`resultType`, which some servers leave out).
 
 The router offers the backend no client capabilities (it relays no request of the backend to the
 client), and asks for log messages only on a call whose client gets them (a relay with a level): at
@@ -25,6 +25,7 @@ from mcp_types import (
     LOG_LEVEL_META_KEY,
     PROTOCOL_VERSION_META_KEY,
 )
+from opentelemetry import propagate
 
 from router.upstream.relays import NotificationRelay
 from toolsearch.outgoing import ROUTER_CLIENT_NAME, VERSION_HEADER, client_info
@@ -40,6 +41,9 @@ def modern_request(
     meta[CLIENT_CAPABILITIES_META_KEY] = {}
     if relay is not None and relay.log_floor is not None:
         meta[LOG_LEVEL_META_KEY] = relay.log_floor
+    # the trace's context where an MCP server reads it, as the SDK's client puts it (W3C keys in
+    # `_meta`); nothing when no trace is recorded
+    propagate.inject(meta)
     headers = {VERSION_HEADER: version, MCP_METHOD_HEADER: method}
     name_key = NAME_BEARING_METHODS.get(method)
     if name_key is not None and isinstance(name := params.get(name_key), str):
