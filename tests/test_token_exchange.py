@@ -52,6 +52,9 @@ ISSUER = "https://login.test"
 CLIENT_ID, CLIENT_SECRET = "toolsearch-gateway", "the-gateway's-client-secret"
 VAULT_KEY = "vault-static-key-value"
 EXCHANGE_TIMEOUT = 4.0
+# seconds a token lives when a test needs it to lapse soon: long enough for a call on a busy machine
+# to use it before it expires, short enough that the wait for the next exchange stays brief
+SHORT_LIFETIME = 8
 ASSUMED_LIFETIME = 4.0
 ENDED = "ended session: backends rejected its stored credentials"
 
@@ -292,8 +295,8 @@ async def test_an_endpoint_that_hangs_is_a_bounded_clear_tool_error_and_other_ca
     other, hung = caller_token("dora"), caller_token("dmitri")
     async with client(world.routers[0], other) as dora, client(world.routers[1], hung) as dmitri:
         assert not (await call(dora, "whoami_crm"))[0]  # dora's token is kept for 270 s
-        world.endpoint_control("lifetime", seconds=2)
-        assert not (await call(dmitri, "whoami_crm"))[0]  # dmitri's for one second
+        world.endpoint_control("lifetime", seconds=SHORT_LIFETIME)
+        assert not (await call(dmitri, "whoami_crm"))[0]  # dmitri's for half its lifetime
         with world.fault("hang"):
             failing = asyncio.create_task(until(lambda: refused(dmitri, "whoami_crm"), "a failed exchange"))
             # while the endpoint hangs: another caller's calls, to the same backend too, and find_tool
@@ -318,8 +321,8 @@ async def test_an_endpoint_answering_html_is_a_clear_tool_error_naming_the_backe
 ) -> None:
     token = caller_token("emil")
     async with client(world.routers[0], token) as emil:
-        world.endpoint_control("lifetime", seconds=2)
-        assert not (await call(emil, "whoami_crm"))[0]  # kept for one second
+        world.endpoint_control("lifetime", seconds=SHORT_LIFETIME)
+        assert not (await call(emil, "whoami_crm"))[0]  # kept for half its lifetime
         with world.fault("html"):
             _, text = await until(lambda: refused(emil, "whoami_crm"), "the exchange met the HTML page")
         assert "backend crm" in text and "answered HTTP 502 (text/html), not a token response" in text
