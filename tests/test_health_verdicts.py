@@ -50,16 +50,19 @@ def listing(*names: str) -> Listing:
 
 
 class FakeBackends:
-    """A probe whose answer per backend the test sets: a listing, an exception, or a hang."""
+    """A probe whose answer per backend the test sets: a listing, an exception, or a hang (None);
+    or a list of them, one per probe, the last one for good."""
 
     def __init__(self) -> None:
-        self.answers: dict[str, Listing | Exception | None] = {}
+        self.answers: dict[str, Listing | Exception | list[Listing | Exception | None] | None] = {}
         self.calls: dict[str, int] = {}
         self.release = asyncio.Event()  # ends every hanging probe
 
     async def __call__(self, backend: Backend, timeout: float) -> Listing:
         self.calls[backend.id] = self.calls.get(backend.id, 0) + 1
         answer = self.answers.get(backend.id, listing("tool"))
+        if isinstance(answer, list):
+            answer = answer.pop(0) if len(answer) > 1 else answer[0]
         if answer is None:
             await self.release.wait()  # hangs, ignoring its timeout
         if isinstance(answer, Exception):
@@ -223,12 +226,14 @@ async def test_an_open_circuit_stops_probing_until_the_cooldown_passes() -> None
         seen_b = fake.calls["b"]
         await wait_for(lambda: fake.calls["b"] >= seen_b + 5)  # several intervals went by
         assert fake.calls["a"] == probed
-        fake.answers.pop("a")
+        # the half-open probe succeeds; the next one hangs, so no later verdict hides its own
+        fake.answers["a"] = [listing("tool"), None]
         clock.now += 60.0
         await wait_for(lambda: registry.get("a").health.circuit == "closed")
         assert registry.get("a").status == "degraded"
         assert registry.get("b").health.circuit == "closed"
     finally:
+        fake.release.set()
         await monitor.close()
 
 
