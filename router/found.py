@@ -43,7 +43,7 @@ class TokenMetrics:
 class Found:
     """A search's answer: the tools, the index version searched, and what to say beside them.
 
-    `note` is set when the best match is weak; `empty_reason` says why nothing came back.
+    `note` is set when every match is weak (nothing fits); `empty_reason` says why nothing came back.
     """
 
     tools: tuple[FoundTool, ...]

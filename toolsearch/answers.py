@@ -84,7 +84,7 @@ class Answer:
     tools: Sequence[AnswerTool]
     servers: Mapping[str, AnswerServer]
     token_metrics: Mapping[str, Any]
-    message: str = ""  # why nothing was found, or that the best match is weak
+    message: str = ""  # why nothing was found, or that every match is weak (nothing fits)
     unavailable: Sequence[Mapping[str, str]] = field(default_factory=list)
     compact: bool = False
 

@@ -2,8 +2,9 @@
 
 Each tool found carries its server (the backend id, and the server's own title and description
 from its initialize result) and a match band. An answer also names the session's backends that are
-down or rejected its credentials, and one whose best match is weak says so, so that a model does not
-keep looking for a tool that cannot be had right now. Empty answers say why.
+down or rejected its credentials, and one whose every match is weak says plainly that nothing here
+fits, so that a model does not keep looking for a tool that cannot be had right now. Empty answers
+say why.
 
 The answer is a `Found`, a plain value: indexer/api/messages.py turns it into the wire's
 `FindToolsResponse`, so the search stays free of protobuf.
@@ -21,7 +22,7 @@ from indexer.errors import InvalidRequest
 from indexer.retrieval.embeddings import Embeddings
 from indexer.retrieval.index import IndexVersion, VersionPool
 from indexer.retrieval.query import Need, Query
-from indexer.retrieval.search import match_band
+from indexer.retrieval.search import UNTRAINED_BANDS, Bands, match_band
 from indexer.retrieval.text import query_texts
 from indexer.retrieval.tools import estimate_prompt_tokens
 from indexer.sessions.views import LiveSession
@@ -86,14 +87,22 @@ class Found:
     unavailable: tuple[UnavailableBackend, ...]
     token_metrics: TokenMetrics
     empty_reason: str = ""
-    note: str = ""  # set when even the best tool matched weakly
+    note: str = ""  # set when every tool matched weakly: nothing here fits
 
 
 class Finder:
-    """Searches sessions' versions; holds the query embedder and the operator's search settings."""
+    """Searches sessions' versions; holds the query embedder, its match bands and the search settings."""
 
-    def __init__(self, embeddings: Embeddings, registry: Registry, pool: VersionPool, search: Search) -> None:
+    def __init__(
+        self,
+        embeddings: Embeddings,
+        registry: Registry,
+        pool: VersionPool,
+        search: Search,
+        bands: Bands = UNTRAINED_BANDS,
+    ) -> None:
         self._embeddings = embeddings
+        self._bands = bands  # calibrated for the model that embeds the queries: each model has its own
         self._registry = registry
         self._pool = pool
         self._search = search
@@ -132,8 +141,9 @@ class Finder:
     @staticmethod
     def _weak_note(unavailable: Sequence[UnavailableBackend]) -> str:
         note = (
-            "no tool matches this task strongly: the tools below are the closest, and may not do it. "
-            "Describe the task differently, or do without a tool."
+            "Nothing here fits this task: no tool matches it strongly, or even possibly; the tools "
+            "below are only the closest and probably cannot do it. Do without a tool, or describe the "
+            "task differently."
         )
         if unavailable:
             named = ", ".join(f"{u.id} ({u.status})" for u in unavailable)
@@ -202,14 +212,15 @@ class Finder:
                         score=hit.score,
                         server_title=server_title(info),
                         server_description=server_description(info),
-                        match=match_band(hit.match),
+                        match=match_band(hit.match, self._bands),
                         relevance=hit.match,
                     )
                 )
             if not hits:
                 empty_reason = "no tool matched the query closely enough: describe the task differently"
         unavailable = self._unavailable(session)
-        note = self._weak_note(unavailable) if tools and tools[0].match == "weak" else ""
+        weak = tools and all(tool.match == "weak" for tool in tools)
+        note = self._weak_note(unavailable) if weak else ""
         baseline = version.baseline_tokens
         returned = sum(estimate_prompt_tokens(t.definition_json) for t in tools)
         savings = round(100.0 * (1 - returned / baseline), 2) if baseline else 0.0

@@ -32,7 +32,7 @@ from indexer.backends.token_exchange import TokenEndpoints
 from indexer.embedder import Embedder
 from indexer.retrieval.embeddings import Embeddings
 from indexer.retrieval.index import Builder, VersionPool
-from indexer.retrieval.search import SearchSettings
+from indexer.retrieval.search import UNTRAINED_BANDS, SearchSettings
 from indexer.sessions.manager import SessionManager
 from indexer.sessions.versions import SessionVersions
 from indexer.state import EndedSession, LocalSessions, State, make_state, state_secret
@@ -127,7 +127,8 @@ class IndexerProcess:
             ender=ender,
             leadership=state.leadership,
         )
-        finder = Finder(embeddings, registry, pool, section.search)
+        # the bands of the one model served; a model with bands of its own would bring them here
+        finder = Finder(embeddings, registry, pool, section.search, UNTRAINED_BANDS)
         versions = sessions.versions
         rebuilder = Rebuilder(versions)
         health = section.health

@@ -15,7 +15,6 @@ docs/retrieval.md has the measurements behind the defaults.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -32,9 +31,6 @@ from indexer.retrieval.text import estimate_word_pieces, lexical_tokens, name_ke
 Method = Literal["hybrid", "dense", "lexical"]
 FloatArray = npt.NDArray[np.float32]
 MAX_NAME_CHARS = 200  # longer queries are descriptions, never looked up as names
-# Match bands, cut from `Hit.match` (docs/retrieval.md has the precision each band had on the tune splits)
-STRONG_MATCH = 1.5
-POSSIBLE_MATCH = 1.0
 BLOCK_VIEWS = 512  # vectors per block (768 kB at 384 dimensions): small enough to stay in cache
 
 
@@ -56,13 +52,30 @@ class SearchSettings:
 
 
 @dataclass(frozen=True, slots=True)
-class Hit:
-    """One search result: the tool's position in the index, its fused score, and how it stands out.
+class Bands:
+    """Where `Hit.match` turns from weak to possible and from possible to strong.
 
-    `match` is the fused score standardised over the whole catalog and divided by sqrt(2 ln n), about
-    where the best of n unrelated scores would fall, so that one scale serves a catalog of 50 tools
-    and one of 5,000: over 1 a tool stands out more than chance would put any tool, and exact names
-    are always at least `STRONG_MATCH`.
+    Calibrated per model on the training corpus's check part (`commands.corpus.calibrate_bands`):
+    `strong` is the similarity the best tool of a catalog that cannot serve the request (another
+    source's tools) reaches for one request in twenty; `possible` the one a tenth of the right tools
+    fall under (docs/retrieval.md, "How strong a match is").
+    """
+
+    strong: float
+    possible: float
+
+
+# all-MiniLM-L6-v2's own query vectors: what the indexer serves; another model brings its own
+UNTRAINED_BANDS = Bands(strong=0.496, possible=0.237)
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    """One search result: the tool's position in the index, its fused score, and how well it matches.
+
+    `match` is the tool's best cosine similarity with the query or any of its needs (the best view):
+    it depends on the query and the tool alone, not on the rest of the catalog, so a band means the
+    same over 14 tools and over 2,000. An exact name is always strong (`match` 1).
     """
 
     position: int
@@ -70,11 +83,11 @@ class Hit:
     match: float = 0.0
 
 
-def match_band(match: float) -> str:
+def match_band(match: float, bands: Bands = UNTRAINED_BANDS) -> str:
     """A `Hit.match` as a word a model can act on: strong, possible or weak."""
-    if match >= STRONG_MATCH:
+    if match >= bands.strong:
         return "strong"
-    return "possible" if match >= POSSIBLE_MATCH else "weak"
+    return "possible" if match >= bands.possible else "weak"
 
 
 def _standardise(scores: FloatArray) -> FloatArray:
@@ -287,6 +300,11 @@ class SearchIndex:
         )
         return rows
 
+    def similarities(self, query: Query) -> FloatArray:
+        """Per tool, its best cosine with any need of the query: what `Hit.match` reports."""
+        best: FloatArray = self._dense_rows(self._query_rows(query)).max(axis=0)
+        return best
+
     def dense_scores(self, query: Query) -> FloatArray:
         """Per tool, the best inner product over its views; for a query of several needs a mix of
         the whole query's score and the best need's."""
@@ -305,11 +323,13 @@ class SearchIndex:
             return np.zeros(self.size, dtype=np.float32)
         return np.asarray(self._lexical.get_scores(terms), dtype=np.float32)
 
-    def _fused_rows(self, query: Query, keywords: Sequence[str]) -> FloatArray:
+    def _fused_rows(self, query: Query, keywords: Sequence[str]) -> tuple[FloatArray, FloatArray]:
         """Per need (the whole query, then each of the others), both arms standardised and weighed.
 
         A need gets a lexical arm of its own, and, with servers, the lift of each tool's server as
         that need reads it; the whole query's lexical arm reads the query as typed, with keywords.
+        Also returns each tool's best cosine over the needs (`Hit.match`), read off the dense rows
+        already computed.
         """
         queries = self._query_rows(query)
         texts = query.texts
@@ -326,23 +346,27 @@ class SearchIndex:
             texts = [" ".join([query.text, *keywords]), *texts[1:]]
             units = self._servers.scores(queries, texts, settings.server_lexical_share)
             fused += np.float32(settings.server_weight) * units[:, self._servers.of]
-        return fused
+        return fused, dense.max(axis=0)
 
     def scores(self, query: Query, method: Method) -> FloatArray:
         """Every tool's score for a query under one method."""
+        return self._scored(query, method)[0]
+
+    def _scored(self, query: Query, method: Method) -> tuple[FloatArray, FloatArray]:
+        """Every tool's score under one method, and its best cosine with the query's needs."""
         keywords = [k for k in query.keywords if k.strip()]
         if method == "dense":
-            return _standardise(self.dense_scores(query))
+            return _standardise(self.dense_scores(query)), self.similarities(query)
         if method == "lexical":
-            return _standardise(self.lexical_scores(query.text, keywords))
+            return _standardise(self.lexical_scores(query.text, keywords)), self.similarities(query)
         if method != "hybrid":
             raise ValueError(f"unknown search method {method!r}")
-        rows = self._fused_rows(query, keywords)
+        rows, similarity = self._fused_rows(query, keywords)
         fused: FloatArray = rows[0]
         if rows.shape[0] > 1:
             share = np.float32(self.settings.sentence_weight)
             fused = (np.float32(1.0) - share) * rows[0] + share * rows[1:].max(axis=0)
-        return fused if self._backends is None else self._backends.lift(fused)
+        return (fused if self._backends is None else self._backends.lift(fused)), similarity
 
     def search(self, query: Query, limit: int, method: Method = "hybrid") -> list[Hit]:
         """The best `limit` tools, best first: tools named exactly by the query, then by score.
@@ -352,7 +376,7 @@ class SearchIndex:
         text = query.text
         if not self.size or limit < 1 or (not text.strip() and not any(k.strip() for k in query.keywords)):
             return []
-        scores = self.scores(query, method)
+        scores, similarity = self._scored(query, method)
         named: tuple[int, ...] = ()
         if len(text) <= MAX_NAME_CHARS:
             named = self._exact.get(name_key(text), ())
@@ -365,14 +389,8 @@ class SearchIndex:
             best = np.argpartition(-ranked, wanted - 1)[:wanted]
         best = best[np.lexsort((best, -ranked[best]))][: max(wanted, 0)]
         top = float(scores.max())
-        mean, spread = float(scores.mean()), float(scores.std())
-        scale = spread * math.sqrt(2 * math.log(max(self.size, 3)))
-
-        def match(score: float) -> float:
-            return round((score - mean) / scale, 3) if scale > 1e-9 else 0.0
-
-        hits = [Hit(p, top + 1.0, max(match(top), STRONG_MATCH)) for p in named]
-        hits += [Hit(int(p), float(scores[p]), match(float(scores[p]))) for p in best]
+        hits = [Hit(p, top + 1.0, 1.0) for p in named]
+        hits += [Hit(int(p), float(scores[p]), round(float(similarity[p]), 3)) for p in best]
         if self.settings.min_score is not None:
             kept = [h for h in hits if h.score >= self.settings.min_score]
             hits = kept or hits[:1]

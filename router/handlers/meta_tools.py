@@ -77,7 +77,7 @@ FIND_TOOL_OUTPUT_SCHEMA: dict[str, Any] = {
         },
         "message": {
             "type": "string",
-            "description": "Why no tool was returned, or that the best match is weak.",
+            "description": "Why no tool was returned, or that every match is weak: nothing here fits.",
         },
     },
     "required": ["tools", "token_metrics"],

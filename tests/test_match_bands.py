@@ -1,0 +1,93 @@
+"""Match bands that mean the same at any catalog size: a hit's match is its best cosine with the
+query, never a score relative to the rest of the catalog; the right tool is strong over 14 tools and
+over 83, and a request no tool serves is weak over both.
+
+The real-model cases use the real model and real tools (MCP-Bench's servers); their embeddings come
+from the shared cache. The others run on the deterministic fake embedder.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from commands.evaluation import build_index
+from indexer.embedder import FakeEmbedder, load_embedder
+from indexer.embedder.base import Embedder
+from indexer.retrieval.embeddings import Embeddings
+from indexer.retrieval.query import Query
+from indexer.retrieval.search import UNTRAINED_BANDS, Bands, SearchSettings, match_band
+from indexer.retrieval.text import document_texts, query_texts
+from indexer.state.disk import DiskEmbeddings
+from toolsearch.catalog import EVAL_DATA, CatalogTool, load_catalog
+
+ROOT = Path(__file__).resolve().parents[1]
+MODEL = ROOT / "models" / "all-MiniLM-L6-v2"
+TOOLS = load_catalog(EVAL_DATA / "mcpbench" / "tools.jsonl")
+SMALL = TOOLS[6:20]  # the unit converter's tools and Wikipedia's: 14
+LARGE = TOOLS[:83]
+FAKE = FakeEmbedder(dimension=64)
+
+
+@pytest.fixture(scope="module")
+def embedder() -> Embedder:
+    if not (MODEL / "onnx").is_dir():
+        pytest.skip("the default model is not prepared: toolsearch model prepare")
+    return load_embedder("onnx", MODEL)
+
+
+def _best(embedder: Embedder, tools: Sequence[CatalogTool], query: str) -> tuple[str, str]:
+    """The best tool's name and band for `query` over `tools`."""
+    store = DiskEmbeddings(ROOT / ".toolsearch" / "cache", embedder.identity, embedder.dimension)
+    index, ids = build_index(tools, Embeddings(embedder, store), SearchSettings())
+    hit = index.search(Query.embedded(query, embedder.embed(query_texts(query))), 5)[0]
+    return ids[hit.position].split("::")[-1], match_band(hit.match)
+
+
+def test_the_right_tool_is_strong_over_14_tools_and_over_83(embedder: Embedder) -> None:
+    query = "convert force from newtons to pound-force"
+    assert _best(embedder, SMALL, query) == ("convert_force", "strong")
+    assert _best(embedder, LARGE, query) == ("convert_force", "strong")
+
+
+def test_a_request_no_tool_serves_is_weak_at_both_sizes(embedder: Embedder) -> None:
+    query = "knead the sourdough and bake it until the crust is dark and crisp"
+    assert _best(embedder, SMALL, query)[1] == "weak"
+    assert _best(embedder, LARGE, query)[1] == "weak"
+
+
+def test_a_match_is_the_best_cosine_of_the_tools_views_with_any_need() -> None:
+    index, ids = build_index(SMALL, Embeddings(FAKE, None), SearchSettings())
+    text = "Convert a temperature. Then look up the article about Kelvin."
+    query = Query.embedded(text, FAKE.embed(query_texts(text)))
+    by_id = {tool.id: tool for tool in SMALL}
+    for hit in index.search(query, 5):
+        tool = by_id[ids[hit.position]]
+        views = FAKE.embed(document_texts(tool.definition(), tool.server_slug[:64])[0])
+        assert hit.match == round(float((query.matrix() @ views.T).max()), 3)
+
+
+def test_a_match_does_not_depend_on_the_rest_of_the_catalog() -> None:
+    text = "convert force from newtons to pound-force"
+    query = Query.embedded(text, FAKE.embed(query_texts(text)))
+    matches = []
+    for tools in (SMALL, LARGE):
+        index, ids = build_index(tools, Embeddings(FAKE, None), SearchSettings())
+        matches.append(dict(zip(ids, index.similarities(query).tolist(), strict=True)))
+    assert matches[0] == {tool: matches[1][tool] for tool in matches[0]}
+
+
+def test_an_exact_name_is_a_strong_match_of_one() -> None:
+    index, ids = build_index(SMALL, Embeddings(FAKE, None), SearchSettings())
+    hit = index.search(Query.embedded("convert_force", FAKE.embed(["convert_force"])), 3)[0]
+    assert ids[hit.position].endswith("::convert_force")
+    assert hit.match == 1.0 and match_band(hit.match) == "strong"
+
+
+def test_a_model_brings_its_own_bands() -> None:
+    assert [match_band(m) for m in (0.6, 0.3, 0.1)] == ["strong", "possible", "weak"]
+    own = Bands(strong=0.8, possible=0.5)
+    assert [match_band(m, own) for m in (0.6, 0.3, 0.9)] == ["possible", "weak", "strong"]
+    assert UNTRAINED_BANDS.possible < UNTRAINED_BANDS.strong
