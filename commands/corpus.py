@@ -1,0 +1,185 @@
+"""The training corpus: public tool-use requests labelled with the tools that serve them, as vectors.
+
+`toolsearch/data/train/` holds it (README, SOURCES.md and each source's licence there): `tools.jsonl`
+in the catalog format and `pairs.jsonl` of `{"id", "source", "query", "relevant": [tool ids]}`.
+Each tool is read exactly as the indexer reads it (`indexer.retrieval.text.document_texts`: its
+views, its backend's name included), each request as the indexer embeds a whole query
+(`query_text`), so what is measured over these vectors holds for the ones find_tool compares.
+
+Pairs fall in two parts by a hash of their id (`corpus_part`): about a tenth is the check part,
+kept apart from anything fitted to the rest; the match bands (`calibrate_bands`) are calibrated on
+it. Nothing of the evaluation sets is in the corpus (its README).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+
+from indexer.retrieval.embeddings import Embeddings
+from indexer.retrieval.search import Bands
+from indexer.retrieval.text import document_texts, query_text
+from toolsearch.catalog import EVAL_DATA, CatalogError, load_catalog
+
+TRAIN_DATA = EVAL_DATA.parent / "train"  # shipped with the package, beside the evaluation sets
+CHECK_PERCENT = 10
+QUERY_BLOCK = 64  # requests scored at once: a block's (requests, tools, views) floats stay small
+FloatArray = npt.NDArray[np.float32]
+
+
+class CorpusError(ValueError):
+    """Raised when a corpus file cannot be read, or a pair names a tool the corpus lacks."""
+
+
+def corpus_part(pair_id: str) -> str:
+    """ "check" for about a tenth of the pairs (by a hash of the id alone), "train" for the rest."""
+    bucket = int.from_bytes(hashlib.sha256(pair_id.encode()).digest()[:8], "big") % 100
+    return "check" if bucket < CHECK_PERCENT else "train"
+
+
+@dataclass(frozen=True)
+class Pair:
+    """One labelled request: its text, its source dataset and the positions of its tools."""
+
+    id: str
+    source: str
+    query: str
+    relevant: tuple[int, ...]  # positions in CorpusVectors' tools
+
+
+@dataclass(frozen=True)
+class CorpusVectors:
+    """The corpus embedded: every tool's views, every request's whole-query vector."""
+
+    tool_ids: tuple[str, ...]
+    tool_sources: tuple[str, ...]
+    tool_names: tuple[str, ...]  # the tool's name lower-cased: one source may hold several of a name
+    views: npt.NDArray[np.float32]  # (tools, most views, dimension); missing views are zero rows
+    view_mask: npt.NDArray[np.bool_]  # (tools, most views): which views exist
+    pairs: tuple[Pair, ...]
+    queries: npt.NDArray[np.float32]  # (pairs, dimension)
+    digest: str  # sha256 over both corpus files, to name the corpus a figure was measured on
+
+
+def corpus_digest(folder: Path) -> str:
+    """A sha256 over the corpus's two files, in order."""
+    digest = hashlib.sha256()
+    for name in ("tools.jsonl", "pairs.jsonl"):
+        try:
+            digest.update((folder / name).read_bytes())
+        except OSError as exc:
+            raise CorpusError(f"cannot read {folder / name} ({exc.strerror})") from None
+    return digest.hexdigest()
+
+
+def _read_pairs(path: Path, known: dict[str, int]) -> list[Pair]:
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise CorpusError(f"{path}: cannot read pairs ({exc.strerror})") from None
+    pairs = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            raw = json.loads(line)
+            relevant = [str(tool) for tool in raw["relevant"]]
+            pair = Pair(str(raw["id"]), str(raw["source"]), str(raw["query"]), ())
+        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            raise CorpusError(f"{path}:{number}: not a labelled pair ({exc})") from None
+        if missing := [tool for tool in relevant if tool not in known]:
+            raise CorpusError(f"{path}:{number}: names tools the corpus lacks: {missing[:3]}")
+        if not relevant:
+            raise CorpusError(f"{path}:{number}: a pair needs at least one relevant tool")
+        pairs.append(Pair(pair.id, pair.source, pair.query, tuple(known[tool] for tool in relevant)))
+    return pairs
+
+
+def embed_corpus(
+    folder: Path, embeddings: Embeddings, count_tokens: Callable[[str], int], max_tokens: int
+) -> CorpusVectors:
+    """Read the corpus in `folder` and embed it with `embeddings` (cached like any document)."""
+    try:
+        tools = load_catalog(folder / "tools.jsonl")
+    except CatalogError as exc:
+        raise CorpusError(str(exc)) from None
+    known = {tool.id: position for position, tool in enumerate(tools)}
+    pairs = _read_pairs(folder / "pairs.jsonl", known)
+    views: list[list[str]] = []
+    for tool in tools:
+        backend = tool.server_slug[:64] if tool.server else ""
+        views.append(document_texts(tool.definition(), backend, count_tokens, max_tokens)[0])
+    widest = max(len(texts) for texts in views)
+    flat = embeddings.embed_documents([text for texts in views for text in texts])
+    array = np.zeros((len(tools), widest, embeddings.dimension), dtype=np.float32)
+    mask = np.zeros((len(tools), widest), dtype=bool)
+    start = 0
+    for row, texts in enumerate(views):
+        array[row, : len(texts)] = flat[start : start + len(texts)]
+        mask[row, : len(texts)] = True
+        start += len(texts)
+    queries = embeddings.embed_documents([query_text(pair.query) for pair in pairs])
+    return CorpusVectors(
+        tool_ids=tuple(tool.id for tool in tools),
+        tool_sources=tuple(tool.id.split("::", 1)[0] for tool in tools),
+        tool_names=tuple(tool.name.lower() for tool in tools),
+        views=array,
+        view_mask=mask,
+        pairs=tuple(pairs),
+        queries=queries,
+        digest=corpus_digest(folder),
+    )
+
+
+def sources(pairs: Sequence[Pair]) -> list[str]:
+    """The pairs' sources, each once, in the order first met."""
+    return list(dict.fromkeys(pair.source for pair in pairs))
+
+
+def _similarities(corpus: CorpusVectors, rows: Sequence[int], queries: npt.NDArray[np.float32]) -> FloatArray:
+    """(rows, tools): each tool's best view's cosine with each row's query vector, as `Hit.match`."""
+    tools, views, dimension = corpus.views.shape
+    flat = corpus.views.reshape(tools * views, dimension)
+    out = np.empty((len(rows), tools), dtype=np.float32)
+    for start in range(0, len(rows), QUERY_BLOCK):
+        block = queries[list(rows[start : start + QUERY_BLOCK])]
+        raw = (block @ flat.T).reshape(len(block), tools, views)
+        out[start : start + len(block)] = np.where(corpus.view_mask[None], raw, -np.inf).max(axis=2)
+    return out
+
+
+def calibrate_bands(corpus: CorpusVectors, queries: npt.NDArray[np.float32] | None = None) -> Bands:
+    """The match bands for these query vectors (default: the corpus's own), from its check part.
+
+    `strong`: the best tool of another source's catalog (one that cannot serve the request; each
+    source apart, so catalogs of 28 to 4,076 tools count) reaches it for one request in twenty.
+    `possible`: a tenth of the requests' right tools fall under it. `queries` has one row per pair,
+    in the corpus's order: the same requests embedded otherwise (another model's query vectors).
+    """
+    vectors = corpus.queries if queries is None else queries
+    if vectors.shape != corpus.queries.shape:
+        raise CorpusError(
+            f"{vectors.shape[0]} query vectors of {vectors.shape[1]} dimensions for "
+            f"{len(corpus.pairs)} pairs of {corpus.queries.shape[1]}: one per pair, in order"
+        )
+    rows = [i for i, p in enumerate(corpus.pairs) if corpus_part(p.id) == "check"]
+    similarity = _similarities(corpus, rows, vectors)
+    owner = np.array(corpus.tool_sources)
+    catalogs = {source: owner == source for source in dict.fromkeys(corpus.tool_sources)}
+    right: list[float] = []
+    foreign: list[float] = []
+    for line, row in enumerate(rows):
+        pair = corpus.pairs[row]
+        right.extend(float(similarity[line, tool]) for tool in pair.relevant)
+        foreign.extend(
+            float(similarity[line, where].max()) for s, where in catalogs.items() if s != pair.source
+        )
+    strong = float(np.quantile(foreign, 0.95))
+    possible = min(float(np.quantile(right, 0.10)), strong)
+    return Bands(strong=round(strong, 3), possible=round(possible, 3))
