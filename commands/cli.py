@@ -25,6 +25,7 @@ _COMMANDS = {
     "commands.catalog_server": ("catalog-server",),
     "commands.model_command": ("model",),
     "commands.evaluation": ("eval",),
+    "commands.bands": ("bands",),
     "commands.status": ("status",),
     "commands.bench": ("bench",),
     "commands.health_check": ("health",),
@@ -68,7 +69,14 @@ def version() -> str:
 
 _OURS = ("commands", "router", "indexer", "bridge", "toolsearch")
 # the extra each command needs beyond the base install
-_EXTRAS = {"up": "indexer", "indexer": "indexer", "model": "model", "eval": "bench", "bench": "bench"}
+_EXTRAS = {
+    "up": "indexer",
+    "indexer": "indexer",
+    "model": "model",
+    "eval": "bench",
+    "bands": "bench",
+    "bench": "bench",
+}
 
 
 def _add_missing(

@@ -29,6 +29,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "toolsearch eval --all",
         "toolsearch eval --catalog tools.jsonl --queries queries.jsonl --method hybrid",
     ),
+    "bands": ("toolsearch bands", "toolsearch bands --limit-queries 200 --calibrate"),
     "status": (
         "toolsearch status --config toolsearch.yaml",
         "toolsearch status --config toolsearch.yaml --json",

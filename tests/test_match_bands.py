@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from commands.evaluation import build_index
+from commands.bands import bands_table, measure_bands
+from commands.cli import main
+from commands.evaluation import SHIPPED_SETS, build_index
 from indexer.embedder import FakeEmbedder, load_embedder
 from indexer.embedder.base import Embedder
 from indexer.retrieval.embeddings import Embeddings
@@ -91,3 +93,18 @@ def test_a_model_brings_its_own_bands() -> None:
     own = Bands(strong=0.8, possible=0.5)
     assert [match_band(m, own) for m in (0.6, 0.3, 0.9)] == ["possible", "weak", "strong"]
     assert UNTRAINED_BANDS.possible < UNTRAINED_BANDS.strong
+
+
+def test_the_bands_command_refuses_a_count_of_no_queries(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bands", "--limit-queries", "0"]) == 2
+    assert "--limit-queries must be at least 1" in capsys.readouterr().err
+
+
+def test_the_bands_command_measures_every_shipped_set_in_percent() -> None:
+    # the fake embedder: what is counted, not how well; bands under every cosine call all strong
+    rates = measure_bands(FAKE, None, limit=3, bands=Bands(strong=-1.0, possible=-1.0))
+    assert [r.name for r in rates] == list(SHIPPED_SETS)
+    for r in rates:
+        assert set(r.right_weak) <= {"tune", "held-apart"} and set(r.right_weak.values()) == {0.0}
+        assert (r.foreign_strong, r.foreign_weak) == (100.0, 0.0)
+    assert len(bands_table(rates).splitlines()) == 1 + len(SHIPPED_SETS)
