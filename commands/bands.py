@@ -7,7 +7,8 @@ catalog that cannot serve the request, each set's queries against the other sets
 the best hit is wrong by construction and should be weak, or at most possible.
 
 `--calibrate` also embeds the training corpus and prints the bands its check part gives
-(`commands.corpus.calibrate_bands`), beside the ones the indexer serves (`UNTRAINED_BANDS`).
+(`commands.corpus.calibrate_bands`), beside the ones the indexer serves
+(`indexer.retrieval.bands.model_bands`).
 """
 
 from __future__ import annotations
@@ -21,15 +22,17 @@ from pathlib import Path
 
 import numpy as np
 
-from commands.corpus import TRAIN_DATA, CorpusError, calibrate_bands, embed_corpus
+from commands.corpus import CorpusError, calibrate_bands, embed_corpus, read_corpus
 from commands.evaluation import SHIPPED_SETS, EvalError, EvalQuery, build_index, load_queries, split_of
 from indexer.embedder import DEFAULT_EMBEDDER, EVAL_KINDS, Embedder
+from indexer.retrieval.bands import Bands, match_band, model_bands
 from indexer.retrieval.embeddings import Embeddings
 from indexer.retrieval.query import Query
-from indexer.retrieval.search import UNTRAINED_BANDS, Bands, SearchIndex, SearchSettings, match_band
+from indexer.retrieval.search import SearchIndex, SearchSettings
 from indexer.retrieval.text import query_texts
 from indexer.state.disk import disk_embeddings
-from toolsearch.catalog import CatalogError, load_catalog
+from toolsearch.catalog import TRAIN_DATA, CatalogError, load_catalog
+from toolsearch.indexer_settings import TUNED_MODEL_NAME
 
 BANDS_QUERIES = 1000  # per set: enough for a rate to a point, without 20,000 metatool queries
 # one catalog per set: metatool's two query files share one catalog, as do mcpbench's
@@ -64,7 +67,7 @@ def _queries(embedder: Embedder, queries: Sequence[EvalQuery]) -> list[Query]:
 
 
 def measure_bands(
-    embedder: Embedder, cache_dir: Path | None, limit: int | None = None, bands: Bands = UNTRAINED_BANDS
+    embedder: Embedder, cache_dir: Path | None, bands: Bands, limit: int | None = None
 ) -> list[BandRates]:
     """The band rates of every shipped set, over its first `limit` queries."""
     store = disk_embeddings(cache_dir, embedder.identity, embedder.dimension)
@@ -129,7 +132,12 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "tool of the other sets' catalogs (which cannot serve the request) is called strong or weak, "
         "under the bands the indexer serves.",
     )
-    parser.add_argument("--model", type=Path, default=Path("models") / "all-MiniLM-L6-v2")
+    parser.add_argument(
+        "--model",
+        type=Path,
+        default=Path("models") / TUNED_MODEL_NAME,
+        help=f"the model folder, measured under its own bands (default: models/{TUNED_MODEL_NAME})",
+    )
     parser.add_argument("--embedder", choices=EVAL_KINDS, default=DEFAULT_EMBEDDER)
     parser.add_argument(
         "--limit-queries",
@@ -156,13 +164,17 @@ def run_cli(args: argparse.Namespace) -> int:
         return 2
     try:
         embedder = load_embedder(args.embedder, args.model)
+        bands = model_bands(args.model)
         if args.calibrate:
             store = disk_embeddings(args.cache_dir, embedder.identity, embedder.dimension)
             corpus = embed_corpus(
-                TRAIN_DATA, Embeddings(embedder, store), embedder.count_tokens, embedder.max_tokens
+                read_corpus(TRAIN_DATA),
+                Embeddings(embedder, store),
+                embedder.count_tokens,
+                embedder.max_tokens,
             )
-            print(f"served bands {UNTRAINED_BANDS}; the corpus check part gives {calibrate_bands(corpus)}")
-        rates = measure_bands(embedder, args.cache_dir, args.limit_queries)
+            print(f"served bands {bands}; the corpus check part gives {calibrate_bands(corpus)}")
+        rates = measure_bands(embedder, args.cache_dir, bands, args.limit_queries)
     except (EmbedderError, CatalogError, EvalError, CorpusError) as exc:
         print(f"toolsearch bands: {exc}", file=sys.stderr)
         return 1

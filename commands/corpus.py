@@ -22,12 +22,11 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
+from indexer.retrieval.bands import Bands
 from indexer.retrieval.embeddings import Embeddings
-from indexer.retrieval.search import Bands
 from indexer.retrieval.text import document_texts, query_text
-from toolsearch.catalog import EVAL_DATA, CatalogError, load_catalog
+from toolsearch.catalog import CatalogError, CatalogTool, load_catalog
 
-TRAIN_DATA = EVAL_DATA.parent / "train"  # shipped with the package, beside the evaluation sets
 CHECK_PERCENT = 10
 QUERY_BLOCK = 64  # requests scored at once: a block's (requests, tools, views) floats stay small
 FloatArray = npt.NDArray[np.float32]
@@ -101,39 +100,58 @@ def _read_pairs(path: Path, known: dict[str, int]) -> list[Pair]:
     return pairs
 
 
-def embed_corpus(
-    folder: Path, embeddings: Embeddings, count_tokens: Callable[[str], int], max_tokens: int
-) -> CorpusVectors:
-    """Read the corpus in `folder` and embed it with `embeddings` (cached like any document)."""
+@dataclass(frozen=True)
+class Corpus:
+    """The corpus as read: its tools in file order, its pairs, and its digest."""
+
+    tools: tuple[CatalogTool, ...]
+    pairs: tuple[Pair, ...]
+    digest: str  # sha256 over both files, to name the corpus a figure was measured on
+
+    def backend(self, position: int) -> str:
+        """The backend name the indexer would give tool `position`: its server's slug."""
+        tool = self.tools[position]
+        return tool.server_slug[:64] if tool.server else ""
+
+
+def read_corpus(folder: Path) -> Corpus:
+    """Read `folder`'s tools.jsonl and pairs.jsonl; raises CorpusError naming the file and line."""
     try:
         tools = load_catalog(folder / "tools.jsonl")
     except CatalogError as exc:
         raise CorpusError(str(exc)) from None
     known = {tool.id: position for position, tool in enumerate(tools)}
     pairs = _read_pairs(folder / "pairs.jsonl", known)
-    views: list[list[str]] = []
-    for tool in tools:
-        backend = tool.server_slug[:64] if tool.server else ""
-        views.append(document_texts(tool.definition(), backend, count_tokens, max_tokens)[0])
+    return Corpus(tuple(tools), tuple(pairs), corpus_digest(folder))
+
+
+def embed_corpus(
+    corpus: Corpus, embeddings: Embeddings, count_tokens: Callable[[str], int], max_tokens: int
+) -> CorpusVectors:
+    """Embed the corpus with `embeddings` (cached like any document)."""
+    views = [
+        document_texts(tool.definition(), corpus.backend(position), count_tokens, max_tokens)[0]
+        for position, tool in enumerate(corpus.tools)
+    ]
     widest = max(len(texts) for texts in views)
     flat = embeddings.embed_documents([text for texts in views for text in texts])
-    array = np.zeros((len(tools), widest, embeddings.dimension), dtype=np.float32)
-    mask = np.zeros((len(tools), widest), dtype=bool)
+    array = np.zeros((len(views), widest, embeddings.dimension), dtype=np.float32)
+    mask = np.zeros((len(views), widest), dtype=bool)
     start = 0
     for row, texts in enumerate(views):
         array[row, : len(texts)] = flat[start : start + len(texts)]
         mask[row, : len(texts)] = True
         start += len(texts)
-    queries = embeddings.embed_documents([query_text(pair.query) for pair in pairs])
+    queries = embeddings.embed_documents([query_text(pair.query) for pair in corpus.pairs])
     return CorpusVectors(
-        tool_ids=tuple(tool.id for tool in tools),
-        tool_sources=tuple(tool.id.split("::", 1)[0] for tool in tools),
-        tool_names=tuple(tool.name.lower() for tool in tools),
+        tool_ids=tuple(tool.id for tool in corpus.tools),
+        tool_sources=tuple(tool.id.split("::", 1)[0] for tool in corpus.tools),
+        tool_names=tuple(tool.name.lower() for tool in corpus.tools),
         views=array,
         view_mask=mask,
-        pairs=tuple(pairs),
+        pairs=corpus.pairs,
         queries=queries,
-        digest=corpus_digest(folder),
+        digest=corpus.digest,
     )
 
 
@@ -142,7 +160,7 @@ def sources(pairs: Sequence[Pair]) -> list[str]:
     return list(dict.fromkeys(pair.source for pair in pairs))
 
 
-def _similarities(corpus: CorpusVectors, rows: Sequence[int], queries: npt.NDArray[np.float32]) -> FloatArray:
+def similarities(corpus: CorpusVectors, rows: Sequence[int], queries: npt.NDArray[np.float32]) -> FloatArray:
     """(rows, tools): each tool's best view's cosine with each row's query vector, as `Hit.match`."""
     tools, views, dimension = corpus.views.shape
     flat = corpus.views.reshape(tools * views, dimension)
@@ -159,8 +177,12 @@ def calibrate_bands(corpus: CorpusVectors, queries: npt.NDArray[np.float32] | No
 
     `strong`: the best tool of another source's catalog (one that cannot serve the request; each
     source apart, so catalogs of 28 to 4,076 tools count) reaches it for one request in twenty.
-    `possible`: a tenth of the requests' right tools fall under it. `queries` has one row per pair,
-    in the corpus's order: the same requests embedded otherwise (another model's query vectors).
+    `possible`: a tenth of the requests' right tools fall under it, but never above what the best
+    tool of another source's catalog reaches for half the requests. A model trained on the corpus's
+    other nine tenths brings its right tools closer on these requests than on a catalog it never
+    saw, so the tenth alone would call a right tool weak far more often there; half of unrelated
+    catalogs' best tools is a cut that training moves far less. `queries` has one row per pair, in
+    the corpus's order: the same requests embedded otherwise (another model's query vectors).
     """
     vectors = corpus.queries if queries is None else queries
     if vectors.shape != corpus.queries.shape:
@@ -169,7 +191,9 @@ def calibrate_bands(corpus: CorpusVectors, queries: npt.NDArray[np.float32] | No
             f"{len(corpus.pairs)} pairs of {corpus.queries.shape[1]}: one per pair, in order"
         )
     rows = [i for i, p in enumerate(corpus.pairs) if corpus_part(p.id) == "check"]
-    similarity = _similarities(corpus, rows, vectors)
+    if len(set(corpus.tool_sources)) < 2 or not rows:
+        raise CorpusError("calibrating bands needs check pairs and tools of at least two sources")
+    similarity = similarities(corpus, rows, vectors)
     owner = np.array(corpus.tool_sources)
     catalogs = {source: owner == source for source in dict.fromkeys(corpus.tool_sources)}
     right: list[float] = []
@@ -181,5 +205,5 @@ def calibrate_bands(corpus: CorpusVectors, queries: npt.NDArray[np.float32] | No
             float(similarity[line, where].max()) for s, where in catalogs.items() if s != pair.source
         )
     strong = float(np.quantile(foreign, 0.95))
-    possible = min(float(np.quantile(right, 0.10)), strong)
+    possible = min(float(np.quantile(right, 0.10)), float(np.quantile(foreign, 0.5)), strong)
     return Bands(strong=round(strong, 3), possible=round(possible, 3))

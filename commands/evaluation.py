@@ -22,21 +22,23 @@ import math
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, get_args
 
 import numpy as np
 
 from indexer.embedder import DEFAULT_EMBEDDER, EVAL_KINDS, Embedder
+from indexer.retrieval.bands import match_band
 from indexer.retrieval.embeddings import Embeddings
 from indexer.retrieval.query import Query
-from indexer.retrieval.search import Hit, SearchIndex, SearchSettings, build_tool_index, match_band
+from indexer.retrieval.search import Hit, SearchIndex, SearchSettings, build_tool_index
 from indexer.retrieval.text import query_texts
 from indexer.retrieval.tools import advertise
 from indexer.state.disk import disk_embeddings
 from toolsearch.answers import Answer, AnswerTool, compact_definition, estimate_tokens, render_answer
 from toolsearch.catalog import EVAL_DATA, CatalogTool, load_catalog
+from toolsearch.indexer_settings import BASE_MODEL_NAME, TUNED_MODEL_NAME
 
 Method = Literal["hybrid", "dense", "lexical"]
 METHODS: tuple[Method, ...] = get_args(Method)
@@ -100,6 +102,7 @@ class EvalReport:
     split_queries: dict[str, int] = field(default_factory=dict)
     # hybrid only: mean estimated tokens of a find_tool answer of ANSWER_LIMIT tools, full and compact
     answer_tokens: dict[str, float] = field(default_factory=dict)
+    model: str = ""  # the model folder's name
 
 
 def load_queries(path: Path) -> list[EvalQuery]:
@@ -295,9 +298,9 @@ class _NoBar:
 
 def _table(reports: Sequence[EvalReport]) -> str:
     """One row per set, split and method: the tune split first, then the held-apart one."""
-    header = ["set", "split", "method", "tools", "queries", *METRICS, "q/s", "search ms"]
+    header = ["set", "split", "model", "method", "tools", "queries", *METRICS, "q/s", "search ms"]
     rows = [
-        [r.name or "-", split, r.method, str(r.tools), str(r.split_queries[split])]
+        [r.name or "-", split, r.model or "-", r.method, str(r.tools), str(r.split_queries[split])]
         + [f"{r.splits[split][m]:.1f}" for m in METRICS]
         + [f"{r.queries_per_second:.0f}", f"{r.search_ms_median:.2f}"]
         for name in dict.fromkeys(r.name for r in reports)
@@ -308,7 +311,7 @@ def _table(reports: Sequence[EvalReport]) -> str:
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
     lines = [
         "  ".join(
-            cell.rjust(width) if i >= 3 else cell.ljust(width)
+            cell.rjust(width) if i >= 4 else cell.ljust(width)
             for i, (cell, width) in enumerate(zip(row, widths, strict=True))
         )
         for row in [header, *rows]
@@ -337,8 +340,9 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.add_argument(
         "--model",
         type=Path,
-        default=Path("models") / "all-MiniLM-L6-v2",
-        help="sentence-transformers model folder (default: models/all-MiniLM-L6-v2)",
+        action="append",
+        help=f"a sentence-transformers model folder; repeat it to compare models row by row (default: "
+        f"models/{TUNED_MODEL_NAME}, which find_tool serves, and with --all models/{BASE_MODEL_NAME} too)",
     )
     parser.add_argument(
         "--embedder",
@@ -378,23 +382,31 @@ def run_cli(args: argparse.Namespace) -> int:
     chosen = args.method or ("all" if args.all else "hybrid")
     methods = METHODS if chosen == "all" else tuple(m for m in METHODS if m == chosen)
     sets = SHIPPED_SETS if args.all else {args.catalog.parent.name: (args.catalog, args.queries)}
+    models = args.model or [Path("models") / TUNED_MODEL_NAME]
+    if args.all and not args.model:
+        models.append(Path("models") / BASE_MODEL_NAME)
+    identities = []
     try:
-        embedder = load_embedder(args.embedder, args.model)
         reports: list[EvalReport] = []
-        for name, (catalog, queries_file) in sets.items():
-            queries = load_queries(queries_file)
-            if args.split != "both":
-                queries = [q for q in queries if split_of(q.id) == args.split]
-            queries = queries[: args.limit_queries]
-            reports += evaluate_methods(
-                load_catalog(catalog), queries, embedder, methods, cache_dir=args.cache_dir, name=name
-            )
+        for model in models:
+            embedder = load_embedder(args.embedder, model)
+            identities.append(embedder.identity)
+            for name, (catalog, queries_file) in sets.items():
+                queries = load_queries(queries_file)
+                if args.split != "both":
+                    queries = [q for q in queries if split_of(q.id) == args.split]
+                queries = queries[: args.limit_queries]
+                made = evaluate_methods(
+                    load_catalog(catalog), queries, embedder, methods, cache_dir=args.cache_dir, name=name
+                )
+                reports += [replace(report, model=model.name) for report in made]
     except (EmbedderError, CatalogError, EvalError) as exc:
         print(f"toolsearch eval: {exc}", file=sys.stderr)
         return 1
     if args.json:
         fields = (
             "name",
+            "model",
             "method",
             "tools",
             "queries",
@@ -410,6 +422,6 @@ def run_cli(args: argparse.Namespace) -> int:
         ]
         print(json.dumps(out if args.all else out[0] if len(out) == 1 else out, indent=2))
     else:
-        print(f"embedder {args.embedder}: {embedder.identity}")
+        print(f"embedder {args.embedder}: {', '.join(identities)}")
         print(_table(reports))
     return 0

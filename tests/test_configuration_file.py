@@ -20,7 +20,7 @@ def test_an_empty_file_gives_the_defaults(tmp_path: Path) -> None:
     config = load_config(write(tmp_path, ""))
     assert config.router.listen == "127.0.0.1:8000"
     assert config.indexer.search.default_limit == 8
-    assert config.indexer.model == (tmp_path / "models/all-MiniLM-L6-v2").resolve()
+    assert config.indexer.model == (tmp_path / "models/all-MiniLM-L6-v2-tools").resolve()
 
 
 def test_a_wrong_field_is_named_with_the_file(tmp_path: Path) -> None:

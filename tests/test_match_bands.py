@@ -16,48 +16,53 @@ import pytest
 from commands.bands import bands_table, measure_bands
 from commands.cli import main
 from commands.evaluation import SHIPPED_SETS, build_index
+from commands.model import prepare_default_model, prepare_tuned_models
 from indexer.embedder import FakeEmbedder, load_embedder
 from indexer.embedder.base import Embedder
+from indexer.retrieval.bands import UNTRAINED_BANDS, Bands, match_band, model_bands
 from indexer.retrieval.embeddings import Embeddings
 from indexer.retrieval.query import Query
-from indexer.retrieval.search import UNTRAINED_BANDS, Bands, SearchSettings, match_band
+from indexer.retrieval.search import SearchSettings
 from indexer.retrieval.text import document_texts, query_texts
 from indexer.state.disk import DiskEmbeddings
 from toolsearch.catalog import EVAL_DATA, CatalogTool, load_catalog
+from toolsearch.indexer_settings import BASE_MODEL_NAME, TUNED_MODEL_NAME
 
 ROOT = Path(__file__).resolve().parents[1]
-MODEL = ROOT / "models" / "all-MiniLM-L6-v2"
+# the served model and the published one, each under its own bands
+MODELS = [ROOT / "models" / TUNED_MODEL_NAME, ROOT / "models" / BASE_MODEL_NAME]
 TOOLS = load_catalog(EVAL_DATA / "mcpbench" / "tools.jsonl")
 SMALL = TOOLS[6:20]  # the unit converter's tools and Wikipedia's: 14
 LARGE = TOOLS[:83]
 FAKE = FakeEmbedder(dimension=64)
 
 
-@pytest.fixture(scope="module")
-def embedder() -> Embedder:
-    if not (MODEL / "onnx").is_dir():
-        pytest.skip("the default model is not prepared: toolsearch model prepare")
-    return load_embedder("onnx", MODEL)
+@pytest.fixture(scope="module", params=MODELS, ids=lambda path: path.name)
+def model(request: pytest.FixtureRequest) -> tuple[Embedder, Bands]:
+    prepare_default_model(ROOT / "models")
+    prepare_tuned_models(ROOT / "models")
+    return load_embedder("onnx", request.param), model_bands(request.param)
 
 
-def _best(embedder: Embedder, tools: Sequence[CatalogTool], query: str) -> tuple[str, str]:
+def _best(model: tuple[Embedder, Bands], tools: Sequence[CatalogTool], query: str) -> tuple[str, str]:
     """The best tool's name and band for `query` over `tools`."""
+    embedder, bands = model
     store = DiskEmbeddings(ROOT / ".toolsearch" / "cache", embedder.identity, embedder.dimension)
     index, ids = build_index(tools, Embeddings(embedder, store), SearchSettings())
     hit = index.search(Query.embedded(query, embedder.embed(query_texts(query))), 5)[0]
-    return ids[hit.position].split("::")[-1], match_band(hit.match)
+    return ids[hit.position].split("::")[-1], match_band(hit.match, bands)
 
 
-def test_the_right_tool_is_strong_over_14_tools_and_over_83(embedder: Embedder) -> None:
+def test_the_right_tool_is_strong_over_14_tools_and_over_83(model: tuple[Embedder, Bands]) -> None:
     query = "convert force from newtons to pound-force"
-    assert _best(embedder, SMALL, query) == ("convert_force", "strong")
-    assert _best(embedder, LARGE, query) == ("convert_force", "strong")
+    assert _best(model, SMALL, query) == ("convert_force", "strong")
+    assert _best(model, LARGE, query) == ("convert_force", "strong")
 
 
-def test_a_request_no_tool_serves_is_weak_at_both_sizes(embedder: Embedder) -> None:
+def test_a_request_no_tool_serves_is_weak_at_both_sizes(model: tuple[Embedder, Bands]) -> None:
     query = "knead the sourdough and bake it until the crust is dark and crisp"
-    assert _best(embedder, SMALL, query)[1] == "weak"
-    assert _best(embedder, LARGE, query)[1] == "weak"
+    assert _best(model, SMALL, query)[1] == "weak"
+    assert _best(model, LARGE, query)[1] == "weak"
 
 
 def test_a_match_is_the_best_cosine_of_the_tools_views_with_any_need() -> None:

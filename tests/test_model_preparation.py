@@ -20,7 +20,7 @@ import pytest
 
 from commands.cli import main
 from commands.model import (
-    DEFAULT_MODEL_NAME,
+    BASE_MODEL_NAME,
     DEFAULT_WEIGHTS_SHA256,
     WEIGHTS_FILE,
     ModelError,
@@ -90,12 +90,12 @@ def _archive(path: Path, members: dict[str, bytes]) -> Path:
 
 
 def test_prepare_extracts_a_complete_folder_whose_weights_verify(prepared: Path) -> None:
-    assert prepared.name == DEFAULT_MODEL_NAME
+    assert prepared.name == BASE_MODEL_NAME
     for name in ("modules.json", "config.json", "tokenizer.json", "1_Pooling/config.json"):
         assert (prepared / name).is_file(), name
     assert file_sha256(prepared / WEIGHTS_FILE) == DEFAULT_WEIGHTS_SHA256
     verify_model_dir(prepared)
-    assert sorted(p.name for p in prepared.parent.iterdir()) == [DEFAULT_MODEL_NAME]
+    assert sorted(p.name for p in prepared.parent.iterdir()) == [BASE_MODEL_NAME]
     assert prepared.stat().st_mode & 0o777 == 0o755  # readable by a service running as another user
 
 
@@ -107,7 +107,7 @@ def test_preparing_an_existing_verified_folder_changes_nothing(prepared: Path) -
 
 
 def test_leftovers_of_a_killed_prepare_are_removed_on_the_next_one(prepared: Path) -> None:
-    leftover = prepared.parent / f".{DEFAULT_MODEL_NAME}.tmp-killed"
+    leftover = prepared.parent / f".{BASE_MODEL_NAME}.tmp-killed"
     (leftover / "1_Pooling").mkdir(parents=True)
     (leftover / WEIGHTS_FILE).write_bytes(b"half written")
     prepare_default_model(prepared.parent, export=False)
@@ -131,11 +131,11 @@ def test_a_folder_missing_a_file_is_reported_as_incomplete(prepared: Path, tmp_p
 
 def test_prepare_replaces_a_tampered_folder_with_a_verified_one(prepared: Path, tmp_path: Path) -> None:
     models = tmp_path / "models"
-    copy = _copy(prepared, models / DEFAULT_MODEL_NAME)
+    copy = _copy(prepared, models / BASE_MODEL_NAME)
     _tamper(copy / WEIGHTS_FILE)
     assert prepare_default_model(models, export=False) == copy
     verify_model_dir(copy)
-    assert sorted(p.name for p in models.iterdir()) == [DEFAULT_MODEL_NAME]
+    assert sorted(p.name for p in models.iterdir()) == [BASE_MODEL_NAME]
 
 
 def test_an_archive_with_wrong_weights_is_refused_and_leaves_nothing(tmp_path: Path) -> None:
@@ -200,7 +200,7 @@ def test_the_verify_command_tells_how_to_make_a_missing_folder(
 def test_a_folder_no_recipe_fits_is_exported_with_torch_and_without_it_says_which_extra(
     prepared: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    copy = _copy(prepared, tmp_path / DEFAULT_MODEL_NAME)
+    copy = _copy(prepared, tmp_path / BASE_MODEL_NAME)
     (copy / "NOTES.md").write_text("one more file: another folder, which no shipped recipe was made from\n")
     monkeypatch.setitem(sys.modules, "onnxscript", None)  # as if not installed
     with pytest.raises(
@@ -215,7 +215,7 @@ def test_the_default_folder_gets_its_export_from_the_recipe_with_no_torch_instal
     prepared: Path, tmp_path: Path
 ) -> None:
     models = tmp_path / "models"
-    _linked(prepared, models / DEFAULT_MODEL_NAME)
+    _linked(prepared, models / BASE_MODEL_NAME)
     blocked = ("torch", "sentence_transformers", "transformers", "onnx", "onnxscript")
     code = (
         f"import sys\nfor name in {blocked!r}:\n    sys.modules[name] = None  # as if not installed\n"
@@ -228,14 +228,14 @@ def test_the_default_folder_gets_its_export_from_the_recipe_with_no_torch_instal
     assert done.returncode == 0, done.stderr
     recipe = _shipped(prepared)
     assert done.stdout.endswith(f", onnx/model.onnx sha256 {recipe.manifest.files['fp32'].sha256}\n")
-    assert verify_model_dir(models / DEFAULT_MODEL_NAME) == recipe.manifest
-    assert _hidden(models / DEFAULT_MODEL_NAME) == []
+    assert verify_model_dir(models / BASE_MODEL_NAME) == recipe.manifest
+    assert _hidden(models / BASE_MODEL_NAME) == []
 
 
 def test_a_recipe_that_makes_another_file_is_refused_and_leaves_nothing(
     prepared: Path, tmp_path: Path
 ) -> None:
-    copy = _linked(prepared, tmp_path / DEFAULT_MODEL_NAME)
+    copy = _linked(prepared, tmp_path / BASE_MODEL_NAME)
     changed = tmp_path / "recipe"
     shutil.copytree(_shipped(prepared).folder, changed)
     document = json.loads((changed / RECIPE).read_text())
@@ -260,7 +260,7 @@ def test_a_recipe_that_makes_another_file_is_refused_and_leaves_nothing(
 def test_torch_exports_the_very_file_the_shipped_recipe_makes_and_the_same_recipe(
     prepared: Path, tmp_path: Path
 ) -> None:
-    copy = _linked(prepared, tmp_path / DEFAULT_MODEL_NAME)
+    copy = _linked(prepared, tmp_path / BASE_MODEL_NAME)
     manifest = ensure_export(copy, with_torch=True)
     shipped = _shipped(prepared)
     remake = "torch or its exporter changed: remake it with `toolsearch model recipe` (models/README.md)"

@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from commands.cli import main
-from commands.model import DEFAULT_MODEL_NAME, ModelError, ensure_export, prepare_default_model
+from commands.model import BASE_MODEL_NAME, ModelError, ensure_export, prepare_default_model
 from indexer.embedder import EMBEDDER_KINDS, EmbedderError, load_embedder
 from indexer.embedder.files import (
     MANIFEST,
@@ -127,9 +127,9 @@ def test_int8_is_measured_not_served(model_dir: Path, tmp_path: Path) -> None:
     # `toolsearch eval --embedder onnx-int8` still measures it, under an identity of its own
     digest = "ab" * 32
     assert identity_of(model_dir, "fp32", digest, "f" * 64).startswith("sentence-transformers:")
-    assert identity_of(model_dir, "int8", digest, "f" * 64).startswith(f"onnx-int8:{DEFAULT_MODEL_NAME}:")
+    assert identity_of(model_dir, "int8", digest, "f" * 64).startswith(f"onnx-int8:{BASE_MODEL_NAME}:")
     manifest = f"onnx/{MANIFEST}"
-    copy = _linked_copy(model_dir, tmp_path / DEFAULT_MODEL_NAME, real=(manifest,))
+    copy = _linked_copy(model_dir, tmp_path / BASE_MODEL_NAME, real=(manifest,))
     raw = json.loads((copy / manifest).read_text())
     raw["files"].pop("int8", None)
     (copy / manifest).write_text(json.dumps(raw))
@@ -159,7 +159,7 @@ def test_a_tampered_export_is_refused_by_prepare_verify_and_the_embedder(
     model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     fp32 = f"onnx/{VARIANT_FILES['fp32']}"
-    copy = _linked_copy(model_dir, tmp_path / "models" / DEFAULT_MODEL_NAME, real=(fp32,))
+    copy = _linked_copy(model_dir, tmp_path / "models" / BASE_MODEL_NAME, real=(fp32,))
     _flip_a_byte(copy / fp32)
     tampered = file_sha256(copy / fp32)
     recorded = json.loads((copy / "onnx" / MANIFEST).read_text())["files"]["fp32"]["sha256"]
@@ -178,7 +178,7 @@ def test_an_export_of_other_files_is_made_again(
     model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     manifest = f"onnx/{MANIFEST}"
-    copy = _linked_copy(model_dir, tmp_path / DEFAULT_MODEL_NAME, real=(manifest,))
+    copy = _linked_copy(model_dir, tmp_path / BASE_MODEL_NAME, real=(manifest,))
     raw = json.loads((copy / manifest).read_text())
     raw["source_digest"] = "0" * 64
     (copy / manifest).write_text(json.dumps(raw))

@@ -120,3 +120,24 @@ def test_a_command_whose_extra_is_missing_says_which_to_install() -> None:
     assert done.returncode == 2, done.stderr
     assert "toolsearch eval needs the bench extra" in done.stderr
     assert "pip install 'toolsearch[bench]'" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_every_shipped_recipe_tuning_and_corpus_file_is_package_data() -> None:
+    patterns = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    shipped = {
+        "indexer.embedder": [
+            ROOT / "indexer" / "embedder" / "recipes",
+            ROOT / "indexer" / "embedder" / "tunings",
+        ],
+        "toolsearch": [ROOT / "toolsearch" / "data" / "train"],
+    }
+    for package, folders in shipped.items():
+        root = ROOT.joinpath(*package.split("."))
+        files = [path.relative_to(root) for folder in folders for path in folder.rglob("*") if path.is_file()]
+        assert files, package
+        # setuptools' globs: "*" within one folder, "**" across folders
+        globs = [
+            re.compile(re.escape(p).replace(r"\*\*", ".*").replace(r"\*", "[^/]*")) for p in patterns[package]
+        ]
+        missed = [f for f in files if not any(g.fullmatch(f.as_posix()) for g in globs)]
+        assert not missed, f"{package} ships files its package-data leaves out: {missed[:3]}"

@@ -13,19 +13,19 @@ import numpy as np
 import pytest
 
 from commands.corpus import (
-    TRAIN_DATA,
     CorpusError,
     CorpusVectors,
     Pair,
     calibrate_bands,
     corpus_part,
     embed_corpus,
+    read_corpus,
     sources,
 )
 from indexer.embedder import FakeEmbedder
+from indexer.retrieval.bands import Bands
 from indexer.retrieval.embeddings import Embeddings
-from indexer.retrieval.search import Bands
-from toolsearch.catalog import EVAL_DATA
+from toolsearch.catalog import EVAL_DATA, TRAIN_DATA
 
 PAIRS = [json.loads(line) for line in (TRAIN_DATA / "pairs.jsonl").read_text().splitlines() if line.strip()]
 TOOLS = [json.loads(line) for line in (TRAIN_DATA / "tools.jsonl").read_text().splitlines() if line.strip()]
@@ -88,7 +88,7 @@ def _small_corpus(folder: Path, source: str = "tooltalk") -> Path:
 
 def test_the_corpus_is_embedded_as_the_indexer_reads_tools_and_queries(tmp_path: Path) -> None:
     folder = _small_corpus(tmp_path / "corpus")
-    corpus = embed_corpus(folder, Embeddings(FAKE, None), FAKE.count_tokens, FAKE.max_tokens)
+    corpus = embed_corpus(read_corpus(folder), Embeddings(FAKE, None), FAKE.count_tokens, FAKE.max_tokens)
     assert corpus.views.shape[:2] == corpus.view_mask.shape and corpus.views.shape[0] == 58
     assert corpus.view_mask[:, 0].all()  # every tool has at least one view
     assert not corpus.views[~corpus.view_mask].any()  # missing views are zero rows
@@ -105,7 +105,7 @@ def test_a_pair_naming_a_missing_tool_is_refused_with_its_line(tmp_path: Path) -
     with (folder / "pairs.jsonl").open("a") as out:
         out.write(json.dumps({"id": "x", "source": "tooltalk", "query": "q", "relevant": ["nope::t"]}) + "\n")
     with pytest.raises(CorpusError, match=r"pairs\.jsonl:79: names tools the corpus lacks: \['nope::t'\]"):
-        embed_corpus(folder, Embeddings(FAKE, None), FAKE.count_tokens, FAKE.max_tokens)
+        read_corpus(folder)
 
 
 def _check_ids(count: int) -> list[str]:
@@ -135,6 +135,10 @@ def test_the_bands_are_the_documented_quantiles_of_the_check_part() -> None:
     strong = round(float(np.quantile(foreign, 0.95)), 3)
     possible = round(float(np.quantile(right, 0.10)), 3)
     assert bands == Bands(strong=strong, possible=possible)
+    # right tools that come closer than half the unrelated catalogs' best tools do (a model trained on
+    # these requests' sources) do not raise `possible` past that half
+    closer = np.stack([right + 0.3, foreign], axis=1)
+    assert calibrate_bands(corpus, closer).possible == round(float(np.quantile(foreign, 0.5)), 3)
     # the same requests embedded otherwise bring their own bands; a wrong count is refused
     assert calibrate_bands(corpus, corpus.queries[:, ::-1].copy()).strong == round(
         float(np.quantile(right, 0.95)), 3

@@ -24,6 +24,7 @@ from jsonschema.exceptions import SchemaError, best_match
 
 # the public evaluation sets shipped with the package: catalogs and labelled queries (README there)
 EVAL_DATA = Path(__file__).resolve().parent / "data" / "eval"
+TRAIN_DATA = EVAL_DATA.parent / "train"  # the training corpus, shipped beside the evaluation sets
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 DEFAULT_SERVER = "default"
 _MAX_MESSAGE = 300  # a validation message quotes the offending value, which can be long

@@ -13,6 +13,11 @@ from pydantic import Field, field_validator, model_validator
 from toolsearch.settings import Section, check_listen
 from toolsearch.state_url import check_state_url
 
+# all-MiniLM-L6-v2 fine-tuned on the public training corpus (`toolsearch model train`), made beside it
+# by `toolsearch model prepare` (docs/retrieval.md); the untrained model stays selectable by its folder
+TUNED_MODEL_NAME = "all-MiniLM-L6-v2-tools"
+BASE_MODEL_NAME = "all-MiniLM-L6-v2"  # the packaged model, as published
+
 DEFAULT_FIND_TOOL_DESCRIPTION = (
     "Find the tools that can do a task. Describe the task in plain words (tool_description), "
     "optionally add keywords, and get back the best matching tools with their full input schemas. "
@@ -84,7 +89,7 @@ class IndexerClientTls(Section):
 
 class Indexer(Section):
     listen: str = "127.0.0.1:50051"
-    model: Path = Path("models/all-MiniLM-L6-v2")
+    model: Path = Path("models") / TUNED_MODEL_NAME
     # what embeds texts: the model's ONNX export in ONNX Runtime, or sentence-transformers on torch
     embedder: Literal["onnx", "torch"] = "onnx"
     model_threads: int | None = Field(default=None, ge=1)  # model threads; None: every CPU it may use

@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 from indexer.embedder import EMBEDDER_KINDS
+from toolsearch.indexer_settings import TUNED_MODEL_NAME
 
 BOTH = ("onnx", "torch")  # --embedder both: the first runs every part, the second the floor and find_tool
 
@@ -113,8 +114,8 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.add_argument(
         "--model",
         type=Path,
-        default=Path("models") / "all-MiniLM-L6-v2",
-        help="the embedding model folder (default: models/all-MiniLM-L6-v2)",
+        default=Path("models") / TUNED_MODEL_NAME,
+        help=f"the embedding model folder (default: models/{TUNED_MODEL_NAME}, the one the indexer serves)",
     )
     parser.add_argument(
         "--embedder",

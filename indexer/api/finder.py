@@ -19,10 +19,10 @@ from dataclasses import dataclass
 
 from indexer.backends.registry import Registry
 from indexer.errors import InvalidRequest
+from indexer.retrieval.bands import UNTRAINED_BANDS, Bands, match_band
 from indexer.retrieval.embeddings import Embeddings
 from indexer.retrieval.index import IndexVersion, VersionPool
 from indexer.retrieval.query import Need, Query
-from indexer.retrieval.search import UNTRAINED_BANDS, Bands, match_band
 from indexer.retrieval.text import query_texts
 from indexer.retrieval.tools import estimate_prompt_tokens
 from indexer.sessions.views import LiveSession

@@ -30,9 +30,10 @@ from indexer.backends.lister import BackendLister
 from indexer.backends.registry import Registry
 from indexer.backends.token_exchange import TokenEndpoints
 from indexer.embedder import Embedder
+from indexer.retrieval.bands import model_bands
 from indexer.retrieval.embeddings import Embeddings
 from indexer.retrieval.index import Builder, VersionPool
-from indexer.retrieval.search import UNTRAINED_BANDS, SearchSettings
+from indexer.retrieval.search import SearchSettings
 from indexer.sessions.manager import SessionManager
 from indexer.sessions.versions import SessionVersions
 from indexer.state import EndedSession, LocalSessions, State, make_state, state_secret
@@ -127,8 +128,8 @@ class IndexerProcess:
             ender=ender,
             leadership=state.leadership,
         )
-        # the bands of the one model served; a model with bands of its own would bring them here
-        finder = Finder(embeddings, registry, pool, section.search, UNTRAINED_BANDS)
+        # the served model's bands: a tuned model's own, calibrated with it (docs/retrieval.md)
+        finder = Finder(embeddings, registry, pool, section.search, model_bands(section.model))
         versions = sessions.versions
         rebuilder = Rebuilder(versions)
         health = section.health

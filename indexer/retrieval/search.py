@@ -52,24 +52,6 @@ class SearchSettings:
 
 
 @dataclass(frozen=True, slots=True)
-class Bands:
-    """Where `Hit.match` turns from weak to possible and from possible to strong.
-
-    Calibrated per model on the training corpus's check part (`commands.corpus.calibrate_bands`):
-    `strong` is the similarity the best tool of a catalog that cannot serve the request (another
-    source's tools) reaches for one request in twenty; `possible` the one a tenth of the right tools
-    fall under (docs/retrieval.md, "How strong a match is").
-    """
-
-    strong: float
-    possible: float
-
-
-# all-MiniLM-L6-v2's own query vectors: what the indexer serves; another model brings its own
-UNTRAINED_BANDS = Bands(strong=0.496, possible=0.237)
-
-
-@dataclass(frozen=True, slots=True)
 class Hit:
     """One search result: the tool's position in the index, its fused score, and how well it matches.
 
@@ -81,13 +63,6 @@ class Hit:
     position: int
     score: float
     match: float = 0.0
-
-
-def match_band(match: float, bands: Bands = UNTRAINED_BANDS) -> str:
-    """A `Hit.match` as a word a model can act on: strong, possible or weak."""
-    if match >= bands.strong:
-        return "strong"
-    return "possible" if match >= bands.possible else "weak"
 
 
 def _standardise(scores: FloatArray) -> FloatArray:
