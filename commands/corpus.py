@@ -14,7 +14,6 @@ it. Nothing of the evaluation sets is in the corpus (its README).
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
+from commands.evaluation import EvalError, load_queries
 from indexer.retrieval.bands import Bands
 from indexer.retrieval.embeddings import Embeddings
 from indexer.retrieval.text import document_texts, query_text
@@ -78,25 +78,20 @@ def corpus_digest(folder: Path) -> str:
 
 
 def _read_pairs(path: Path, known: dict[str, int]) -> list[Pair]:
+    """The labelled requests of `path` (the evaluation sets' format, with a source), tools by position."""
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise CorpusError(f"{path}: cannot read pairs ({exc.strerror})") from None
+        labelled = load_queries(path)
+    except EvalError as exc:
+        raise CorpusError(str(exc)) from None
     pairs = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            raw = json.loads(line)
-            relevant = [str(tool) for tool in raw["relevant"]]
-            pair = Pair(str(raw["id"]), str(raw["source"]), str(raw["query"]), ())
-        except (json.JSONDecodeError, KeyError, TypeError) as exc:
-            raise CorpusError(f"{path}:{number}: not a labelled pair ({exc})") from None
-        if missing := [tool for tool in relevant if tool not in known]:
-            raise CorpusError(f"{path}:{number}: names tools the corpus lacks: {missing[:3]}")
-        if not relevant:
-            raise CorpusError(f"{path}:{number}: a pair needs at least one relevant tool")
-        pairs.append(Pair(pair.id, pair.source, pair.query, tuple(known[tool] for tool in relevant)))
+    for request in labelled:
+        if missing := [tool for tool in request.relevant if tool not in known]:
+            raise CorpusError(f"{path}: pair {request.id} names tools the corpus lacks: {missing[:3]}")
+        if not request.relevant or not request.source:
+            raise CorpusError(f"{path}: pair {request.id} needs a source and at least one relevant tool")
+        pairs.append(
+            Pair(request.id, request.source, request.query, tuple(known[tool] for tool in request.relevant))
+        )
     return pairs
 
 

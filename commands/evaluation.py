@@ -83,6 +83,7 @@ class EvalQuery:
     id: str
     query: str
     relevant: tuple[str, ...]
+    source: str = ""  # the dataset it comes from, where the file says (the training corpus does)
 
 
 @dataclass(frozen=True)
@@ -117,7 +118,8 @@ def load_queries(path: Path) -> list[EvalQuery]:
             continue
         try:
             raw = json.loads(line)
-            queries.append(EvalQuery(str(raw["id"]), str(raw["query"]), tuple(map(str, raw["relevant"]))))
+            relevant = tuple(map(str, raw["relevant"]))
+            queries.append(EvalQuery(str(raw["id"]), str(raw["query"]), relevant, str(raw.get("source", ""))))
         except (json.JSONDecodeError, KeyError, TypeError) as exc:
             raise EvalError(f"{path}:{number}: not a labelled query ({exc})") from None
     return queries

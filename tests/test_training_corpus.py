@@ -104,7 +104,9 @@ def test_a_pair_naming_a_missing_tool_is_refused_with_its_line(tmp_path: Path) -
     folder = _small_corpus(tmp_path / "corpus")
     with (folder / "pairs.jsonl").open("a") as out:
         out.write(json.dumps({"id": "x", "source": "tooltalk", "query": "q", "relevant": ["nope::t"]}) + "\n")
-    with pytest.raises(CorpusError, match=r"pairs\.jsonl:79: names tools the corpus lacks: \['nope::t'\]"):
+    with pytest.raises(
+        CorpusError, match=r"pairs\.jsonl: pair x names tools the corpus lacks: \['nope::t'\]"
+    ):
         read_corpus(folder)
 
 
