@@ -213,8 +213,8 @@ def test_the_model_is_mounted_read_only_and_the_cache_is_a_named_volume() -> Non
     indexer = SERVICES["indexer"]
     assert "./models:/app/models:ro" in indexer["volumes"]
     config = config_of("indexer").indexer
-    assert config.model == ROOT / "models" / "all-MiniLM-L6-v2"
-    assert to_repo(indexer, "/app/models/all-MiniLM-L6-v2") == config.model
+    assert config.model == ROOT / "models" / "all-MiniLM-L6-v2-tools"
+    assert to_repo(indexer, "/app/models/all-MiniLM-L6-v2-tools") == config.model
     cache = [v for v in indexer["volumes"] if v.split(":")[1] == str(config.cache_dir)]
     assert cache and not cache[0].startswith(("./", "/")), "the embedding cache needs a named volume"
 

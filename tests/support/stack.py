@@ -19,11 +19,12 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from commands.ports import free_port
 from tests.support.processes import Proc, start_process
 from toolsearch.config import load_config
+from toolsearch.indexer_settings import TUNED_MODEL_NAME
 from toolsearch.transport import ChannelSecurity, channel_security, sync_channel
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO_CATALOG = ROOT / "examples" / "catalog.jsonl"
-MODEL = ROOT / "models" / "all-MiniLM-L6-v2"
+MODEL = ROOT / "models" / TUNED_MODEL_NAME  # the model the indexer serves by default
 CLI = [sys.executable, "-m", "commands.cli"]
 START_TIMEOUT = 180.0  # a cold indexer embeds every tool before it serves
 HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
