@@ -29,7 +29,7 @@ from commands.model import (
     prepare_default_model,
     verify_model_dir,
 )
-from indexer.embedder.files import ExportError, export_dir, folder_digest
+from indexer.embedder.files import ExportError, export_dir, folder_digest, read_manifest
 from indexer.embedder.recipe import (
     GRAPH,
     RECIPE,
@@ -39,6 +39,7 @@ from indexer.embedder.recipe import (
     read_recipe,
     write_recipe,
 )
+from toolsearch.indexer_settings import TUNED_MODEL_NAME
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -170,9 +171,11 @@ def test_the_prepare_command_prints_one_line_and_exits_zero(
 ) -> None:
     assert main(["model", "prepare", "--models-dir", str(prepared.parent), "--no-export"]) == 0
     out = capsys.readouterr().out
+    no_export = "; no ONNX export (indexer.embedder: onnx needs one: toolsearch model prepare)"
+    # one line a model: the published one, then the tuned one made from it
     assert out.splitlines() == [
-        f"{prepared}: ready, {WEIGHTS_FILE} sha256 {DEFAULT_WEIGHTS_SHA256}; no ONNX export "
-        "(indexer.embedder: onnx needs one: toolsearch model prepare)"
+        f"{prepared}: ready, {WEIGHTS_FILE} sha256 {DEFAULT_WEIGHTS_SHA256}{no_export}",
+        f"{prepared.parent / TUNED_MODEL_NAME}: ready, tuned from {BASE_MODEL_NAME}{no_export}",
     ]
 
 
@@ -227,9 +230,16 @@ def test_the_default_folder_gets_its_export_from_the_recipe_with_no_torch_instal
     )
     assert done.returncode == 0, done.stderr
     recipe = _shipped(prepared)
-    assert done.stdout.endswith(f", onnx/model.onnx sha256 {recipe.manifest.files['fp32'].sha256}\n")
+    base_line, tuned_line = done.stdout.splitlines()
+    assert base_line.endswith(f", onnx/model.onnx sha256 {recipe.manifest.files['fp32'].sha256}")
     assert verify_model_dir(models / BASE_MODEL_NAME) == recipe.manifest
     assert _hidden(models / BASE_MODEL_NAME) == []
+    # the tuned model is made beside it, its export from its own recipe, still without torch
+    tuned = models / TUNED_MODEL_NAME
+    tuned_recipe = _shipped(tuned)
+    assert tuned_line.endswith(f", onnx/model.onnx sha256 {tuned_recipe.manifest.files['fp32'].sha256}")
+    assert read_manifest(export_dir(tuned)) == tuned_recipe.manifest
+    assert _hidden(tuned) == []
 
 
 def test_a_recipe_that_makes_another_file_is_refused_and_leaves_nothing(

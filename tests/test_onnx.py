@@ -39,7 +39,7 @@ from indexer.embedder.sentence import SentenceTransformerEmbedder
 from tests.support.stack import HEADERS, open_session, running_stack
 from toolsearch.catalog import load_catalog
 from toolsearch.config import ConfigError, load_config
-from toolsearch.indexer_settings import Indexer
+from toolsearch.indexer_settings import TUNED_MODEL_NAME, Indexer
 
 ROOT = Path(__file__).resolve().parents[1]
 TOLERANCE = 1e-5
@@ -242,9 +242,10 @@ def test_a_pipeline_the_embedder_cannot_reproduce_is_refused(model_dir: Path, tm
 
 def test_the_prepare_command_names_the_export(model_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["model", "prepare", "--models-dir", str(model_dir.parent)]) == 0
-    (line,) = capsys.readouterr().out.splitlines()
-    sha = json.loads((export_dir(model_dir) / MANIFEST).read_text())["files"]["fp32"]["sha256"]
-    assert line.endswith(f", onnx/model.onnx sha256 {sha}")
+    base_line, tuned_line = capsys.readouterr().out.splitlines()
+    for line, folder in ((base_line, model_dir), (tuned_line, model_dir.parent / TUNED_MODEL_NAME)):
+        sha = json.loads((export_dir(folder) / MANIFEST).read_text())["files"]["fp32"]["sha256"]
+        assert line.startswith(f"{folder}: ready") and line.endswith(f", onnx/model.onnx sha256 {sha}")
 
 
 # modules that must never load in a process that serves with ONNX (or routes)
