@@ -1,7 +1,7 @@
 """A tuning: what `toolsearch model train` learned over a base model, kept as low-rank changes.
 
 Fine-tuning all-MiniLM-L6-v2 whole would change all 90 MB of its weights; the training learns a
-low-rank change per linear layer instead (LoRA: W + up @ down, rank 16), 1.4 MB in all, which ships
+low-rank change per linear layer instead (LoRA: W + up @ down, rank 16), 2.7 MB in all, which ships
 in `tunings/<name>/`: `low_rank.safetensors` (each layer's `<weight>.up` and `<weight>.down`) and
 `tuning.json` (the base folder's digest, the sha256 of both files this makes, the match bands
 calibrated for the tuned vectors, how it was trained and what that bought on the corpus's check part).
