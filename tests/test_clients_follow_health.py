@@ -210,5 +210,12 @@ async def test_a_sighup_reload_adds_and_removes_a_backend_of_a_live_session(stac
         _, (removed, _) = await until(lambda: _finds(c, copy, False), "the removed backend's tools gone")
         assert version < added < removed
         (session,) = (await status(stack)).sessions
-        reasons = [swap.reason for swap in session.swaps]
-        assert reasons[-2:] == ["config reload: added weather_copy", "config reload: removed weather_copy"]
+        # Under load a probe of this module's flapped backend may coincide with a reload: its change
+        # shares the swap's reason ("backend X recovered; config reload: ...") or swaps in between.
+        reloads = [
+            part
+            for swap in session.swaps
+            for part in swap.reason.split("; ")
+            if part.startswith("config reload: ")
+        ]
+        assert reloads[-2:] == ["config reload: added weather_copy", "config reload: removed weather_copy"]
