@@ -106,7 +106,7 @@ class RedisTarget:
             return plain
         sentinels = VotingSentinel(
             list(address.sentinels), sentinel_kwargs=self._sentinel_options(Retry(NoBackoff(), 0))
-        )  # type: ignore[no-untyped-call]
+        )
         client: aredis.Redis = sentinels.master_for(
             address.service,
             db=address.db,
@@ -124,8 +124,8 @@ class RedisTarget:
             return redis.Redis.from_url(self.url, **self._server_options(), retry=retry)
         sentinels = SyncVotingSentinel(
             list(address.sentinels), sentinel_kwargs=self._sentinel_options(SyncRetry(NoBackoff(), 0))
-        )  # type: ignore[no-untyped-call]
-        client: redis.Redis = sentinels.master_for(  # type: ignore[no-untyped-call]
+        )
+        client: redis.Redis = sentinels.master_for(
             address.service, db=address.db, retry=retry, **self._server_options()
         )
         return client

@@ -106,5 +106,5 @@ class RedisEvents:
                 logger.debug("event channel broken (%s); subscribing again", type(exc).__name__)
             finally:
                 with contextlib.suppress(RedisError, OSError):
-                    await pubsub.aclose()  # type: ignore[no-untyped-call]
+                    await pubsub.aclose()
             await asyncio.sleep(_RECONNECT_SECONDS)
