@@ -25,6 +25,7 @@ from indexer.retrieval.query import Query
 from indexer.retrieval.search import SearchSettings
 from indexer.retrieval.text import document_texts, query_texts
 from indexer.state.disk import DiskEmbeddings
+from tests.support.stack import EMBEDDING_CACHE
 from toolsearch.catalog import EVAL_DATA, CatalogTool, load_catalog
 from toolsearch.indexer_settings import BASE_MODEL_NAME, TUNED_MODEL_NAME
 
@@ -47,7 +48,7 @@ def model(request: pytest.FixtureRequest) -> tuple[Embedder, Bands]:
 def _best(model: tuple[Embedder, Bands], tools: Sequence[CatalogTool], query: str) -> tuple[str, str]:
     """The best tool's name and band for `query` over `tools`."""
     embedder, bands = model
-    store = DiskEmbeddings(ROOT / ".toolsearch" / "cache", embedder.identity, embedder.dimension)
+    store = DiskEmbeddings(EMBEDDING_CACHE, embedder.identity, embedder.dimension)
     index, ids = build_index(tools, Embeddings(embedder, store), SearchSettings())
     hit = index.search(Query.embedded(query, embedder.embed(query_texts(query))), 5)[0]
     return ids[hit.position].split("::")[-1], match_band(hit.match, bands)

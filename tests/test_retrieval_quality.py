@@ -22,11 +22,11 @@ from indexer.retrieval.query import Query
 from indexer.retrieval.search import SearchIndex, SearchSettings
 from indexer.retrieval.text import name_key, query_texts
 from indexer.state.disk import DiskEmbeddings
+from tests.support.stack import EMBEDDING_CACHE
 from toolsearch.catalog import load_catalog
 from toolsearch.indexer_settings import TUNED_MODEL_NAME
 
 ROOT = Path(__file__).resolve().parents[1]
-CACHE = ROOT / ".toolsearch" / "cache"
 SLICE = 200  # queries of each set the regression floors are measured on
 
 # R@5 and nDCG@10 (percent) of the default settings and the served (tuned) model over the first SLICE
@@ -49,7 +49,7 @@ def embedder() -> Embedder:
 
 @pytest.fixture(scope="module")
 def embeddings(embedder: Embedder) -> Embeddings:
-    return Embeddings(embedder, DiskEmbeddings(CACHE, embedder.identity, embedder.dimension))
+    return Embeddings(embedder, DiskEmbeddings(EMBEDDING_CACHE, embedder.identity, embedder.dimension))
 
 
 def test_metrics_of_one_ranking() -> None:
@@ -90,7 +90,7 @@ def _search(index: SearchIndex, query: str, vector: np.ndarray, limit: int) -> l
 def test_quality_does_not_fall_under_its_floor(name: str, embedder: Embedder) -> None:
     catalog, queries = SHIPPED_SETS[name]
     report = evaluate(
-        load_catalog(catalog), load_queries(queries)[:SLICE], embedder, "hybrid", cache_dir=CACHE
+        load_catalog(catalog), load_queries(queries)[:SLICE], embedder, "hybrid", cache_dir=EMBEDDING_CACHE
     )
     assert report.queries == SLICE
     for metric, floor in FLOORS[name].items():
@@ -100,7 +100,8 @@ def test_quality_does_not_fall_under_its_floor(name: str, embedder: Embedder) ->
 def test_the_eval_command_prints_every_metric_as_json(capsys: pytest.CaptureFixture[str]) -> None:
     catalog, queries = SHIPPED_SETS["metatool multi"]
     argv = ["eval", "--catalog", str(catalog), "--queries", str(queries), "--json"]
-    assert main([*argv, "--limit-queries", "12", "--cache-dir", str(CACHE), "--method", "dense"]) == 0
+    argv += ["--limit-queries", "12", "--cache-dir", str(EMBEDDING_CACHE), "--method", "dense"]
+    assert main(argv) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["method"] == "dense" and report["queries"] == 12 and report["tools"] == 199
     assert report["model"] == TUNED_MODEL_NAME  # the model find_tool serves, by default
@@ -113,7 +114,7 @@ def test_the_eval_command_explains_bad_input(tmp_path: Path, capsys: pytest.Capt
     catalog, _ = SHIPPED_SETS["metatool multi"]
     bad = tmp_path / "queries.jsonl"
     bad.write_text('{"id": "q", "query": "x", "relevant": ["no such tool"]}\n')
-    argv = ["eval", "--catalog", str(catalog), "--queries", str(bad), "--cache-dir", str(CACHE)]
+    argv = ["eval", "--catalog", str(catalog), "--queries", str(bad), "--cache-dir", str(EMBEDDING_CACHE)]
     assert main(argv) == 1
     assert "lacks" in capsys.readouterr().err
     assert main(["eval", "--catalog", str(catalog)]) == 2

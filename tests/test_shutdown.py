@@ -226,11 +226,18 @@ def metric(url: str, name: str) -> float:
 def test_an_indexer_killed_while_embedding_restarts_on_its_cache_and_serves(tmp_path: Path) -> None:
     cold_catalog(tmp_path / "catalog.jsonl")
     catalog_port, indexer_port, metrics_port = free_port(), free_port(), free_port()
-    extra = {"indexer": {"health": {"enabled": False}, "metrics_listen": f"127.0.0.1:{metrics_port}"}}
+    cache_dir = tmp_path / "cache"  # its own: the cold start is the subject
+    metrics_listen = f"127.0.0.1:{metrics_port}"
+    extra = {
+        "indexer": {
+            "health": {"enabled": False},
+            "metrics_listen": metrics_listen,
+            "cache_dir": str(cache_dir),
+        }
+    }
     config, _ = write_config(
         tmp_path, tmp_path / "catalog.jsonl", catalog_port, indexer_port, free_port(), extra
     )
-    cache_dir = tmp_path / "cache"
     address, metrics_url = f"127.0.0.1:{indexer_port}", f"http://127.0.0.1:{metrics_port}/metrics"
     catalog = start_process(
         [*CLI, "catalog-server", "--catalog", str(tmp_path / "catalog.jsonl"), "--port", str(catalog_port)],

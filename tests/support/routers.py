@@ -26,7 +26,7 @@ from indexer.api.server import create_server
 from tests.support.catalogs import small_catalog
 from tests.support.indexers import running_indexer
 from tests.support.processes import Proc, start_process
-from tests.support.stack import CLI
+from tests.support.stack import CLI, EMBEDDING_CACHE
 from toolsearch.config import load_config
 
 
@@ -90,7 +90,7 @@ async def light_stack(
         },
         "indexer": {
             "listen": f"127.0.0.1:{indexer_port}",
-            "cache_dir": str(folder / "cache"),
+            "cache_dir": str(EMBEDDING_CACHE),
             "discovery_timeout": 10.0,
             "health": {"enabled": False},
             **(indexer or {}),
