@@ -16,6 +16,12 @@ from starlette.datastructures import Headers
 from router.targets import ResolvedTool
 
 STATE_KEY = "toolsearch.caller"  # where the session layer leaves the `Caller` in scope["state"]
+# a backend's requests of its client the router relays, by the client capability each needs
+ANSWERABLE = {
+    "sampling/createMessage": "sampling",
+    "elicitation/create": "elicitation",
+    "roots/list": "roots",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,8 +78,36 @@ class Declared:
         """Whether the client is known not to have declared `capability` (unknown: it is not)."""
         return self.capabilities is not None and capability not in self.capabilities
 
+    @property
+    def answers_on_stream(self) -> dict[str, Any]:
+        """What a backend may ask a handshake-era client through the router: its sampling,
+        elicitation and roots, whose requests reach it on a call's stream (router/upstream/relays.py).
+        None for a 2026-07-28 client, which takes no request on a stream."""
+        return {} if self.quiet_unasked else self._answerable()
+
+    @property
+    def answers_in_results(self) -> dict[str, Any]:
+        """What a 2026-07-28 backend may ask a 2026-07-28 client: its sampling, elicitation and roots,
+        asked by an input-required result that reaches the client as the backend gave it. None for
+        a handshake-era client, which would not know such a result."""
+        return self._answerable() if self.quiet_unasked else {}
+
+    def _answerable(self) -> dict[str, Any]:
+        if self.capabilities is None:
+            return {}
+        return {name: self.capabilities[name] for name in ANSWERABLE.values() if name in self.capabilities}
+
 
 NOTHING_DECLARED = Declared()
+
+
+class ClientStream(Protocol):
+    """The SSE stream a call is answered on, for the messages the router writes on it itself beside
+    the SDK's (router/frontdoor/call_streams.py): a backend's request of the client."""
+
+    async def send(self, message: Mapping[str, Any]) -> bool:
+        """Write one JSON-RPC message as an event; False when the stream is gone (nothing was sent)."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,3 +123,6 @@ class Caller:
     # principal the router did not verify): it keeps no backend sessions
     shared: bool = False
     declared: Declared = NOTHING_DECLARED  # what the client said of itself
+    # the stream a streamed call is answered on, for the backend's requests of the client; None
+    # when the answer is JSON (nothing but the result can reach the client)
+    stream: ClientStream | None = field(default=None, compare=False)

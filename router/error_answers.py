@@ -4,7 +4,8 @@ A failure is raised once, where it is first seen (router/errors.py); what the cl
 decided here and nowhere else:
 
 - `http_answer`: an HTTP response, for a request refused before the SDK's handlers run (the session
-  layer): 401, 404, 429, 503 and so on, each with a JSON-RPC error body.
+  layer), or a client's answer the backend that asked did not take: 401, 404, 429, 502, 503 and so
+  on, each with a JSON-RPC error body.
 - `tool_result_for`: a call_tool or find_tool result with `isError`, for a mistake the model can
   correct (an unknown tool, a bad argument, a backend's failure); the router's own faults, and a
   capability the client lacks (`-32021`, the client's to mend), are raised as `MCPError` instead.
@@ -73,6 +74,8 @@ def http_answer(exc: RouterError, request_id: Any = None) -> Response:
     if isinstance(exc, IndexerUnavailable):
         return jsonrpc_error_response(503, INTERNAL_ERROR, str(exc), request_id, {"Retry-After": "1"})
     if isinstance(exc, IndexerFailed):
+        return jsonrpc_error_response(502, INTERNAL_ERROR, str(exc), request_id)
+    if isinstance(exc, BackendError):  # a client's answer that its backend did not take
         return jsonrpc_error_response(502, INTERNAL_ERROR, str(exc), request_id)
     logger.error("unexpected router error before the handlers: %r", exc)
     return jsonrpc_error_response(500, INTERNAL_ERROR, "internal error", request_id)

@@ -26,34 +26,12 @@ from tests.support.stack import ROOT, Stack, running_stack
 
 pytestmark = pytest.mark.skipif(missing() is not None, reason=missing() or "")
 
-SAMPLING = "sampling/createMessage is not relayed to the client"
-ELICITATION = "elicitation/create is not relayed to the client"
-INPUT_REQUIRED = (
-    "2026-07-28 input-required results (requests of the client and request state) are not relayed"
-)
 SUBSCRIPTIONS = "resources/subscribe is not relayed (no stream holds resource updates for the client)"
 
 # What toolsearch does not relay yet, by requirement set and scenario: a strict xfail each
 NOT_RELAYED: dict[tuple[str, str], str] = {
-    ("2025-11-25", "tools-call-sampling"): SAMPLING,
-    ("2025-11-25", "tools-call-elicitation"): ELICITATION,
-    ("2025-11-25", "elicitation-sep1034-defaults"): ELICITATION,
-    ("2025-11-25", "elicitation-sep1330-enums"): ELICITATION,
     ("2025-11-25", "resources-subscribe"): SUBSCRIPTIONS,
     ("2025-11-25", "resources-unsubscribe"): SUBSCRIPTIONS,
-    **{
-        ("2026-07-28", f"input-required-result-{name}"): INPUT_REQUIRED
-        for name in (
-            "basic-elicitation",
-            "basic-sampling",
-            "basic-list-roots",
-            "request-state",
-            "multiple-input-requests",
-            "multi-round",
-            "tampered-state",
-            "capability-check",
-        )
-    },
 }
 
 # The suite's required server scenarios (version 0.2.0-alpha.12), checked against its own list below

@@ -49,6 +49,7 @@ from router.frontdoor.origins import HostPolicy, OriginGuard
 from router.frontdoor.resource_metadata import ResourceMetadata
 from router.frontdoor.server import ShutdownGuard, router_server
 from router.frontdoor.session_layer import SessionLayer
+from router.handlers.client_answers import ClientAnswers
 from router.handlers.log_levels import LogLevels
 from router.handlers.meta_tools import MetaTools
 from router.handlers.passthrough import PassThroughMiddleware, holding
@@ -214,6 +215,7 @@ def create_app(
             pinned=settings.pinned,
         )
         requests = BackendRequests(indexer, caller, secrets)
+        answers = ClientAnswers(indexer, caller, requests.credentials)
         server = build_server(tools, metrics, Resources(requests), Prompts(requests), LogLevels(requests))
         manager = StreamableHTTPSessionManager(
             server, stateless=True, json_response=True, max_request_body_size=settings.max_body_bytes
@@ -230,6 +232,7 @@ def create_app(
             resource_metadata,
             streaming.handle_request,
             tools.cancel,
+            answers.deliver,
         )
         try:
             async with manager.run(), streaming.run():

@@ -34,8 +34,10 @@ from router.errors import (
     Unauthenticated,
 )
 from router.frontdoor.bodies import DRAIN_FACTOR, Body, BodyTooLarge, ClientGone, answer_early
+from router.frontdoor.call_streams import CallStream
 from router.frontdoor.declarations import request_declared, session_declared
 from router.frontdoor.resource_metadata import ResourceMetadata
+from router.handlers.meta_tools import FIND_TOOL
 from router.link.indexer_client import IndexerClient
 from router.targets import ResolvedTool
 from toolsearch.logs import bind_session
@@ -79,6 +81,7 @@ class JsonRpcMessage:
     is_request: bool
     wants_progress: bool = False  # its params carry `_meta.progressToken`
     params: Any = None  # as posted
+    answer: Mapping[str, Any] | None = None  # a posted response, whole
 
     @property
     def meta(self) -> dict[str, Any]:
@@ -91,6 +94,13 @@ class JsonRpcMessage:
         """The capabilities an initialize request declares, as JSON ("" when it declares none)."""
         declared = self.params.get("capabilities") if isinstance(self.params, dict) else None
         return json.dumps(declared, separators=(",", ":")) if isinstance(declared, dict) else ""
+
+    @property
+    def called(self) -> str:
+        """The tool a `tools/call` names (a meta-tool, or a pinned tool by its own name)."""
+        params = self.params
+        name = params.get("name") if self.method == "tools/call" and isinstance(params, dict) else None
+        return name if isinstance(name, str) else ""
 
     @property
     def named_tool(self) -> str:
@@ -126,7 +136,7 @@ def parse_message(body: bytes) -> JsonRpcMessage:
         wants_progress = isinstance(meta, dict) and meta.get("progressToken") is not None
         return JsonRpcMessage(decoded["method"], request_id, "id" in decoded, wants_progress, params)
     if "result" in decoded or "error" in decoded:
-        return JsonRpcMessage(None, request_id, False)
+        return JsonRpcMessage(None, request_id, False, answer=decoded)
     raise ClientError(400, INVALID_REQUEST, "Invalid request: a JSON-RPC message needs 'method' or 'result'")
 
 
@@ -145,6 +155,10 @@ class SessionLayer:
     an SSE stream), so what its backend reports during the call reaches the client before the result.
     A handshake session's `notifications/cancelled` is handed to `on_cancelled` (which passes it on
     to the backends) before the SDK acknowledges it: the call it cancels may run on another replica.
+    A call of a client that declared capabilities a backend may ask for (sampling, elicitation,
+    roots) is streamed too, through a `CallStream` the handlers write such requests on; the client's
+    answer, a posted response, is handed to `on_answer`, which passes it on to the backend that
+    asked and says whether it was one of those (else the SDK takes it, as any response).
     """
 
     def __init__(
@@ -156,10 +170,12 @@ class SessionLayer:
         resource_metadata: ResourceMetadata | None = None,
         streaming_app: ASGIApp | None = None,
         on_cancelled: Callable[[Caller, Mapping[str, Any]], Awaitable[None]] | None = None,
+        on_answer: Callable[[Caller, Mapping[str, Any]], Awaitable[bool]] | None = None,
     ) -> None:
         self.app = app
         self.streaming_app = streaming_app
         self.on_cancelled = on_cancelled
+        self.on_answer = on_answer
         self.indexer = indexer
         self.authenticator = authenticator
         self.max_body_bytes = max_body_bytes
@@ -232,6 +248,14 @@ class SessionLayer:
             cancelled = message.method == "notifications/cancelled" and not message.is_request
             if cancelled and self.on_cancelled is not None and isinstance(message.params, dict):
                 await self.on_cancelled(Caller(identity, session_id), message.params)
+            answer, on_answer = message.answer, self.on_answer
+            if (
+                answer is not None
+                and on_answer is not None
+                and await on_answer(Caller(identity, session_id), answer)
+            ):
+                await Response(status_code=202)(scope, receive, send)
+                return
         elif message.method in SESSION_METHODS and headers.get(VERSION_HEADER) in MODERN_PROTOCOL_VERSIONS:
             opened = await self.indexer.open_session(
                 identity.principal, identity.bearer_token, implied=True, resolve=message.named_tool
@@ -243,17 +267,24 @@ class SessionLayer:
             declared = request_declared(message.meta)
         bind_session(session_id)  # the logs of the rest of this request name the session (a prefix)
         streaming = self.streaming_app
-        # a call's answer is a stream when something may come before the result: progress, or log
-        # messages the client asked for (a handshake session's level, a 2026-07-28 request's)
+        # a call's answer is a stream when something may come before the result: progress, log
+        # messages the client asked for (a handshake session's level, a 2026-07-28 request's), or
+        # a backend's request of a client that can answer it (find_tool asks no backend)
         wants_logs = bool(declared.log_level)
-        streamed = (
-            streaming is not None
-            and message.method == "tools/call"
-            and (message.wants_progress or wants_logs)
-        )
-        caller = Caller(identity, session_id, streamed, resolved, shared, declared)
+        answers = bool(declared.answers_on_stream) and message.called != FIND_TOOL
+        if (
+            streaming is None
+            or message.method != "tools/call"
+            or not (message.wants_progress or wants_logs or answers)
+        ):
+            caller = Caller(identity, session_id, False, resolved, shared, declared)
+            scope.setdefault("state", {})[STATE_KEY] = caller
+            await self.app(scope, receive, send)
+            return
+        stream = CallStream(send)
+        caller = Caller(identity, session_id, True, resolved, shared, declared, stream)
         scope.setdefault("state", {})[STATE_KEY] = caller
-        await (streaming if streamed and streaming is not None else self.app)(scope, receive, send)
+        await streaming(scope, receive, stream.asgi_send)
 
     async def _initialize(
         self, scope: Scope, receive: Receive, send: Send, identity: Identity, capabilities_json: str

@@ -16,8 +16,8 @@ import mcp_types as types
 from mcp.server.context import HandlerResult, ServerRequestContext
 
 from router.caller import Caller
-from router.error_answers import text_result, tool_result_for
-from router.errors import RouterError
+from router.error_answers import mcp_error, text_result, tool_result_for
+from router.errors import BackendAnswered, RouterError
 from router.handlers.arguments import parse_find_tool
 from router.handlers.passthrough import PassedThrough
 from router.handlers.tool_calls import ToolCalls
@@ -120,6 +120,13 @@ def _listed(definition_json: str) -> types.Tool:
     return types.Tool.model_validate(json.loads(definition_json))
 
 
+def _retry(params: types.CallToolRequestParams) -> dict[str, Any]:
+    """What a client's retry of an input-required call carries back to the backend, as it came."""
+    return params.model_dump(
+        mode="json", by_alias=True, exclude_none=True, include={"input_responses", "request_state"}
+    )
+
+
 def _progress_token(params: types.CallToolRequestParams) -> str | int | None:
     meta = params.meta  # a TypedDict of its snake_case keys
     return meta.get("progress_token") if meta is not None else None
@@ -188,18 +195,24 @@ class MetaTools:
         # only a streamed answer (the session layer's choice) can carry notifications before the result
         relay = None
         if caller.streamed:
-            relay = NotificationRelay(ctx, _progress_token(params), caller.declared.log_floor)
+            relay = NotificationRelay(ctx, _progress_token(params), caller.declared.log_floor, caller.stream)
         try:
             if params.name == FIND_TOOL:
                 return await self.find_tool(caller, params.arguments)
             call_id = backend_request_id(ctx.request_id) if ctx.request_id is not None else None
             # the backend's result is answered as it came (router/handlers/passthrough.py)
+            retry = _retry(params)
             if params.name == CALL_TOOL:
-                return PassedThrough(await self.calls.run(caller, params.arguments, relay, call_id))
+                return PassedThrough(await self.calls.run(caller, params.arguments, relay, call_id, retry))
             if self.pinned:
                 # a pinned tool called by its own name: the same path as call_tool, health included
                 arguments = {"tool_name": params.name, "parameters": params.arguments or {}}
-                return PassedThrough(await self.calls.run(caller, arguments, relay, call_id))
+                try:
+                    return PassedThrough(await self.calls.run(caller, arguments, relay, call_id, retry))
+                except BackendAnswered as exc:
+                    # called as the client would call its backend, it gets the backend's JSON-RPC
+                    # error as one too (a refused request state, say), not a tool result
+                    raise mcp_error(exc) from None
         except RouterError as exc:
             return tool_result_for(exc)
         return text_result(

@@ -58,9 +58,11 @@ class ToolCalls:
         arguments: Mapping[str, Any] | None,
         relay: NotificationRelay | None = None,
         call_id: str | None = None,
+        retry: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
         """call_tool: resolve the name in the caller's session, check the arguments, call the backend;
-        the backend's result as it came (with a note when its backend session was replaced)."""
+        the backend's result as it came (with a note when its backend session was replaced).
+        `retry` is what a retried input-required call carries back to its backend."""
         args = parse_call_tool(arguments, self.max_arguments_bytes)
         # resolved with the session check from the same `tool_name`, unless it did not resolve there
         tool = caller.resolved or await self.indexer.resolve_tool(
@@ -77,14 +79,18 @@ class ToolCalls:
         name = tool.original_name or args.name
         headers = await self.credentials.headers(target, caller.identity)
         try:
-            outcome, keeper = await self._call(caller, target, name, args.parameters, headers, relay, call_id)
+            outcome, keeper = await self._call(
+                caller, target, name, args.parameters, headers, relay, call_id, retry
+            )
         except BackendRejected as exc:
             if exc.status != 401 or target.auth.type != "token_exchange":
                 raise
             # The token kept for this caller was refused (revoked, or signed with a retired key):
             # refused, the call did not run; one fresh exchange, and one more try.
             headers = await self.credentials.headers(target, caller.identity, renew=True)
-            outcome, keeper = await self._call(caller, target, name, args.parameters, headers, relay, call_id)
+            outcome, keeper = await self._call(
+                caller, target, name, args.parameters, headers, relay, call_id, retry
+            )
         return noted_call(outcome.result, keeper.note(outcome.replaced))
 
     async def _call(
@@ -96,6 +102,7 @@ class ToolCalls:
         headers: Mapping[str, str],
         relay: NotificationRelay | None,
         call_id: str | None,
+        retry: Mapping[str, Any] | None,
     ) -> tuple[CallOutcome, SessionKeeper]:
         """One call in the backend session the keeper keeps; a client's cancellation ends it here."""
         keeper = SessionKeeper(self.indexer, self.backends, caller, target, headers)
@@ -110,6 +117,7 @@ class ToolCalls:
                     call_id=call_id,
                     on_open=keeper,
                     declared=caller.declared,
+                    retry=retry,
                 )
         finally:
             await keeper.close()

@@ -21,11 +21,12 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+import anyio
 import httpx2
-from mcp_types import METHOD_NOT_FOUND
+from mcp_types import INTERNAL_ERROR, METHOD_NOT_FOUND
 from mcp_types.version import LATEST_HANDSHAKE_VERSION
 
-from router.caller import NOTHING_DECLARED, Declared
+from router.caller import ANSWERABLE, NOTHING_DECLARED, Declared
 from router.errors import (
     BackendError,
     BackendRejected,
@@ -42,8 +43,7 @@ from toolsearch.responses import STREAMED, BoundedTransport
 
 logger = logging.getLogger(__name__)
 
-# what a backend's request of its client needs the client to have declared
-_NEEDS = {"sampling/createMessage": "sampling", "elicitation/create": "elicitation", "roots/list": "roots"}
+ABANDON_TIMEOUT = 2.0  # seconds to tell a backend its requests of the client go unanswered, at most
 _ACCEPT = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 
 
@@ -123,18 +123,40 @@ class BackendMessenger:
         """Send one request and return its result; raises the router errors above.
 
         The answer is read as it arrives: with a `relay`, the notifications before the result go to
-        it; a request the backend makes of its client meanwhile (sampling, elicitation, roots) is
-        refused at once (`_refuse`), so the backend goes on instead of waiting for an answer that
-        would never come. If the client did not even declare the capability such a request needs,
-        the request's answer is `CapabilityMissing` (MCP's `-32021`), whatever the backend made of
-        the refusal. `request_id` is the id to send (a counter's when None); `extra_headers` go
-        with the POST (a 2026-07-28 request's, router/upstream/modern.py).
+        it, and so does a request the backend makes of its client meanwhile (sampling, elicitation,
+        roots) when the client declared what answers it and the relay has a stream to the client
+        (the client's answer reaches the backend by another way: router/handlers/client_answers.py).
+        Any other such request is refused at once (`_refuse`), so the backend goes on instead of
+        waiting for an answer that would never come. If the client did not even declare the
+        capability such a request needs, the request's answer is `CapabilityMissing` (MCP's
+        `-32021`), whatever the backend made of the refusal. A request that ends without its result
+        (its deadline, a failure) tells the backend that what it asked the client goes unanswered.
+        `request_id` is the id to send (a counter's when None); `extra_headers` go with the POST (a
+        2026-07-28 request's, router/upstream/modern.py).
         """
         if request_id is None:
             self._next_id += 1
             request_id = self._next_id
         message = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": dict(params)}
         headers = {**self._headers(session), **(extra_headers or {})}
+        asked: list[str | int] = []  # the backend's requests passed on to the client
+        try:
+            return await self._exchange(message, headers, session, relay, asked)
+        except BaseException:
+            if asked:
+                await self._abandon(asked, session)
+            raise
+
+    async def _exchange(
+        self,
+        message: Mapping[str, Any],
+        headers: Mapping[str, str],
+        session: BackendSession | None,
+        relay: NotificationRelay | None,
+        asked: list[str | int],
+    ) -> dict[str, Any]:
+        """`request`'s POST and the reading of its answer; the requests passed on go to `asked`."""
+        request_id = message["id"]
         try:
             async with self.http.stream(
                 "POST", self.url, json=message, headers=headers, extensions={STREAMED: True}
@@ -151,7 +173,9 @@ class BackendMessenger:
                             raise self._lacking(lacked)
                         return self._result(answer)
                     if "method" in answer and "id" in answer:
-                        if lacks := await self._refuse(answer, session):
+                        if await self._pass_on(answer, relay):
+                            asked.append(answer["id"])
+                        elif lacks := await self._refuse(answer, session):
                             lacked[lacks] = {}
                     elif relay is not None:
                         await relay.forward(answer)
@@ -161,13 +185,36 @@ class BackendMessenger:
             raise BackendError(self.backend_id, "answered with something that is not JSON-RPC") from None
         raise BackendUnavailable(self.backend_id, "closed the connection without answering")
 
+    async def _pass_on(self, request: Mapping[str, Any], relay: NotificationRelay | None) -> bool:
+        """Pass a backend's request of its client on to the client, if the client can answer it."""
+        needs = ANSWERABLE.get(str(request.get("method", "")))
+        if relay is None or needs is None or needs not in self.declared.answers_on_stream:
+            return False
+        return await relay.ask(self.backend_id, request)
+
+    async def _abandon(self, asked: list[str | int], session: BackendSession | None) -> None:
+        """Tell the backend that its requests passed on to the client will not be answered through
+        this call, which ended first (best effort, bounded; an answer that came already stands)."""
+        error = {"code": INTERNAL_ERROR, "message": "the call ended before the client answered this request"}
+        with anyio.CancelScope(shield=True), anyio.move_on_after(ABANDON_TIMEOUT):
+            for request_id in asked:
+                try:
+                    await self._post({"jsonrpc": "2.0", "id": request_id, "error": error}, session)
+                except (BackendError, httpx2.HTTPError) as exc:
+                    logger.debug("backend %s: an unanswered request stays open: %s", self.backend_id, exc)
+                    return
+
+    async def respond(self, answer: Mapping[str, Any], session: BackendSession) -> None:
+        """Post the client's answer to one of the backend's requests inside its session."""
+        await self._post(answer, session)
+
     async def _refuse(self, request: Mapping[str, Any], session: BackendSession | None) -> str:
         """Answer a backend's request of its client with an error naming it (docs/gateway.md says why).
 
         Returns the capability the request needs if the client did not declare it, else "".
         """
         method = str(request.get("method", ""))
-        needs = _NEEDS.get(method, "")
+        needs = ANSWERABLE.get(method, "")
         lacks = needs if needs and self.declared.lacks(needs) else ""
         message = (
             f"toolsearch does not relay {method} to its clients: the client of this call cannot answer it"
@@ -202,7 +249,8 @@ class BackendMessenger:
         """Open a backend session: `initialize`, then `notifications/initialized` inside it."""
         params = {
             "protocolVersion": LATEST_HANDSHAKE_VERSION,
-            "capabilities": {},
+            # what the client can answer, so a backend asks only what will be answered
+            "capabilities": self.declared.answers_on_stream,
             "clientInfo": client_info(ROUTER_CLIENT_NAME),
         }
         self._next_id += 1

@@ -29,16 +29,18 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any, NamedTuple
 
 import anyio
 import httpx2
 import mcp_types as types
-from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 
 from router.caller import NOTHING_DECLARED, Declared
 from router.errors import (
     BackendError,
+    BackendRejected,
     BackendSessionGone,
     BackendTimeout,
     BackendTooLarge,
@@ -110,6 +112,9 @@ class BackendCaller:
 
     def __init__(self, pools: BackendPools) -> None:
         self._pools = pools
+        # backends that spoke 2026-07-28 at discovery and refused a handshake session since: calls
+        # of clients that answer requests go to them as 2026-07-28 requests too (`_session_first`)
+        self._sessionless: set[str] = set()
 
     def _client(
         self, backend_id: str, headers: Mapping[str, str], timeout_seconds: float, max_response_bytes: int
@@ -135,6 +140,7 @@ class BackendCaller:
         call_id: str | None = None,
         on_open: OnOpen | None = None,
         declared: Declared = NOTHING_DECLARED,
+        retry: Mapping[str, Any] | None = None,
     ) -> CallOutcome:
         """Run `name` on the backend `target` names and return its result as it came.
 
@@ -148,6 +154,8 @@ class BackendCaller:
         each session the call opens, before the call is sent in it, and says which to send it in.
         `declared` is what the client said of itself: a session opened gets its log level, and a
         backend that asks it for a capability it did not declare gets `CapabilityMissing` raised.
+        `retry` is what a 2026-07-28 client's retry of an input-required call carries back to the
+        backend (`inputResponses`, `requestState`), sent as it came.
 
         Raises `BackendTimeout` after the target's `timeout_seconds`, `BackendRejected` on HTTP
         401/403, `BackendTooLarge` for an answer over its `max_response_bytes`, and
@@ -156,17 +164,54 @@ class BackendCaller:
         if target.transport == "sse":
             link = self._sdk_link(target, headers)
             return CallOutcome(without_meta_stamp(await call_by_sdk(link, name, arguments, relay)), None)
-        wire: dict[str, Any] = {"name": name, "arguments": dict(arguments)}
+        wire: dict[str, Any] = {**(retry or {}), "name": name, "arguments": dict(arguments)}
         if relay is not None and relay.progress_token is not None:
             wire["_meta"] = {"progressToken": relay.progress_token}
         messenger = self._messenger(target, headers, declared=declared)
-        if _modern(target):
+        if _modern(target) and self._session_first(target, declared):
+            target = await self._open_handshake(messenger, target, on_open)
+        if _modern(target) and not _handshake_kept(target):
             answer = await _once(messenger, target, "tools/call", wire, relay, call_id)
             return CallOutcome(without_meta_stamp(answer), None)
         answer, session, replaced = await _in_session(
             messenger, target.timeout_seconds, "tools/call", wire, target.session, relay, call_id, on_open
         )
         return CallOutcome(without_meta_stamp(answer), session, replaced)
+
+    def _session_first(self, target: BackendTarget, declared: Declared) -> bool:
+        """Whether a call to a 2026-07-28 backend is to open a handshake session there first.
+
+        A handshake-era client that can answer a backend's requests (sampling, elicitation, roots)
+        gets them on its call's stream only from a backend that asks them in a handshake session: a
+        2026-07-28 request has no stream for them. A backend that speaks both eras, as the SDKs'
+        servers do, is called in the client's era then, as the client would call it directly; one
+        that refuses the handshake is remembered and called with 2026-07-28 requests, as before.
+        """
+        return (
+            target.transport != "sse"
+            and target.session is None
+            and bool(declared.answers_on_stream)
+            and target.backend_id not in self._sessionless
+        )
+
+    async def _open_handshake(
+        self, messenger: BackendMessenger, target: BackendTarget, on_open: OnOpen | None
+    ) -> BackendTarget:
+        """`target` with a handshake session opened (and kept) there; unchanged if it refuses one."""
+        try:
+            with _translated(messenger, target.timeout_seconds):
+                opened = await messenger.initialize()
+        except (BackendUnavailable, BackendTimeout, BackendRejected, BackendTooLarge):
+            raise  # not a refusal of the era: the call could not go either way
+        except BackendError as exc:  # it answered initialize with an error, or with no result
+            logger.info(
+                "backend %s refused a handshake session: %s (2026-07-28 requests only)",
+                target.backend_id,
+                exc,
+            )
+            self._sessionless.add(target.backend_id)
+            return target
+        return replace(target, session=await on_open(opened) if on_open is not None else opened)
 
     async def request(
         self,
@@ -214,6 +259,17 @@ class BackendCaller:
                 await messenger.notify("notifications/cancelled", params, target.session)
             except (BackendError, httpx2.HTTPError) as exc:
                 logger.debug("backend %s: passing on a cancellation failed: %s", target.backend_id, exc)
+
+    async def respond(
+        self, target: BackendTarget, headers: Mapping[str, str], answer: Mapping[str, Any], timeout: float
+    ) -> None:
+        """Post a client's answer to a backend's request inside the target's session, within
+        `timeout`; raises `BackendError`s (`BackendTimeout` when it takes longer)."""
+        if target.session is None:
+            raise BackendSessionGone(target.backend_id, "keeps no session of this client")
+        messenger = self._messenger(target, headers, timeout, _NOTICE_BYTES)
+        with _translated(messenger, timeout):
+            await messenger.respond(answer, target.session)
 
     async def set_level(
         self, target: BackendTarget, headers: Mapping[str, str], level: str, timeout: float
@@ -274,6 +330,11 @@ def _modern(target: BackendTarget) -> bool:
     return target.protocol_version in MODERN_PROTOCOL_VERSIONS
 
 
+def _handshake_kept(target: BackendTarget) -> bool:
+    """Whether the client session keeps a handshake-era session at `target` (`_session_first`)."""
+    return target.session is not None and target.session.protocol_version in HANDSHAKE_PROTOCOL_VERSIONS
+
+
 async def _once(
     messenger: BackendMessenger,
     target: BackendTarget,
@@ -283,7 +344,8 @@ async def _once(
     call_id: str | None,
 ) -> dict[str, Any]:
     """One 2026-07-28 request, stamped as that protocol has it (router/upstream/modern.py)."""
-    stamped, headers = modern_request(method, params, target.protocol_version, relay)
+    offered = messenger.declared.answers_in_results
+    stamped, headers = modern_request(method, params, target.protocol_version, relay, offered)
     with _translated(messenger, target.timeout_seconds):
         return await messenger.request(method, stamped, None, relay, call_id, headers)
 

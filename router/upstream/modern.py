@@ -8,9 +8,13 @@ backend session, so the backend's answer reaches the client as it came: the SDK'
 check the result against its own idea of the schema first, and refuse one that omits an optional
 field (`resultType`, which some servers leave out).
 
-The router offers the backend no client capabilities (it relays no request of the backend to the
-client), and asks for log messages only on a call whose client gets them (a relay with a level): at
-the client's level.
+The router offers the backend what a 2026-07-28 client declared it can answer (sampling,
+elicitation, roots): the backend asks for them with an input-required result, which reaches the
+client as it came, and the client's retry carries its answers and the backend's request state back
+in its params, which the router passes on untouched (the backend checks the state's integrity).
+A handshake-era client is offered as nothing here: it would not know such a result (it is asked
+in a handshake session instead, router/upstream/backends.py). Log messages are asked for only on a
+call whose client gets them (a relay with a level): at the client's level.
 """
 
 from __future__ import annotations
@@ -32,13 +36,18 @@ from toolsearch.outgoing import ROUTER_CLIENT_NAME, VERSION_HEADER, client_info
 
 
 def modern_request(
-    method: str, params: Mapping[str, Any], version: str, relay: NotificationRelay | None
+    method: str,
+    params: Mapping[str, Any],
+    version: str,
+    relay: NotificationRelay | None,
+    capabilities: Mapping[str, Any],
 ) -> tuple[dict[str, Any], dict[str, str]]:
-    """`params` with the request's `_meta` stamp, and the headers of its POST."""
+    """`params` with the request's `_meta` stamp (offering the client's `capabilities`), and the
+    headers of its POST."""
     meta = dict(params.get("_meta") or {})
     meta[PROTOCOL_VERSION_META_KEY] = version
     meta[CLIENT_INFO_META_KEY] = client_info(ROUTER_CLIENT_NAME)
-    meta[CLIENT_CAPABILITIES_META_KEY] = {}
+    meta[CLIENT_CAPABILITIES_META_KEY] = dict(capabilities)
     if relay is not None and relay.log_floor is not None:
         meta[LOG_LEVEL_META_KEY] = relay.log_floor
     # the trace's context where an MCP server reads it, as the SDK's client puts it (W3C keys in

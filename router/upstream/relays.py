@@ -6,9 +6,14 @@ layer sends such a call to the SDK's streaming handler): the router passes the t
 backend with the call, and each `notifications/progress` and `notifications/message` the backend
 sends before its result reaches the client on the same stream, as it arrives. The backend echoes
 the client's own token, so a progress report needs no translation; a log message below the
-client's level (`log_floor`) is dropped here, whatever the backend sent. Anything else the backend
-sends during a call (its requests, other notifications) is not the call's to pass on, and is
-dropped here.
+client's level (`log_floor`) is dropped here, whatever the backend sent. Other notifications the
+backend sends during a call are not the call's to pass on, and are dropped here.
+
+A backend's request of its client during the call (sampling, elicitation, roots) goes to the
+client on the same stream (`ask`), written by the router beside the SDK (`ClientStream`), under an
+id that names the backend and the backend's own id (`relayed_id`). The client posts its answer
+with that id to whichever replica; the answer goes from there to the backend, inside the client
+session's backend session (router/handlers/client_answers.py), where the backend waits for it.
 
 `NotificationRelay` is one call's relay: `forward` takes a raw JSON-RPC message (a kept backend
 session's stream), `progress` and `log` are the SDK client's callbacks (2026-07-28 and SSE
@@ -18,6 +23,7 @@ one call's answer grow without bound; past that they are dropped (the result sti
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Mapping
 from typing import Any, get_args
@@ -25,6 +31,8 @@ from typing import Any, get_args
 import mcp_types as types
 from mcp.server.context import ServerRequestContext
 from pydantic import ValidationError
+
+from router.caller import ClientStream
 
 logger = logging.getLogger(__name__)
 
@@ -35,6 +43,27 @@ _RELAYED: dict[str, type[types.ProgressNotification] | type[types.LoggingMessage
     "notifications/progress": types.ProgressNotification,
     "notifications/message": types.LoggingMessageNotification,
 }
+_RELAYED_PREFIX = "toolsearch/relayed:"
+
+
+def relayed_id(backend_id: str, request_id: str | int) -> str:
+    """The id a backend's request goes to the client with: the backend and its own id, in JSON."""
+    return _RELAYED_PREFIX + json.dumps([backend_id, request_id], separators=(",", ":"))
+
+
+def relayed_from(client_id: object) -> tuple[str, str | int] | None:
+    """The backend and its own request id a client's answer names; None if it names none."""
+    if not isinstance(client_id, str) or not client_id.startswith(_RELAYED_PREFIX):
+        return None
+    try:
+        backend_id, request_id = json.loads(client_id[len(_RELAYED_PREFIX) :])
+    except (ValueError, TypeError):
+        return None
+    if not isinstance(backend_id, str) or isinstance(request_id, bool):
+        return None
+    if not isinstance(request_id, str | int):
+        return None
+    return backend_id, request_id
 
 
 class NotificationRelay:
@@ -45,8 +74,10 @@ class NotificationRelay:
         ctx: ServerRequestContext[Any, Any],
         progress_token: str | int | None,
         log_floor: str | None = "debug",
+        stream: ClientStream | None = None,
     ) -> None:
         self._ctx = ctx
+        self._stream = stream  # where a backend's request of the client goes; None: nowhere
         self.progress_token = progress_token
         self.log_floor = log_floor  # the lowest level of log messages passed on; None: none
         self._floor = _SEVERITY.get(log_floor, len(_SEVERITY)) if log_floor is not None else len(_SEVERITY)
@@ -94,3 +125,10 @@ class NotificationRelay:
     async def log(self, params: types.LoggingMessageNotificationParams) -> None:
         """The SDK client's logging callback."""
         await self._send(types.LoggingMessageNotification(params=params))
+
+    async def ask(self, backend_id: str, request: Mapping[str, Any]) -> bool:
+        """Pass a backend's request of its client on, under `relayed_id`; False if it cannot go."""
+        request_id = request.get("id")
+        if self._stream is None or not isinstance(request_id, str | int) or isinstance(request_id, bool):
+            return False
+        return await self._stream.send({**request, "id": relayed_id(backend_id, request_id)})

@@ -97,8 +97,42 @@ class RawClient:
         }
         response = await self.http.post(mcp_url, json=message, headers=self.headers())
         assert response.status_code == 200, response.text
-        result: dict[str, Any] = response.json()["result"]
+        answers = _messages(response)
+        result: dict[str, Any] = next(m["result"] for m in answers if m.get("id") == message["id"])
         return result
+
+    async def call_answering(
+        self,
+        mcp_url: str,
+        name: str,
+        parameters: dict[str, Any],
+        answer_url: str,
+        answer: Callable[[dict[str, Any]], dict[str, Any] | None],
+    ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """call_tool through `mcp_url`, its answer read as a stream: each request of the client on it
+        is answered with `answer(request)` (a result; None: left unanswered), posted to
+        `answer_url`, which may be another replica. Returns the tool result and the requests."""
+        params = {"name": "call_tool", "arguments": {"tool_name": name, "parameters": parameters}}
+        call_id = self.next_id()
+        message = {"jsonrpc": "2.0", "id": call_id, "method": "tools/call", "params": params}
+        asked: list[dict[str, Any]] = []
+        async with self.http.stream("POST", mcp_url, json=message, headers=self.headers()) as response:
+            assert response.status_code == 200, await response.aread()
+            assert response.headers["content-type"].startswith("text/event-stream")
+            async for line in response.aiter_lines():
+                if not line.startswith("data:") or not line[5:].strip():
+                    continue
+                event = json.loads(line[5:])
+                if event.get("id") == call_id and "method" not in event:
+                    return event["result"], asked
+                if "method" in event and "id" in event:
+                    asked.append(event)
+                    result = answer(event)
+                    if result is not None:
+                        reply = {"jsonrpc": "2.0", "id": event["id"], "result": result}
+                        posted = await self.http.post(answer_url, json=reply, headers=self.headers())
+                        assert posted.status_code == 202, posted.text
+        raise AssertionError("the call's stream ended without its result")
 
     async def request(
         self, mcp_url: str, method: str, params: dict[str, Any]
@@ -107,10 +141,7 @@ class RawClient:
         event of an SSE stream, the result last)."""
         message = {"jsonrpc": "2.0", "id": self.next_id(), "method": method, "params": params}
         response = await self.http.post(mcp_url, json=message, headers=self.headers())
-        if not response.headers.get("content-type", "").startswith("text/event-stream"):
-            return response.status_code, [response.json()]
-        data = [line[5:].strip() for line in response.text.splitlines() if line.startswith("data:")]
-        return response.status_code, [json.loads(d) for d in data if d]
+        return response.status_code, _messages(response)
 
     async def notify(self, mcp_url: str, method: str, params: dict[str, Any]) -> None:
         message = {"jsonrpc": "2.0", "method": method, "params": params}
@@ -120,3 +151,11 @@ class RawClient:
     async def end(self, mcp_url: str) -> None:
         response = await self.http.delete(mcp_url, headers=self.headers())
         assert response.status_code == 200, response.text
+
+
+def _messages(response: httpx2.Response) -> list[dict[str, Any]]:
+    """An answer's JSON-RPC messages: one JSON body, or each event of an SSE stream."""
+    if not response.headers.get("content-type", "").startswith("text/event-stream"):
+        return [response.json()]
+    data = [line[5:].strip() for line in response.text.splitlines() if line.startswith("data:")]
+    return [json.loads(d) for d in data if d]

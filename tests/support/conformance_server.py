@@ -46,6 +46,12 @@ from tests.support.conformance_rounds import input_required, text
 _ASK_TIMEOUT = 30.0  # seconds a request of the client may take
 _LEVELS = ["debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"]
 _session_levels: dict[str, str] = {}  # logging/setLevel by session id
+# what each request of the client is answered with (a plain Result would drop its fields)
+_ANSWERS: dict[str, type[types.Result]] = {
+    "sampling/createMessage": types.CreateMessageResult,
+    "elicitation/create": types.ElicitResult,
+    "roots/list": types.ListRootsResult,
+}
 
 
 def _session_id(ctx: ServerRequestContext[Any]) -> str:
@@ -63,7 +69,7 @@ async def _ask(ctx: ServerRequestContext[Any], method: str, params: dict[str, An
     request = types.Request[dict[str, Any], str](method=method, params=params)
     answer = await ctx.session.send_request(
         request,  # type: ignore[arg-type]
-        types.Result,
+        _ANSWERS.get(method, types.Result),
         request_read_timeout_seconds=_ASK_TIMEOUT,
         metadata=ServerMessageMetadata(related_request_id=ctx.request_id),
     )

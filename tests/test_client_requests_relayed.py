@@ -1,0 +1,103 @@
+"""A backend's requests of its client during a call (sampling, elicitation, roots) reach the client on
+the call's stream, and the client's answer, posted to whichever router replica, reaches the backend.
+
+Real processes on loopback: a handshake-era server that asks its client to sample during a call
+(tests/support/asking_server.py), an indexer in the test's loop, two router processes, and a raw
+JSON-RPC client that reads the call's stream and posts each answer to the other replica. The
+conformance suite (tests/test_conformance.py) runs the same relay with the suite's own client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pytest
+
+from commands.ports import free_port
+from tests.support.clients import RawClient
+from tests.support.processes import start_process
+from tests.support.routers import LightStack, another_router, light_stack
+from tests.support.waits import wait_for
+
+ASKING_SERVER = Path(__file__).parent / "support" / "asking_server.py"
+SAMPLED = {"role": "assistant", "content": {"type": "text", "text": "a haiku"}, "model": "the client's"}
+
+
+def _accepts(port: int) -> bool:
+    with socket.socket() as probe:
+        probe.settimeout(0.5)
+        return probe.connect_ex(("127.0.0.1", port)) == 0
+
+
+@pytest.fixture
+async def asking(tmp_path: Path) -> AsyncIterator[tuple[LightStack, str]]:
+    """A stack whose one backend asks its client to sample (timeout 5 s), and a second router's URL."""
+    port = free_port()
+    server = await asyncio.to_thread(start_process, [sys.executable, str(ASKING_SERVER), str(port)], None)
+    try:
+        await wait_for(lambda: _accepts(port) or server.returncode is not None)
+        backend = {"id": "asking", "url": f"http://127.0.0.1:{port}/mcp/", "timeout": 5}
+        async with light_stack(tmp_path, backends=[backend]) as stack:
+            second, second_url = await asyncio.to_thread(another_router, stack, "second", {})
+            try:
+                yield stack, f"{second_url}/mcp"
+            finally:
+                second.stop()
+    finally:
+        server.stop()
+
+
+async def test_a_backends_sampling_request_reaches_the_client_and_the_answer_via_another_replica_reaches_it(
+    asking: tuple[LightStack, str],
+) -> None:
+    stack, other = asking
+    async with httpx2.AsyncClient(timeout=30) as http:
+        client = RawClient(http)
+        await client.initialize(stack.mcp_url, {"sampling": {}})
+        async with asyncio.timeout(20):
+            result, asked = await client.call_answering(stack.mcp_url, "ask", {}, other, lambda _: SAMPLED)
+    assert [r["method"] for r in asked] == ["sampling/createMessage"]
+    assert asked[0]["params"]["messages"][0]["content"]["text"] == "hello?"  # as the backend asked it
+    text = result["content"][0]["text"]
+    assert text.startswith("answered: ") and "a haiku" in text and "the client's" in text, result
+
+
+async def test_a_request_the_client_never_answers_ends_the_call_at_its_timeout_and_holds_nothing(
+    asking: tuple[LightStack, str],
+) -> None:
+    stack, other = asking
+    async with httpx2.AsyncClient(timeout=30) as http:
+        client = RawClient(http)
+        await client.initialize(stack.mcp_url, {"sampling": {}})
+        async with asyncio.timeout(20):  # the backend's timeout is 5 s
+            unanswered, _ = await client.call_answering(stack.mcp_url, "ask", {}, other, lambda _: None)
+            answered, _ = await client.call_answering(stack.mcp_url, "ask", {}, other, lambda _: SAMPLED)
+    assert unanswered.get("isError"), unanswered
+    assert unanswered["content"][0]["text"] == "backend asking did not answer within 5s", unanswered
+    assert "a haiku" in answered["content"][0]["text"], answered  # the session goes on
+
+
+async def test_an_answer_that_names_no_backend_of_the_session_is_refused_with_what_to_do(
+    asking: tuple[LightStack, str],
+) -> None:
+    stack, _ = asking
+    async with httpx2.AsyncClient(timeout=30) as http:
+        client = RawClient(http)
+        await client.initialize(stack.mcp_url, {"sampling": {}})
+        forged: dict[str, Any] = {
+            "jsonrpc": "2.0",
+            "id": 'toolsearch/relayed:["asking",0]',
+            "result": SAMPLED,
+        }
+        response = await http.post(stack.mcp_url, json=forged, headers=client.headers())
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["message"] == (
+        "no request of backend asking waits for an answer in this session: answer only the requests "
+        "this session's calls passed on, while their calls run"
+    )
