@@ -4,8 +4,9 @@ One lowlevel `Server` per backend, served by the SDK's stateful Streamable HTTP 
 handlers do no MCP work of their own: each passes its request on to the `Upstream` the request's
 `Channel` gives (the ASGI endpoint puts the channel in the request's scope: the backend's one shared
 process, or the session's own) and returns the stdio server's answer. Progress the caller asked for
-is relayed on the call's own stream; a caller's cancellation cancels the handler, which makes the
-SDK tell the stdio server (`notifications/cancelled`).
+is relayed on the call's own stream, and so are the server's requests of its client and its log
+messages during the call (bridge/callers.py); a caller's cancellation cancels the handler, which
+makes the SDK tell the stdio server (`notifications/cancelled`).
 
 `initialize` is answered with what the stdio server said of itself when it started (capabilities,
 name, instructions), and `server/discover` is refused, so clients speak the initialize handshake:
@@ -15,7 +16,7 @@ Each request also marks its session as listening to the server's notifications (
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
 import mcp_types as types
@@ -25,11 +26,12 @@ from mcp.server.session import ServerSession
 from mcp.server.streamable_http import MCP_SESSION_ID_HEADER
 from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
+from mcp.shared.message import ServerMessageMetadata
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION
 from pydantic import BaseModel
 from starlette.requests import Request
 
-from bridge.upstream import Upstream
+from bridge.upstream import Forwarded, RawResult, Upstream
 
 CHANNEL_KEY = "toolsearch.bridge.channel"  # the ASGI scope key of a request's channel
 
@@ -78,10 +80,36 @@ def _progress_relay(ctx: ServerRequestContext[Any]) -> ProgressFnT | None:
     return relay
 
 
+class _Caller:
+    """The caller of one forwarded request, asked and told on its request's own stream
+    (bridge/callers.py)."""
+
+    def __init__(self, ctx: ServerRequestContext[Any], timeout: float) -> None:
+        self._ctx = ctx
+        self._timeout = timeout
+
+    def answers(self, capability: str) -> bool:
+        declared = self._ctx.session.client_capabilities
+        return declared is not None and getattr(declared, capability, None) is not None
+
+    async def ask(self, method: str, params: Mapping[str, Any] | None) -> dict[str, Any]:
+        answer = await self._ctx.session.send_request(
+            Forwarded(method=method, params=dict(params) if params is not None else None),  # type: ignore[arg-type]
+            RawResult,
+            request_read_timeout_seconds=self._timeout,
+            metadata=ServerMessageMetadata(related_request_id=self._ctx.request_id),
+        )
+        return dict(answer.model_extra or {})
+
+    async def tell(self, notification: types.LoggingMessageNotification) -> None:
+        await self._ctx.session.send_notification(notification, related_request_id=self._ctx.request_id)
+
+
 def _forward(method: str) -> Callable[[ServerRequestContext[Any], BaseModel], Awaitable[HandlerResult]]:
     async def handle(ctx: ServerRequestContext[Any], params: BaseModel) -> HandlerResult:
         upstream = await channel_of(ctx).upstream(method)
-        return await upstream.forward(method, ctx.params, _progress_relay(ctx))
+        caller = _Caller(ctx, upstream.timeout)
+        return await upstream.forward(method, ctx.params, _progress_relay(ctx), caller)
 
     return handle
 

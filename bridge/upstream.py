@@ -6,7 +6,8 @@ server that exits first, writes only noise or never answers fails with `StartFai
 is relayed through a token of our own) and waits at most the backend's call timeout, covering the
 write too, since a server that stops reading its stdin would otherwise hold the request forever.
 Its failures are `MCPError`s whose message names the backend; the server's own errors pass as they
-are. The server's notifications go to `on_notification`, which must not block.
+are. The server's notifications go to `on_notification`, which must not block; its requests of its
+client, and its log messages during a call, go to the caller of that call (bridge/callers.py).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from bridge.callers import Caller, Callers
 from bridge.process import Launch, ServerProcess, StartFailed
 from toolsearch.outgoing import VERSION
 
@@ -54,13 +56,13 @@ class Unavailable(MCPError):
         super().__init__(types.INTERNAL_ERROR, message)
 
 
-class _RawResult(BaseModel):
+class RawResult(BaseModel):
     """A result taken as it came; the SDK has checked it against the protocol version already."""
 
     model_config = ConfigDict(extra="allow")
 
 
-class _Forwarded(types.Request[dict[str, Any] | None, str]):
+class Forwarded(types.Request[dict[str, Any] | None, str]):
     """A request passed on as it came: its method and its params, untouched by any model."""
 
 
@@ -80,12 +82,18 @@ class Upstream:
     """One initialized stdio server: its process, its session, what it said it is."""
 
     def __init__(
-        self, process: ServerProcess, session: ClientSession, init: types.InitializeResult, timeout: float
+        self,
+        process: ServerProcess,
+        session: ClientSession,
+        init: types.InitializeResult,
+        timeout: float,
+        callers: Callers,
     ) -> None:
         self.process = process
         self.init = init
         self._session = session
-        self._timeout = timeout
+        self.timeout = timeout  # seconds for each request
+        self._callers = callers  # whom its requests of the client and its logs go to (bridge/callers.py)
 
     @property
     def backend_id(self) -> str:
@@ -96,7 +104,11 @@ class Upstream:
     async def open(
         cls, launch: Launch, settings: UpstreamSettings, on_notification: Notify
     ) -> AsyncIterator[Upstream]:
+        callers = Callers(launch.backend_id)
+
         async def handle(message: IncomingMessage) -> None:
+            if isinstance(message, types.LoggingMessageNotification) and await callers.log(message):
+                return  # a log message of the one call in flight: on that call's stream
             if isinstance(message, types.ServerNotification) and not isinstance(
                 message, types.ProgressNotification
             ):
@@ -105,28 +117,41 @@ class Upstream:
         # Raised once the process is stopped: from inside, the task groups would wrap it in a group.
         failure: StartFailed | None = None
         async with ServerProcess.run(launch, settings.max_line_bytes) as (process, reads, writes):
-            session = ClientSession(reads, writes, client_info=CLIENT_INFO, message_handler=handle)
+            session = ClientSession(
+                reads,
+                writes,
+                client_info=CLIENT_INFO,
+                message_handler=handle,
+                sampling_callback=callers.sampling,
+                elicitation_callback=callers.elicitation,
+                list_roots_callback=callers.roots,
+            )
             async with session:
                 try:
                     init = await _initialize(process, session, settings.start_timeout)
                 except StartFailed as exc:
                     failure = exc
                 else:
-                    yield cls(process, session, init, settings.call_timeout)
+                    yield cls(process, session, init, settings.call_timeout, callers)
         if failure is not None:
             raise failure
 
     async def forward(
-        self, method: str, params: Mapping[str, Any] | None, progress: ProgressFnT | None = None
+        self,
+        method: str,
+        params: Mapping[str, Any] | None,
+        progress: ProgressFnT | None = None,
+        caller: Caller | None = None,
     ) -> dict[str, Any]:
-        """Send one request to the server and return its raw result; raises `MCPError`."""
-        request = _Forwarded(method=method, params=_outbound(params))
+        """Send one request to the server and return its raw result; raises `MCPError`. What the
+        server asks of its client meanwhile, and logs, goes to `caller` (bridge/callers.py)."""
+        request = Forwarded(method=method, params=_outbound(params))
         try:
-            with anyio.fail_after(self._timeout + WRITE_MARGIN):
+            with anyio.fail_after(self.timeout + WRITE_MARGIN), self._callers.waiting(caller):
                 result = await self._session.send_request(
                     request,
-                    _RawResult,
-                    request_read_timeout_seconds=self._timeout,
+                    RawResult,
+                    request_read_timeout_seconds=self.timeout,
                     progress_callback=progress,
                 )
         except TimeoutError:
@@ -153,7 +178,7 @@ class Upstream:
     def _timed_out(self, method: str) -> MCPError:
         return MCPError(
             types.REQUEST_TIMEOUT,
-            f"backend {self.backend_id}: the stdio server did not answer {method} within {self._timeout:g}s",
+            f"backend {self.backend_id}: the stdio server did not answer {method} within {self.timeout:g}s",
         )
 
 

@@ -4,10 +4,13 @@ The suite's server scenarios of both requirement sets (2025-11-25 and 2026-07-28
 project's conformance test server (tests/support/conformance_server.py) directly, and through
 toolsearch: an indexer and a router as processes, the test server their one backend besides a small
 catalog, every one of its tools pinned (`router.pinned: ["conf/*"]`) so that the suite reaches its
-tools, resources and prompts through the router. Every scenario that passes directly must pass
-through toolsearch; those whose relay is not built yet are strict xfails, each naming what is not
-relayed, so the list shrinks as relays land. The four runs (two requirement sets, two targets) go at
-once; docs/gateway.md records the counts.
+tools, resources and prompts through the router. And once more through replicas and the bridge: the
+same server over stdio behind the bridge, two indexers sharing a Redis and two routers, the suite's
+client talking to the first router while each answer it posts (to a backend's request of it)
+reaches the second (tests/support/split_proxy.py). Every scenario that passes directly must pass
+through toolsearch both ways; those whose relay is not built yet are strict xfails, each naming
+what is not relayed, so the list shrinks as relays land. The six runs (two requirement sets, three
+targets) go at once; docs/gateway.md records the counts.
 """
 
 from __future__ import annotations
@@ -17,11 +20,15 @@ import sys
 from collections.abc import Iterator
 
 import pytest
+import yaml
 
 from commands.ports import free_port
+from tests.support.bridges import running_bridge
 from tests.support.catalogs import small_catalog
 from tests.support.conformance import REQUIREMENTS, Outcome, missing, run_suite, server_scenarios
 from tests.support.processes import start_process
+from tests.support.redis import running_redis
+from tests.support.split_proxy import SplitProxy, split_proxy
 from tests.support.stack import ROOT, Stack, running_stack
 
 pytestmark = pytest.mark.skipif(missing() is not None, reason=missing() or "")
@@ -32,6 +39,29 @@ SUBSCRIPTIONS = "resources/subscribe is not relayed (no stream holds resource up
 NOT_RELAYED: dict[tuple[str, str], str] = {
     ("2025-11-25", "resources-subscribe"): SUBSCRIPTIONS,
     ("2025-11-25", "resources-unsubscribe"): SUBSCRIPTIONS,
+}
+
+# What does not pass through the bridge, besides: a 2026-07-28 round of input (the bridge speaks the
+# handshake era to its stdio servers, whose SDK then refuses to send an input-required result)
+HANDSHAKE_STDIO = "the bridge speaks 2025-11-25 to stdio servers: no input-required result comes through"
+BRIDGE_NOT_RELAYED: dict[tuple[str, str], str] = {
+    **NOT_RELAYED,
+    ("2026-07-28", "server-stateless"): HANDSHAKE_STDIO,
+    **{
+        ("2026-07-28", f"input-required-result-{name}"): HANDSHAKE_STDIO
+        for name in (
+            "basic-elicitation",
+            "basic-sampling",
+            "basic-list-roots",
+            "request-state",
+            "multiple-input-requests",
+            "multi-round",
+            "non-tool-request",
+            "result-type",
+            "tampered-state",
+            "capability-check",
+        )
+    },
 }
 
 # The suite's required server scenarios (version 0.2.0-alpha.12), checked against its own list below
@@ -138,9 +168,44 @@ def gateway(tmp_path_factory: pytest.TempPathFactory, conformance_server: str) -
 
 
 @pytest.fixture(scope="module")
-def results(tmp_path_factory: pytest.TempPathFactory, conformance_server: str, gateway: Stack) -> Results:
-    """Both requirement sets against both targets, the four runs at once."""
-    targets = {"direct": conformance_server, "toolsearch": gateway.mcp_url.replace("127.0.0.1", "localhost")}
+def replicas_and_bridge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, SplitProxy]]:
+    """The server over stdio behind the bridge, two indexers over Redis, two routers, and a proxy
+    that sends the client's answers to the second router; the proxy's MCP URL, and the proxy."""
+    folder = tmp_path_factory.mktemp("conformance-replicas")
+    catalog = folder / "catalog.jsonl"
+    small_catalog(catalog)
+    stdio = {
+        "id": "conf",
+        "command": sys.executable,
+        "args": ["-m", "tests.support.conformance_server", "stdio"],
+        "cwd": str(ROOT),
+    }
+    with running_redis(folder / "redis") as redis, running_bridge(folder, [stdio]) as bridge:
+        extra = {
+            "bridge": yaml.safe_load(bridge.config_path.read_text())["bridge"],
+            "backends": [stdio],
+            "router": {"pinned": ["conf/*"]},  # a loopback router answers to localhost at any port
+        }
+        env = {"TOOLSEARCH_INDEXER_STATE": redis.url}
+        with running_stack(folder, catalog=catalog, extra=extra, routers=2, replicas=2, env=env) as stack:
+            first, second = stack.router_urls
+            with split_proxy(first, second, free_port()) as (url, proxy):
+                yield f"{url}/mcp", proxy
+
+
+@pytest.fixture(scope="module")
+def results(
+    tmp_path_factory: pytest.TempPathFactory,
+    conformance_server: str,
+    gateway: Stack,
+    replicas_and_bridge: tuple[str, SplitProxy],
+) -> Results:
+    """Both requirement sets against the three targets, the six runs at once."""
+    targets = {
+        "direct": conformance_server,
+        "toolsearch": gateway.mcp_url.replace("127.0.0.1", "localhost"),
+        "replicas and the bridge": replicas_and_bridge[0],
+    }
 
     async def all_runs() -> Results:
         runs = {
@@ -154,11 +219,11 @@ def results(tmp_path_factory: pytest.TempPathFactory, conformance_server: str, g
     return asyncio.run(all_runs())
 
 
-def _cases() -> list[object]:
+def _cases(not_relayed: dict[tuple[str, str], str] = NOT_RELAYED) -> list[object]:
     cases: list[object] = []
     for requirements, names in SCENARIOS.items():
         for name in names:
-            reason = NOT_RELAYED.get((requirements, name))
+            reason = not_relayed.get((requirements, name))
             marks = [pytest.mark.xfail(reason=reason, strict=True)] if reason else []
             cases.append(pytest.param(requirements, name, marks=marks, id=f"{requirements}-{name}"))
     return cases
@@ -187,3 +252,20 @@ def test_a_scenario_the_server_passes_directly_passes_through_toolsearch(
     through = results[("toolsearch", requirements)][scenario]
     assert direct.passed, direct.failures
     assert through.passed, through.failures
+
+
+@pytest.mark.parametrize(("requirements", "scenario"), _cases(BRIDGE_NOT_RELAYED))
+def test_a_scenario_passes_through_two_replicas_and_the_bridge_the_answers_sent_to_the_other_replica(
+    results: Results, requirements: str, scenario: str
+) -> None:
+    direct = results[("direct", requirements)][scenario]
+    through = results[("replicas and the bridge", requirements)][scenario]
+    assert direct.passed, direct.failures
+    assert through.passed, through.failures
+
+
+def test_the_clients_answers_went_to_the_other_replica(
+    results: Results, replicas_and_bridge: tuple[str, SplitProxy]
+) -> None:
+    _, proxy = replicas_and_bridge
+    assert proxy.answers >= 4  # sampling, elicitation and its two variants, at least: all relayed

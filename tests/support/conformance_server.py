@@ -1,12 +1,14 @@
 """The MCP conformance suite's test server: its tools, resources and prompts, in both protocol eras.
 
     python tests/support/conformance_server.py PORT
+    python tests/support/conformance_server.py stdio
 
 What each one does is what the suite's server scenarios (`@modelcontextprotocol/conformance`) ask
 of it: content of every type, logs and progress during a call, requests of the client (sampling,
 elicitation, roots) on a 2025-11-25 call's stream, and 2026-07-28 input-required results with
 integrity-protected request state. Built on the `mcp` SDK's lowlevel server, which serves both eras
-on one endpoint (`/mcp`), with a session per 2025-11-25 client.
+on one endpoint (`/mcp`), with a session per 2025-11-25 client; or, with `stdio`, one 2025-11-25
+client on its stdin and stdout (for the bridge).
 """
 
 from __future__ import annotations
@@ -16,11 +18,13 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import anyio
 import mcp_types as types
 import uvicorn
 from mcp.server.caching import CacheHint
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel.server import Server
+from mcp.server.stdio import stdio_server
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
@@ -244,5 +248,14 @@ def main(port: int) -> None:
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
 
 
+async def _stdio() -> None:
+    server = build()
+    async with stdio_server() as (reads, writes):
+        await server.run(reads, writes, server.create_initialization_options())
+
+
 if __name__ == "__main__":
-    main(int(sys.argv[1]))
+    if sys.argv[1] == "stdio":
+        anyio.run(_stdio)
+    else:
+        main(int(sys.argv[1]))

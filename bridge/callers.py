@@ -1,0 +1,120 @@
+"""Who a stdio server's requests of its client, and its log messages, go to: the caller whose call
+the server is running.
+
+A stdio server may ask its client for something during a call (sampling, elicitation, roots), and
+log as it works. Over a pipe, neither says which call it belongs to, so the bridge passes a request
+on to the caller of the one call in flight in that process that can answer it (its session declared
+the capability), on that call's own stream, and gives the server the caller's answer; a log
+message goes on the stream of the one call in flight, as a server over HTTP sends a call's log
+messages (with no call in flight, or several, it goes to the sessions that listen, as any other
+notification of the server: bridge/listeners.py). With `isolation: per_session` a process serves
+one session, so its caller is always known; a shared process running several such calls at once
+cannot tell whose request it is, and answers it with an error saying so, as it does when no caller
+that can answer is waiting. The bridge's client session offers all three capabilities to the
+server, since callers come and go over a process's life; the refusals above are what a caller that
+cannot answer costs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any, Protocol, TypeVar
+
+import anyio
+import mcp_types as types
+from mcp.client.session import ClientRequestContext
+from mcp.shared.exceptions import MCPError
+from pydantic import BaseModel, ValidationError
+
+_Result = TypeVar("_Result", bound=BaseModel)
+
+TELL_TIMEOUT = 1.0  # seconds a log message may wait for a caller's stream, at most
+
+
+class Caller(Protocol):
+    """The caller of a forwarded call, who may be asked something, or told, while it runs."""
+
+    def answers(self, capability: str) -> bool:
+        """Whether the caller declared `capability` (sampling, elicitation, roots)."""
+        ...
+
+    async def ask(self, method: str, params: Mapping[str, Any] | None) -> dict[str, Any]:
+        """Send the caller a request on its call's stream; its raw result. Raises `MCPError`."""
+        ...
+
+    async def tell(self, notification: types.LoggingMessageNotification) -> None:
+        """Send the caller a log message on its call's stream (best effort)."""
+        ...
+
+
+class Callers:
+    """The callers of one process's calls in flight, and the client-session callbacks that ask them."""
+
+    def __init__(self, backend_id: str) -> None:
+        self.backend_id = backend_id
+        self._waiting: list[Caller] = []
+
+    @contextmanager
+    def waiting(self, caller: Caller | None) -> Iterator[None]:
+        """`caller` may be asked, and told, while the block runs (its call is in flight)."""
+        if caller is None:
+            yield
+            return
+        self._waiting.append(caller)
+        try:
+            yield
+        finally:
+            self._waiting.remove(caller)
+
+    async def log(self, notification: types.LoggingMessageNotification) -> bool:
+        """Pass a log message on to the caller of the one call in flight; False if there is not one."""
+        if len(self._waiting) != 1:
+            return False
+        with anyio.move_on_after(TELL_TIMEOUT):  # a caller not reading its stream loses the message
+            await self._waiting[0].tell(notification)
+        return True
+
+    async def sampling(
+        self, context: ClientRequestContext, params: types.CreateMessageRequestParams
+    ) -> types.CreateMessageResult | types.CreateMessageResultWithTools | types.ErrorData:
+        kind = types.CreateMessageResultWithTools if params.tools else types.CreateMessageResult
+        return await self._relay("sampling/createMessage", "sampling", params, kind)
+
+    async def elicitation(
+        self, context: ClientRequestContext, params: types.ElicitRequestParams
+    ) -> types.ElicitResult | types.ErrorData:
+        return await self._relay("elicitation/create", "elicitation", params, types.ElicitResult)
+
+    async def roots(self, context: ClientRequestContext) -> types.ListRootsResult | types.ErrorData:
+        return await self._relay("roots/list", "roots", None, types.ListRootsResult)
+
+    async def _relay(
+        self, method: str, capability: str, params: BaseModel | None, kind: type[_Result]
+    ) -> _Result | types.ErrorData:
+        able = [caller for caller in self._waiting if caller.answers(capability)]
+        if not able:
+            return types.ErrorData(
+                code=types.METHOD_NOT_FOUND,
+                message=f"no caller that can answer {method} is waiting on backend {self.backend_id}",
+            )
+        if len(able) > 1:
+            return types.ErrorData(
+                code=types.INVALID_REQUEST,
+                message=(
+                    f"{len(able)} calls run in backend {self.backend_id}'s one process at once: the "
+                    f"bridge cannot tell whose {method} this is (isolation: per_session gives each "
+                    "session a process of its own)"
+                ),
+            )
+        wire = (
+            params.model_dump(by_alias=True, mode="json", exclude_none=True) if params is not None else None
+        )
+        try:
+            return kind.model_validate(await able[0].ask(method, wire))
+        except MCPError as exc:
+            return exc.error
+        except ValidationError:
+            return types.ErrorData(
+                code=types.INTERNAL_ERROR, message=f"the caller answered {method} with something unusable"
+            )
