@@ -79,6 +79,11 @@ class Declared:
         return self.capabilities is not None and capability not in self.capabilities
 
     @property
+    def handshake_era(self) -> bool:
+        """Whether the client speaks the handshake era (a 2026-07-28 client declares per request)."""
+        return not self.quiet_unasked
+
+    @property
     def answers_on_stream(self) -> dict[str, Any]:
         """What a backend may ask a handshake-era client through the router: its sampling,
         elicitation and roots, whose requests reach it on a call's stream (router/upstream/relays.py).

@@ -33,13 +33,8 @@ from tests.support.stack import ROOT, Stack, running_stack
 
 pytestmark = pytest.mark.skipif(missing() is not None, reason=missing() or "")
 
-SUBSCRIPTIONS = "resources/subscribe is not relayed (no stream holds resource updates for the client)"
-
 # What toolsearch does not relay yet, by requirement set and scenario: a strict xfail each
-NOT_RELAYED: dict[tuple[str, str], str] = {
-    ("2025-11-25", "resources-subscribe"): SUBSCRIPTIONS,
-    ("2025-11-25", "resources-unsubscribe"): SUBSCRIPTIONS,
-}
+NOT_RELAYED: dict[tuple[str, str], str] = {}
 
 # What does not pass through the bridge, besides: a 2026-07-28 round of input (the bridge speaks the
 # handshake era to its stdio servers, whose SDK then refuses to send an input-required result)

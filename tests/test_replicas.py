@@ -222,8 +222,7 @@ class Counted(Alternating):
         finally:
             self.load.opening.pop(request, None)
         self.load.requests += 1
-        # 405 to a GET is the answer by design: a stateless router opens no standalone stream
-        if response.status_code >= 400 and (request.method, response.status_code) != ("GET", 405):
+        if response.status_code >= 400:
             self.load.errors.append(f"{request.method}: HTTP {response.status_code}")
         return response
 

@@ -45,7 +45,7 @@ from router.errors import (
 )
 from router.frontdoor.app import RouterState, create_app
 from router.frontdoor.auth import bearer_token
-from router.frontdoor.session_layer import is_handshake_era, parse_message
+from router.frontdoor.session_layer import MISSING_SESSION, is_handshake_era, parse_message
 from router.handlers.arguments import parse_call_tool, parse_find_tool
 from router.handlers.schemas import SchemaValidators
 from router.link.indexer_client import IndexerClient, translate
@@ -495,10 +495,17 @@ async def test_client_mistakes_get_4xx_with_a_jsonrpc_error(
     assert response.json()["error"]["code"] == code
 
 
-async def test_get_has_no_stream_to_open(running: Running) -> None:
-    response = await running.http.get("/mcp", headers={"accept": "text/event-stream"})
-    assert response.status_code == 405
-    assert response.headers["allow"] == "POST, DELETE"
+async def test_a_get_without_a_session_is_told_to_send_its_id_and_a_2026_get_has_no_stream(
+    running: Running,
+) -> None:
+    sessionless = await running.http.get("/mcp", headers={"accept": "text/event-stream"})
+    modern = await running.http.get(
+        "/mcp", headers={"accept": "text/event-stream", "mcp-protocol-version": "2026-07-28"}
+    )
+    assert sessionless.status_code == 400
+    assert sessionless.json()["error"]["message"] == MISSING_SESSION
+    assert modern.status_code == 405
+    assert modern.headers["allow"] == "POST, DELETE"
 
 
 async def test_handshake_clients_see_two_tools_and_use_them(running: Running) -> None:

@@ -32,6 +32,8 @@ from mcp_types import (
     PaginatedRequestParams,
     ReadResourceRequestParams,
     SetLevelRequestParams,
+    SubscribeRequestParams,
+    UnsubscribeRequestParams,
 )
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -49,9 +51,11 @@ from router.frontdoor.origins import HostPolicy, OriginGuard
 from router.frontdoor.resource_metadata import ResourceMetadata
 from router.frontdoor.server import ShutdownGuard, router_server
 from router.frontdoor.session_layer import SessionLayer
+from router.frontdoor.standalone import StandaloneStreams
 from router.handlers.client_answers import ClientAnswers
 from router.handlers.log_levels import LogLevels
 from router.handlers.meta_tools import MetaTools
+from router.handlers.notifications import Notifications
 from router.handlers.passthrough import PassThroughMiddleware, holding
 from router.handlers.prompts import Prompts
 from router.handlers.resources import Resources
@@ -61,6 +65,7 @@ from router.observe.latency_window import FindToolLatency
 from router.observe.metrics import RequestObserver, RouterMetrics
 from router.observe.status_page import StatusPage
 from router.upstream.backend_requests import BackendRequests
+from router.upstream.backend_streams import BackendStreams
 from router.upstream.backends import BackendCaller
 from router.upstream.pools import BackendPools
 from toolsearch.config import Config
@@ -123,6 +128,12 @@ def build_server(
             "resources/templates/list", PaginatedRequestParams, resources.list_templates
         )
         server.add_request_handler("resources/read", ReadResourceRequestParams, holding(resources.read))
+        server.add_request_handler(
+            "resources/subscribe", SubscribeRequestParams, holding(resources.subscribe)
+        )
+        server.add_request_handler(
+            "resources/unsubscribe", UnsubscribeRequestParams, holding(resources.unsubscribe)
+        )
     if prompts is not None:
         server.add_request_handler("prompts/list", PaginatedRequestParams, prompts.list_prompts)
         server.add_request_handler("prompts/get", GetPromptRequestParams, holding(prompts.get_prompt))
@@ -216,6 +227,8 @@ def create_app(
         )
         requests = BackendRequests(indexer, caller, secrets)
         answers = ClientAnswers(indexer, caller, requests.credentials)
+        streams = BackendStreams(indexer, caller, requests.credentials)
+        standalone = StandaloneStreams(Notifications(requests, streams))
         server = build_server(tools, metrics, Resources(requests), Prompts(requests), LogLevels(requests))
         manager = StreamableHTTPSessionManager(
             server, stateless=True, json_response=True, max_request_body_size=settings.max_body_bytes
@@ -233,6 +246,7 @@ def create_app(
             streaming.handle_request,
             tools.cancel,
             answers.deliver,
+            standalone,
         )
         try:
             async with manager.run(), streaming.run():

@@ -37,6 +37,7 @@ from router.frontdoor.bodies import DRAIN_FACTOR, Body, BodyTooLarge, ClientGone
 from router.frontdoor.call_streams import CallStream
 from router.frontdoor.declarations import request_declared, session_declared
 from router.frontdoor.resource_metadata import ResourceMetadata
+from router.frontdoor.standalone import StandaloneStreams
 from router.handlers.meta_tools import FIND_TOOL
 from router.link.indexer_client import IndexerClient
 from router.targets import ResolvedTool
@@ -158,7 +159,8 @@ class SessionLayer:
     A call of a client that declared capabilities a backend may ask for (sampling, elicitation,
     roots) is streamed too, through a `CallStream` the handlers write such requests on; the client's
     answer, a posted response, is handed to `on_answer`, which passes it on to the backend that
-    asked and says whether it was one of those (else the SDK takes it, as any response).
+    asked and says whether it was one of those (else the SDK takes it, as any response). With
+    `standalone`, a handshake session's `GET` opens its standalone stream there.
     """
 
     def __init__(
@@ -171,8 +173,10 @@ class SessionLayer:
         streaming_app: ASGIApp | None = None,
         on_cancelled: Callable[[Caller, Mapping[str, Any]], Awaitable[None]] | None = None,
         on_answer: Callable[[Caller, Mapping[str, Any]], Awaitable[bool]] | None = None,
+        standalone: StandaloneStreams | None = None,
     ) -> None:
         self.app = app
+        self.standalone = standalone
         self.streaming_app = streaming_app
         self.on_cancelled = on_cancelled
         self.on_answer = on_answer
@@ -203,8 +207,13 @@ class SessionLayer:
                 return
             if method == "DELETE":
                 response = await self._delete(headers, identity)
+            elif method == "GET" and self.standalone is not None and is_handshake_era(headers):
+                caller = await self._listener(headers, identity)
+                await self.standalone.serve(scope, receive, send, caller)
+                return
             else:
-                # Stateless: no standalone server-to-client stream to open with GET.
+                # 2026-07-28 has no standalone stream to open with GET (subscriptions/listen is
+                # not served)
                 response = Response(status_code=405, headers={"Allow": "POST, DELETE"})
         except BodyTooLarge as exc:
             response = jsonrpc_error_response(413, INVALID_REQUEST, str(exc), request_id)
@@ -307,6 +316,19 @@ class SessionLayer:
             held[0] = {**start, "headers": [*start.get("headers", []), session_header]}
         for message in held:
             await send(message)
+
+    async def _listener(self, headers: Headers, identity: Identity) -> Caller:
+        """The caller of a GET that opens a session's standalone stream; raises `ClientError`s and
+        `SessionNotFound`."""
+        if "text/event-stream" not in headers.get("accept", ""):
+            raise ClientError(406, INVALID_REQUEST, "Not Acceptable: a GET must accept text/event-stream")
+        session_id = headers.get(SESSION_HEADER, "")
+        if not session_id:
+            raise ClientError(400, INVALID_REQUEST, MISSING_SESSION)
+        checked = await self.indexer.get_session(session_id, identity.principal, "")
+        bind_session(session_id)
+        declared = session_declared(checked.log_level, checked.capabilities_json)
+        return Caller(identity, session_id, declared=declared)
 
     async def _delete(self, headers: Headers, identity: Identity) -> Response:
         if not is_handshake_era(headers):

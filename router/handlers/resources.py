@@ -6,6 +6,7 @@ left out), names it on collision (router/handlers/offerings.py) and answers with
 no cursor between requests, so a listing is whole, up to `MAX_ENTRIES` per backend. A read finds the
 backend a URI belongs to the same way, and forwards it under the backend's own URI; when only one
 reachable backend offers resources and nothing is prefixed, the read goes to it without a listing.
+`resources/subscribe` and `resources/unsubscribe` go to the URI's backend the same way.
 """
 
 from __future__ import annotations
@@ -14,7 +15,12 @@ from typing import Any, NamedTuple
 
 from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
-from mcp_types import PaginatedRequestParams, ReadResourceRequestParams
+from mcp_types import (
+    PaginatedRequestParams,
+    ReadResourceRequestParams,
+    SubscribeRequestParams,
+    UnsubscribeRequestParams,
+)
 
 from router.error_answers import mcp_error
 from router.errors import RouterError
@@ -127,21 +133,51 @@ class Resources:
         self, ctx: ServerRequestContext[Any, Any], params: ReadResourceRequestParams
     ) -> dict[str, Any]:
         reach = await self.requests.reach_from(ctx)
-        uri = params.uri
-        target = _shortcut(reach, uri)
-        if target is None:
-            found = await catalogue(reach)
-            backends = [b.backend_id for b in reach.offering("resources")]
-            where = resolve(uri, [*found.resources, *found.templates], backends, reach.separator)
-            if isinstance(where, Ambiguous):
-                raise MCPError(RESOURCE_NOT_FOUND, ambiguity("the resource", uri, where.choices))
-            if where is None:
-                raise _not_found(uri)
-            target = where
-        backend = next(b for b in reach.backends if b.backend_id == target.backend_id)
-        wire = params.model_dump(mode="json", by_alias=True, exclude_none=True)
-        try:
-            result = await reach.send(backend, "resources/read", {**wire, "uri": target.original})
-        except RouterError as exc:
-            raise mcp_error(exc) from None
-        return PassedThrough(answered(_renamed(result, target.original, uri)))
+        result, target = await _forwarded(reach, "resources/read", params)
+        return PassedThrough(answered(_renamed(result, target.original, params.uri)))
+
+    async def subscribe(
+        self, ctx: ServerRequestContext[Any, Any], params: SubscribeRequestParams
+    ) -> dict[str, Any]:
+        """`resources/subscribe`, passed on to the URI's backend inside the client session's backend
+        session, where the backend keeps it; its updates reach the client on the session's
+        standalone stream, whichever replica holds it (router/handlers/notifications.py)."""
+        result, _ = await _forwarded(await self.requests.reach_from(ctx), "resources/subscribe", params)
+        return PassedThrough(answered(result))
+
+    async def unsubscribe(
+        self, ctx: ServerRequestContext[Any, Any], params: UnsubscribeRequestParams
+    ) -> dict[str, Any]:
+        """`resources/unsubscribe`, passed on as `subscribe` is."""
+        result, _ = await _forwarded(await self.requests.reach_from(ctx), "resources/unsubscribe", params)
+        return PassedThrough(answered(result))
+
+
+async def target_of(reach: Reach, uri: str) -> Target:
+    """The backend a client's URI belongs to and the backend's own URI; raises the MCP errors."""
+    target = _shortcut(reach, uri)
+    if target is not None:
+        return target
+    found = await catalogue(reach)
+    backends = [b.backend_id for b in reach.offering("resources")]
+    where = resolve(uri, [*found.resources, *found.templates], backends, reach.separator)
+    if isinstance(where, Ambiguous):
+        raise MCPError(RESOURCE_NOT_FOUND, ambiguity("the resource", uri, where.choices))
+    if where is None:
+        raise _not_found(uri)
+    return where
+
+
+async def _forwarded(
+    reach: Reach,
+    method: str,
+    params: ReadResourceRequestParams | SubscribeRequestParams | UnsubscribeRequestParams,
+) -> tuple[dict[str, Any], Target]:
+    """A request naming a URI, sent to the URI's backend under the backend's own URI: its result."""
+    target = await target_of(reach, params.uri)
+    backend = next(b for b in reach.backends if b.backend_id == target.backend_id)
+    wire = params.model_dump(mode="json", by_alias=True, exclude_none=True)
+    try:
+        return await reach.send(backend, method, {**wire, "uri": target.original}), target
+    except RouterError as exc:
+        raise mcp_error(exc) from None

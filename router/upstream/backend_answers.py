@@ -60,6 +60,21 @@ async def streamed(response: httpx2.Response) -> AsyncIterator[Any]:
         yield message
 
 
+async def events(response: httpx2.Response, limit: int) -> AsyncIterator[Any]:
+    """The JSON-RPC messages of a long-lived SSE stream as they arrive, no line over `limit` bytes
+    (one that grows past it raises `ValueError`: a stream may last for hours, a line may not)."""
+    parsed = _Events()
+    pending = b""
+    async for chunk in response.aiter_bytes():
+        pending += chunk
+        *lines, pending = pending.split(b"\n")
+        if len(pending) > limit:
+            raise ValueError(f"an event line of more than {limit} bytes")
+        for line in lines:
+            if (message := parsed.line(line.rstrip(b"\r").decode("utf-8", "replace"))) is not None:
+                yield message
+
+
 def forgot(response: httpx2.Response) -> bool:
     """Whether an answer to a request inside a session says the backend does not know the session.
 

@@ -64,6 +64,8 @@ from toolsearch.responses import BoundedTransport
 logger = logging.getLogger(__name__)
 
 _NOTICE_BYTES = 65_536  # the most an answer to a notification or a DELETE may weigh
+# requests that live in a handshake session: a 2026-07-28 backend takes them in one only
+_IN_SESSION_ONLY = frozenset({"resources/subscribe", "resources/unsubscribe"})
 
 
 def outgoing_headers(
@@ -129,6 +131,14 @@ class BackendCaller:
         )
         return http, bounded, recorder
 
+    def stream_client(self, target: BackendTarget, headers: Mapping[str, str]) -> httpx2.AsyncClient:
+        """A client for a long-lived stream from `target` (a backend session's standalone stream):
+        its backend's pool of streams, its timeout to connect and to answer, none between two
+        events. Never closed: the pool is the application's."""
+        timeout = httpx2.Timeout(target.timeout_seconds, read=None)
+        transport = self._pools.for_streams(target.backend_id)
+        return httpx2.AsyncClient(transport=transport, headers=dict(headers), timeout=timeout)
+
     async def call_tool(
         self,
         target: BackendTarget,
@@ -168,7 +178,7 @@ class BackendCaller:
         if relay is not None and relay.progress_token is not None:
             wire["_meta"] = {"progressToken": relay.progress_token}
         messenger = self._messenger(target, headers, declared=declared)
-        if _modern(target) and self._session_first(target, declared):
+        if _modern(target) and self._session_first(target, declared, "tools/call"):
             target = await self._open_handshake(messenger, target, on_open)
         if _modern(target) and not _handshake_kept(target):
             answer = await _once(messenger, target, "tools/call", wire, relay, call_id)
@@ -178,19 +188,25 @@ class BackendCaller:
         )
         return CallOutcome(without_meta_stamp(answer), session, replaced)
 
-    def _session_first(self, target: BackendTarget, declared: Declared) -> bool:
-        """Whether a call to a 2026-07-28 backend is to open a handshake session there first.
+    def _session_first(self, target: BackendTarget, declared: Declared, method: str) -> bool:
+        """Whether a request to a 2026-07-28 backend is to open a handshake session there first.
 
         A handshake-era client that can answer a backend's requests (sampling, elicitation, roots)
         gets them on its call's stream only from a backend that asks them in a handshake session: a
-        2026-07-28 request has no stream for them. A backend that speaks both eras, as the SDKs'
-        servers do, is called in the client's era then, as the client would call it directly; one
-        that refuses the handshake is remembered and called with 2026-07-28 requests, as before.
+        2026-07-28 request has no stream for them. A subscription (`resources/subscribe`, gone from
+        2026-07-28) lives in a session too, and its updates come on that session's stream. A
+        backend that speaks both eras, as the SDKs' servers do, is asked in the client's era then,
+        as the client would ask it directly (and every later request of the client session goes
+        in that session); one that refuses the handshake is remembered and gets 2026-07-28
+        requests, as before.
         """
+        needs_session = bool(declared.answers_on_stream) or (
+            method in _IN_SESSION_ONLY and declared.handshake_era
+        )
         return (
-            target.transport != "sse"
+            needs_session
+            and target.transport != "sse"
             and target.session is None
-            and bool(declared.answers_on_stream)
             and target.backend_id not in self._sessionless
         )
 
@@ -226,13 +242,16 @@ class BackendCaller:
 
         The same ways to the backend as `call_tool`, and the same errors: inside the client
         session's backend session for a handshake-era backend (a new one opened when there is none
-        or it was forgotten), in a connection of its own for a 2026-07-28 or `sse` backend.
+        or it was forgotten), in a connection of its own for a 2026-07-28 or `sse` backend (but
+        see `_session_first`).
         """
         if target.transport == "sse":
             link = self._sdk_link(target, headers)
             return RequestOutcome(without_meta_stamp(await request_by_sdk(link, method, params)), None)
         messenger = self._messenger(target, headers, declared=declared)
-        if _modern(target):
+        if _modern(target) and self._session_first(target, declared, method):
+            target = await self._open_handshake(messenger, target, on_open)
+        if _modern(target) and not _handshake_kept(target):
             answer = await _once(messenger, target, method, params, None, None)
             return RequestOutcome(without_meta_stamp(answer), None)
         answer, kept, replaced = await _in_session(

@@ -7,6 +7,10 @@ backend whose calls all hang costs its own callers that timeout while calls to o
 their pools free. Backend ids come from the configuration the indexer serves, so the pools are as
 many as the backends.
 
+Long-lived streams (a backend session's standalone stream, which a client's own standalone stream
+holds open: router/upstream/backend_streams.py) go through a second pool per backend, of
+`MAX_STREAMS` connections, so that they never take the connections calls need.
+
 A test may hand in one transport for every backend instead; the application then leaves closing it
 to the test. Every request goes through `TracedTransport`: with traces on (toolsearch/tracing.py)
 it is a CLIENT span, and the backend gets its context as a `traceparent` header.
@@ -23,6 +27,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 # dropped connection, and a POST cannot be sent again safely. Each pool keeps at most this many.
 _KEEPALIVE_EXPIRY = 4.0
 _MAX_KEEPALIVE = 20
+MAX_STREAMS = 1000  # long-lived streams open to one backend at once, at most
 
 
 _tracer = trace.get_tracer("toolsearch.router")
@@ -72,6 +77,7 @@ class BackendPools:
         )
         self._shared = shared
         self._pools: dict[str, TracedTransport] = {}
+        self._streams: dict[str, TracedTransport] = {}
 
     def for_backend(self, backend_id: str) -> httpx2.AsyncBaseTransport:
         """The pool calls to `backend_id` go through."""
@@ -83,8 +89,19 @@ class BackendPools:
             pool = self._pools[backend_id] = TracedTransport(inner, backend_id)
         return pool
 
+    def for_streams(self, backend_id: str) -> httpx2.AsyncBaseTransport:
+        """The pool long-lived streams from `backend_id` go through, apart from its calls'."""
+        if self._shared is not None:
+            return TracedTransport(self._shared, backend_id, owned=False)
+        pool = self._streams.get(backend_id)
+        if pool is None:
+            inner = httpx2.AsyncHTTPTransport(limits=httpx2.Limits(max_connections=MAX_STREAMS))
+            pool = self._streams[backend_id] = TracedTransport(inner, backend_id)
+        return pool
+
     async def aclose(self) -> None:
         """Close every pool made here (a shared transport is its owner's to close)."""
-        pools, self._pools = list(self._pools.values()), {}
+        pools = [*self._pools.values(), *self._streams.values()]
+        self._pools, self._streams = {}, {}
         for pool in pools:
             await pool.aclose()

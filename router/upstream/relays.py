@@ -46,6 +46,19 @@ _RELAYED: dict[str, type[types.ProgressNotification] | type[types.LoggingMessage
 _RELAYED_PREFIX = "toolsearch/relayed:"
 
 
+def _at_or_above(level: object, floor: str | None) -> bool:
+    """Whether a log message of `level` is one a client whose lowest level is `floor` takes."""
+    if floor is None:
+        return False
+    return _SEVERITY.get(str(level), 0) >= _SEVERITY.get(floor, len(_SEVERITY))
+
+
+def passes_level(message: Mapping[str, Any], floor: str | None) -> bool:
+    """Whether a raw `notifications/message` is at or above `floor` (None: the client takes none)."""
+    params = message.get("params")
+    return isinstance(params, dict) and _at_or_above(params.get("level"), floor)
+
+
 def relayed_id(backend_id: str, request_id: str | int) -> str:
     """The id a backend's request goes to the client with: the backend and its own id, in JSON."""
     return _RELAYED_PREFIX + json.dumps([backend_id, request_id], separators=(",", ":"))
@@ -80,15 +93,13 @@ class NotificationRelay:
         self._stream = stream  # where a backend's request of the client goes; None: nowhere
         self.progress_token = progress_token
         self.log_floor = log_floor  # the lowest level of log messages passed on; None: none
-        self._floor = _SEVERITY.get(log_floor, len(_SEVERITY)) if log_floor is not None else len(_SEVERITY)
         self.relayed = 0
 
     async def _send(self, notification: Relayed) -> None:
         if self.relayed >= MAX_RELAYED:
             return
-        if (
-            isinstance(notification, types.LoggingMessageNotification)
-            and _SEVERITY.get(notification.params.level, 0) < self._floor
+        if isinstance(notification, types.LoggingMessageNotification) and not _at_or_above(
+            notification.params.level, self.log_floor
         ):
             return  # below what the client asked for
         self.relayed += 1

@@ -6,8 +6,11 @@ that logs at the level its client set.
 The tool `ask` sends `sampling/createMessage` on the call's own stream and answers with what came
 back: `answered: ...`, or `refused: <the error's message>`. The tool `chatter` sends one log message
 at each of MCP's eight levels at or above the level its session set (`logging/setLevel`; all of
-them when none was set), and answers `level: <that level, or unset>`. It speaks the initialize
-handshake only (server/discover is refused), with a session per client, as most servers people run do.
+them when none was set), and answers `level: <that level, or unset>`. It offers one resource,
+`asking://note`, which a session may subscribe to; the tool `touch` changes it, and sends each
+session subscribed to it `notifications/resources/updated` and a log message, outside the call (on
+that session's standalone stream), answering `told N`. It speaks the initialize handshake only
+(server/discover is refused), with a session per client, as most servers people run do.
 """
 
 from __future__ import annotations
@@ -25,6 +28,9 @@ from mcp.shared.message import ServerMessageMetadata
 from starlette.applications import Starlette
 from starlette.routing import Mount
 
+NOTE = "asking://note"
+TOUCH = types.Tool(name="touch", description="Change the note", input_schema={"type": "object"})
+_subscribed: dict[str, Any] = {}  # session id: the session of each client subscribed to the note
 ASK = types.Tool(name="ask", description="Ask the client's model a question", input_schema={"type": "object"})
 CHATTER = types.Tool(name="chatter", description="Log at every level", input_schema={"type": "object"})
 LEVELS: list[types.LoggingLevel] = list(get_args(types.LoggingLevel))
@@ -52,7 +58,7 @@ async def chatter(ctx: ServerRequestContext[Any]) -> types.CallToolResult:
 async def list_tools(
     ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
 ) -> types.ListToolsResult:
-    return types.ListToolsResult(tools=[ASK, CHATTER])
+    return types.ListToolsResult(tools=[ASK, CHATTER, TOUCH])
 
 
 async def call_tool(
@@ -60,6 +66,11 @@ async def call_tool(
 ) -> types.CallToolResult:
     if params.name == "chatter":
         return await chatter(ctx)
+    if params.name == "touch":
+        for session in list(_subscribed.values()):  # on each one's standalone stream: no request id
+            await session.send_resource_updated(NOTE)
+            await session.send_log_message("notice", "the note changed", "asking")
+        return types.CallToolResult(content=[types.TextContent(type="text", text=f"told {len(_subscribed)}")])
     message = types.SamplingMessage(role="user", content=types.TextContent(type="text", text="hello?"))
     request = types.CreateMessageRequest(
         params=types.CreateMessageRequestParams(messages=[message], max_tokens=5)
@@ -77,12 +88,38 @@ async def call_tool(
     return types.CallToolResult(content=[types.TextContent(type="text", text=text)])
 
 
+async def list_resources(ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None) -> Any:
+    return {"resources": [{"uri": NOTE, "name": "note"}]}
+
+
+async def read_resource(ctx: ServerRequestContext[Any], params: types.ReadResourceRequestParams) -> Any:
+    return {"contents": [{"uri": NOTE, "text": "a note"}]}
+
+
+async def subscribe(ctx: ServerRequestContext[Any], params: types.SubscribeRequestParams) -> Any:
+    _subscribed[_session_id(ctx)] = ctx.session
+    return {}
+
+
+async def unsubscribe(ctx: ServerRequestContext[Any], params: types.UnsubscribeRequestParams) -> Any:
+    _subscribed.pop(_session_id(ctx), None)
+    return {}
+
+
 async def refuse_discover(ctx: ServerRequestContext[Any], params: types.RequestParams) -> Any:
     raise MCPError(types.METHOD_NOT_FOUND, "this server speaks the initialize handshake only")
 
 
 def main(port: int) -> None:
-    server: Server[Any] = Server("asking", on_list_tools=list_tools, on_call_tool=call_tool)
+    server: Server[Any] = Server(
+        "asking",
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+        on_list_resources=list_resources,
+        on_read_resource=read_resource,
+        on_subscribe_resource=subscribe,
+        on_unsubscribe_resource=unsubscribe,
+    )
     server.add_request_handler("server/discover", types.RequestParams, refuse_discover)
     server.add_request_handler("logging/setLevel", types.SetLevelRequestParams, set_level)
     manager = StreamableHTTPSessionManager(server, json_response=False)

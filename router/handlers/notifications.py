@@ -1,0 +1,96 @@
+"""What a client's standalone stream carries: its backends' notifications outside calls, under the
+names the client knows.
+
+A handshake-era client opens its session's standalone stream with `GET /mcp` (on whichever replica;
+router/frontdoor/standalone.py); the backends' messages come from their own backend sessions'
+streams (router/upstream/backend_streams.py) and are passed on here:
+
+- `notifications/resources/updated` (a subscribed resource changed), its URI the one the client
+  knows: the backend's own, or the prefixed form when URIs collide (router/handlers/offerings.py);
+- `notifications/resources/list_changed` and `notifications/prompts/list_changed`: the session's
+  listings are the backends' together, so one backend's change is theirs;
+- `notifications/message`: a log message, at or above the level the client set (all of them when
+  it set none, as for the log messages of a call).
+
+`notifications/tools/list_changed` is not passed on: the client's tools are the router's two (and
+the pinned ones, fixed for the session), and find_tool searches what the indexer lists. Anything
+else a backend sends outside calls is dropped.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from router.caller import Caller
+from router.errors import RouterError
+from router.handlers.offerings import template_pattern
+from router.handlers.resources import catalogue
+from router.upstream.backend_requests import BackendRequests
+from router.upstream.backend_streams import BackendStreams
+from router.upstream.relays import passes_level
+from toolsearch.naming import prefixed
+
+logger = logging.getLogger(__name__)
+
+PASSED_AS_THEY_ARE = frozenset({"notifications/resources/list_changed", "notifications/prompts/list_changed"})
+UPDATED = "notifications/resources/updated"
+
+# writes one message on the client's stream
+Write = Callable[[Mapping[str, Any]], Awaitable[None]]
+
+
+class Notifications:
+    """Passes a client session's backends' notifications on to its standalone stream."""
+
+    def __init__(self, requests: BackendRequests, streams: BackendStreams) -> None:
+        self.requests = requests
+        self.streams = streams
+
+    async def listen(self, caller: Caller, write: Write) -> None:
+        """Until cancelled or the session ends (`SessionNotFound`), write each of the session's
+        backends' notifications that is the client's to have."""
+
+        async def deliver(backend_id: str, message: Mapping[str, Any]) -> None:
+            method = message.get("method")
+            if method in PASSED_AS_THEY_ARE:
+                await write(message)
+            elif method == "notifications/message":
+                if passes_level(message, caller.declared.log_floor):
+                    await write(message)
+            elif method == UPDATED:
+                renamed = await self._renamed(caller, backend_id, message)
+                if renamed is not None:
+                    await write(renamed)
+
+        await self.streams.listen(caller, deliver)
+
+    async def _renamed(
+        self, caller: Caller, backend_id: str, message: Mapping[str, Any]
+    ) -> Mapping[str, Any] | None:
+        """An update with the backend's own URI replaced by the one the client knows it by."""
+        params = message.get("params")
+        uri = params.get("uri") if isinstance(params, dict) else None
+        if not isinstance(uri, str) or not isinstance(params, dict):
+            return None
+        try:
+            reach = await self.requests.reach(caller)
+        except RouterError as exc:
+            logger.debug("an update of backend %s was not passed on: %s", backend_id, exc)
+            return None
+        advertised = uri
+        if reach.prefix == "always":
+            advertised = prefixed(backend_id, uri, reach.separator)
+        elif len(reach.offering("resources")) > 1:
+            found = await catalogue(reach)
+            for offering in [*found.resources, *found.templates]:
+                if offering.backend_id != backend_id:
+                    continue
+                if offering.original == uri or (
+                    offering.template and template_pattern(offering.original).fullmatch(uri)
+                ):
+                    # the prefix a collision gave the entry, if any, before the backend's own URI
+                    advertised = offering.name[: len(offering.name) - len(offering.original)] + uri
+                    break
+        return {**message, "params": {**params, "uri": advertised}}

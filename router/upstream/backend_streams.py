@@ -1,0 +1,120 @@
+"""What a client session's backends send outside calls, read from each backend session's standalone
+stream, for as long as the client holds its own standalone stream open on this replica.
+
+A backend sends what belongs to no call (a subscribed resource's update, a `list_changed`, a log
+message) on the standalone stream of the backend session (`GET` inside the session). The replica
+holding the client's standalone stream opens that GET in every backend session the client session
+keeps, which the indexer knows (`BackendSessions`), and looks again for sessions opened since (a
+`resources/subscribe` sent through another replica opens one): after `FIRST_LOOK` seconds, then
+twice as long each time nothing changed, up to `LAST_LOOK`, and at `FIRST_LOOK` again after a
+change, since a client subscribes mostly when it starts, and every SDK client holds a stream open
+for its whole session. Nothing else is shared between replicas: whichever replica holds the
+client's stream reads the backends.
+
+A backend that offers no standalone stream (405), or already streams to another reader of that
+session (409: the client opened a second stream elsewhere), or fails, is logged at debug and
+looked at again only when its session changes. A 2026-07-28 or legacy SSE backend keeps no session
+to listen in. Each event is bounded by the backend's `max_response_bytes`; a stream lasts as long as
+the backend and the client keep it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import anyio
+import httpx2
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+
+from router.caller import Caller
+from router.errors import RouterError, SessionNotFound
+from router.link.indexer_client import IndexerClient
+from router.targets import BackendSession, BackendTarget
+from router.upstream.backend_answers import events
+from router.upstream.backends import BackendCaller
+from router.upstream.credentials import OutgoingCredentials
+from toolsearch.outgoing import SESSION_HEADER, VERSION_HEADER
+
+logger = logging.getLogger(__name__)
+
+FIRST_LOOK = 2.0  # seconds until the next look for backend sessions opened since, at first
+LAST_LOOK = 30.0  # and at most
+
+# what is done with each message a backend sends outside calls: its backend id and the message
+Deliver = Callable[[str, Mapping[str, Any]], Awaitable[None]]
+
+
+def _listenable(target: BackendTarget) -> bool:
+    session = target.session
+    return (
+        target.transport != "sse"
+        and session is not None
+        and bool(session.session_id)
+        and session.protocol_version in HANDSHAKE_PROTOCOL_VERSIONS
+    )
+
+
+class BackendStreams:
+    """Reads the standalone streams of a client session's backend sessions."""
+
+    def __init__(
+        self, indexer: IndexerClient, backends: BackendCaller, credentials: OutgoingCredentials
+    ) -> None:
+        self.indexer = indexer
+        self.backends = backends
+        self.credentials = credentials
+
+    async def listen(self, caller: Caller, deliver: Deliver) -> None:
+        """Until cancelled, or until the client session ends (`SessionNotFound`), pass each message
+        the session's backends send outside calls to `deliver`."""
+        heard: dict[str, BackendSession] = {}  # backend id: the backend session listened in
+        wait = FIRST_LOOK / 2
+        async with anyio.create_task_group() as group:
+            while True:
+                try:
+                    found = await self.indexer.backend_sessions(caller.session_id, caller.identity.principal)
+                except SessionNotFound:
+                    group.cancel_scope.cancel()
+                    raise
+                except RouterError as exc:
+                    logger.debug("the backend sessions to listen in are unknown now: %s", exc)
+                    found = []
+                changed = False
+                for target in found:
+                    if _listenable(target) and heard.get(target.backend_id) != target.session:
+                        assert target.session is not None
+                        heard[target.backend_id] = target.session
+                        group.start_soon(self._one, caller, target, deliver)
+                        changed = True
+                wait = FIRST_LOOK if changed else min(wait * 2, LAST_LOOK)
+                await anyio.sleep(wait)
+
+    async def _one(self, caller: Caller, target: BackendTarget, deliver: Deliver) -> None:
+        """Read one backend session's standalone stream until it ends; its failures are logged only."""
+        session = target.session
+        assert session is not None
+        try:
+            headers = await self.credentials.headers(target, caller.identity)
+        except RouterError as exc:
+            logger.debug("backend %s: not listened to: %s", target.backend_id, exc)
+            return
+        http = self.backends.stream_client(target, headers)
+        asked = {
+            "Accept": "text/event-stream",
+            SESSION_HEADER: session.session_id,
+            VERSION_HEADER: session.protocol_version,
+        }
+        try:
+            async with http.stream("GET", target.url, headers=asked) as response:
+                if response.status_code != 200:
+                    logger.debug(
+                        "backend %s: no standalone stream (HTTP %d)", target.backend_id, response.status_code
+                    )
+                    return
+                async for message in events(response, target.max_response_bytes):
+                    if isinstance(message, dict) and "method" in message and "id" not in message:
+                        await deliver(target.backend_id, message)
+        except (httpx2.HTTPError, ValueError) as exc:
+            logger.debug("backend %s: its standalone stream ended: %r", target.backend_id, exc)

@@ -1,0 +1,129 @@
+"""What a backend sends outside calls reaches the client on its standalone stream (`GET /mcp`),
+whichever router replica holds that stream and whichever one its subscription went through.
+
+Real processes on loopback: a handshake-era server with a subscribable resource and a tool that
+changes it (tests/support/asking_server.py), an indexer in the test's loop, two router processes,
+and a raw JSON-RPC client that holds its standalone stream on one replica and sends everything
+else to the other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import socket
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pytest
+
+from commands.ports import free_port
+from tests.support.clients import RawClient, until
+from tests.support.processes import start_process
+from tests.support.routers import LightStack, another_router, light_stack
+from tests.support.waits import wait_for
+
+ASKING_SERVER = Path(__file__).parent / "support" / "asking_server.py"
+NOTE = "asking://note"
+
+
+def _accepts(port: int) -> bool:
+    with socket.socket() as probe:
+        probe.settimeout(0.5)
+        return probe.connect_ex(("127.0.0.1", port)) == 0
+
+
+@pytest.fixture
+async def replicas(tmp_path: Path) -> AsyncIterator[tuple[LightStack, str]]:
+    """A stack whose one backend has a subscribable note, and a second router's MCP URL."""
+    port = free_port()
+    server = await asyncio.to_thread(start_process, [sys.executable, str(ASKING_SERVER), str(port)], None)
+    try:
+        await wait_for(lambda: _accepts(port) or server.returncode is not None)
+        backend = {"id": "asking", "url": f"http://127.0.0.1:{port}/mcp/", "timeout": 10}
+        async with light_stack(tmp_path, backends=[backend]) as stack:
+            second, second_url = await asyncio.to_thread(another_router, stack, "second", {})
+            try:
+                yield stack, f"{second_url}/mcp"
+            finally:
+                second.stop()
+    finally:
+        server.stop()
+
+
+class Listener:
+    """A client session's standalone stream, read in the background: the messages so far."""
+
+    def __init__(self, http: httpx2.AsyncClient, client: RawClient, url: str) -> None:
+        self.http, self.client, self.url = http, client, url
+        self.messages: list[dict[str, Any]] = []
+        self.status = 0
+
+    async def run(self) -> None:
+        headers = {**self.client.headers(), "Accept": "text/event-stream"}
+        async with self.http.stream("GET", self.url, headers=headers) as response:
+            self.status = response.status_code
+            async for line in response.aiter_lines():
+                if line.startswith("data:") and line[5:].strip():
+                    self.messages.append(json.loads(line[5:]))
+
+
+@contextlib.asynccontextmanager
+async def listening(http: httpx2.AsyncClient, client: RawClient, url: str) -> AsyncIterator[Listener]:
+    listener = Listener(http, client, url)
+    task = asyncio.create_task(listener.run())
+    try:
+        await wait_for(lambda: listener.status != 0 or task.done())
+        yield listener
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def test_a_subscribed_resources_update_reaches_the_stream_held_on_another_replica(
+    replicas: tuple[LightStack, str],
+) -> None:
+    stack, other = replicas
+    async with httpx2.AsyncClient(timeout=30) as http:
+        client = RawClient(http)
+        await client.initialize(stack.mcp_url)
+        async with listening(http, client, stack.mcp_url) as stream:
+            assert stream.status == 200
+            status, answers = await client.request(other, "resources/subscribe", {"uri": NOTE})
+            assert status == 200 and answers[0]["result"] == {"resultType": "complete"}, answers
+
+            async def updated() -> bool:
+                # the stream's replica finds the backend session the subscription opened within
+                # its poll interval: the note is changed until an update arrives
+                await client.call(other, "touch", {})
+                return any(m["method"] == "notifications/resources/updated" for m in stream.messages)
+
+            await until(updated, "a resource update on the stream held on the other replica")
+            status, answers = await client.request(other, "resources/unsubscribe", {"uri": NOTE})
+            assert status == 200, answers
+            told = await client.call(other, "touch", {})
+    update = next(m for m in stream.messages if m["method"] == "notifications/resources/updated")
+    assert update["params"] == {"uri": NOTE}
+    logs = [m for m in stream.messages if m["method"] == "notifications/message"]
+    assert logs and logs[0]["params"]["data"] == "the note changed"  # outside any call, too
+    assert told["content"][0]["text"] == "told 0"  # the unsubscription reached the backend
+
+
+async def test_a_standalone_stream_needs_a_live_session_and_to_accept_an_event_stream(
+    replicas: tuple[LightStack, str],
+) -> None:
+    stack, _ = replicas
+    async with httpx2.AsyncClient(timeout=30) as http:
+        client = RawClient(http)
+        await client.initialize(stack.mcp_url)
+        plain = await http.get(stack.mcp_url, headers={**client.headers(), "Accept": "application/json"})
+        await client.end(stack.mcp_url)
+        gone = await http.get(stack.mcp_url, headers={**client.headers(), "Accept": "text/event-stream"})
+    assert plain.status_code == 406, plain.text
+    assert plain.json()["error"]["message"] == "Not Acceptable: a GET must accept text/event-stream"
+    assert gone.status_code == 404, gone.text
