@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import signal
 import socket
 import sys
 from collections.abc import AsyncIterator
@@ -127,3 +128,22 @@ async def test_a_standalone_stream_needs_a_live_session_and_to_accept_an_event_s
     assert plain.status_code == 406, plain.text
     assert plain.json()["error"]["message"] == "Not Acceptable: a GET must accept text/event-stream"
     assert gone.status_code == 404, gone.text
+
+
+async def test_a_router_told_to_stop_ends_its_standalone_streams_at_once_instead_of_waiting_its_grace(
+    replicas: tuple[LightStack, str],
+) -> None:
+    stack, _ = replicas
+    # a grace far longer than the wait below: only streams that end by themselves let it stop in time
+    stopping, url = await asyncio.to_thread(another_router, stack, "stopping", {"shutdown_grace": 120})
+    try:
+        async with httpx2.AsyncClient(timeout=30) as http:
+            client = RawClient(http)
+            await client.initialize(f"{url}/mcp")
+            async with listening(http, client, f"{url}/mcp") as stream:
+                assert stream.status == 200
+                stopping.send_signal(signal.SIGTERM)
+                await asyncio.to_thread(stopping.wait_exit, 30)
+    finally:
+        stopping.stop()
+    assert stopping.returncode == 0

@@ -51,7 +51,7 @@ from router.frontdoor.origins import HostPolicy, OriginGuard
 from router.frontdoor.resource_metadata import ResourceMetadata
 from router.frontdoor.server import ShutdownGuard, router_server
 from router.frontdoor.session_layer import SessionLayer
-from router.frontdoor.standalone import StandaloneStreams
+from router.frontdoor.standalone import StandaloneStreams, Stopping
 from router.handlers.client_answers import ClientAnswers
 from router.handlers.log_levels import LogLevels
 from router.handlers.meta_tools import MetaTools
@@ -189,6 +189,7 @@ def create_app(
     authenticator: Authenticator | None = None,
     backend_transport: httpx2.AsyncBaseTransport | None = None,
     indexer_security: ChannelSecurity | None = None,
+    stopping: Stopping | None = None,
 ) -> Starlette:
     """The router app for `config`.
 
@@ -196,7 +197,8 @@ def create_app(
     (entry points pass the environment); `authenticator` decides who callers are (default: everyone
     is anonymous); `backend_transport` replaces the backends' connection pools with one transport
     (the app then leaves closing it to the caller); `indexer_security` is the link to the indexer's
-    protection (default: read from `config` and `secrets`, raising `TransportConfigError`).
+    protection (default: read from `config` and `secrets`, raising `TransportConfigError`);
+    `stopping` ends the standalone streams when the server begins to stop.
     """
     settings = config.router
     security = indexer_security or channel_security(settings, secrets)
@@ -228,7 +230,7 @@ def create_app(
         requests = BackendRequests(indexer, caller, secrets)
         answers = ClientAnswers(indexer, caller, requests.credentials)
         streams = BackendStreams(indexer, caller, requests.credentials)
-        standalone = StandaloneStreams(Notifications(requests, streams))
+        standalone = StandaloneStreams(Notifications(requests, streams), stopping)
         server = build_server(tools, metrics, Resources(requests), Prompts(requests), LogLevels(requests))
         manager = StreamableHTTPSessionManager(
             server, stateless=True, json_response=True, max_request_body_size=settings.max_body_bytes
@@ -321,7 +323,8 @@ def serve(config: Config, environ: Mapping[str, str], log_level: str, log_format
     except (AuthConfigError, TransportConfigError) as exc:
         print(f"router: {exc}", file=sys.stderr)
         return 2
-    app = create_app(config, environ, authenticator, indexer_security=security)
-    server = router_server(app, config.router, log_level, log_format)
+    stopping = Stopping()
+    app = create_app(config, environ, authenticator, indexer_security=security, stopping=stopping)
+    server = router_server(app, config.router, log_level, log_format, stopping)
     server.run()
     return 0 if server.started else 1

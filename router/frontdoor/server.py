@@ -19,6 +19,7 @@ import signal
 import socket
 import sys
 from collections.abc import Iterator
+from types import FrameType
 
 import uvicorn
 from mcp_types import INTERNAL_ERROR
@@ -28,6 +29,7 @@ from router.error_answers import jsonrpc_error_body
 from router.frontdoor.bounds import FrontDoor, raise_fd_limit
 from router.frontdoor.connections import protocol_for
 from router.frontdoor.session_layer import JSONRPC_ID_KEY
+from router.frontdoor.standalone import Stopping
 from toolsearch.router_settings import Router
 
 
@@ -83,9 +85,15 @@ class ShutdownGuard:
 class RouterServer(uvicorn.Server):
     """uvicorn, saying where it listens once it does, and exiting 0 after a drained SIGTERM."""
 
-    def __init__(self, config: uvicorn.Config, front: FrontDoor) -> None:
+    def __init__(self, config: uvicorn.Config, front: FrontDoor, stopping: Stopping | None = None) -> None:
         super().__init__(config)
         self.front = front
+        self.stopping = stopping  # set at the signal to stop: standalone streams end then
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if self.stopping is not None:
+            self.stopping.set()
+        super().handle_exit(sig, frame)
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
@@ -106,8 +114,11 @@ class RouterServer(uvicorn.Server):
             self._captured_signals = [s for s in self._captured_signals if s != signal.SIGTERM]
 
 
-def router_server(app: ASGIApp, settings: Router, log_level: str, log_format: str) -> RouterServer:
-    """uvicorn serving `app` on `router.listen`, under the front door's bounds."""
+def router_server(
+    app: ASGIApp, settings: Router, log_level: str, log_format: str, stopping: Stopping | None = None
+) -> RouterServer:
+    """uvicorn serving `app` on `router.listen`, under the front door's bounds; `stopping` is set
+    when it begins to stop (the app's standalone streams end then)."""
     host, _, port = settings.listen.rpartition(":")
     front = FrontDoor.of(settings, raise_fd_limit(settings.max_connections))
     config = uvicorn.Config(
@@ -124,4 +135,4 @@ def router_server(app: ASGIApp, settings: Router, log_level: str, log_format: st
         # JSON lines: uvicorn's loggers reach the root handler instead of uvicorn's own text ones
         log_config=None if log_format == "json" else uvicorn.config.LOGGING_CONFIG,
     )
-    return RouterServer(config, front)
+    return RouterServer(config, front, stopping)

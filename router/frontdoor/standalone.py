@@ -9,11 +9,14 @@ ends when the client disconnects or its session ends.
 
 Bounds: at most `max_streams` open on one replica (503 beyond, with Retry-After), and each message
 is written to the client with the backpressure of its connection (a client that does not read
-holds its backends' streams, not the router's memory).
+holds its backends' streams, not the router's memory). When the router begins to stop (`Stopping`,
+set by SIGTERM), every stream ends at once: a client opens it again on another replica, and the
+stop need not wait out its grace for connections that never end by themselves.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
@@ -36,11 +39,40 @@ PING_INTERVAL = 15.0  # seconds between two comment lines on an idle stream
 MAX_STREAMS = 1000  # standalone streams one replica holds at once
 
 
+class Stopping:
+    """Set once the server begins to stop; `wait` returns then (at once if it is set already).
+
+    `set` may be called from a signal handler: each waiter's loop is woken thread-safely.
+    """
+
+    def __init__(self) -> None:
+        self._stopped = False
+        self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = []
+
+    def set(self) -> None:
+        self._stopped = True
+        for loop, event in list(self._waiters):
+            loop.call_soon_threadsafe(event.set)
+
+    async def wait(self) -> None:
+        if self._stopped:
+            return
+        waiter = (asyncio.get_running_loop(), asyncio.Event())
+        self._waiters.append(waiter)
+        try:
+            await waiter[1].wait()
+        finally:
+            self._waiters.remove(waiter)
+
+
 class StandaloneStreams:
     """Serves `GET /mcp` for handshake sessions, at most `max_streams` at once."""
 
-    def __init__(self, notifications: Notifications, max_streams: int = MAX_STREAMS) -> None:
+    def __init__(
+        self, notifications: Notifications, stopping: Stopping | None = None, max_streams: int = MAX_STREAMS
+    ) -> None:
         self.notifications = notifications
+        self.stopping = stopping or Stopping()
         self.max_streams = max_streams
         self.open = 0
 
@@ -88,6 +120,7 @@ class StandaloneStreams:
                     group.cancel_scope.cancel()
 
                 group.start_soon(run, until_gone)
+                group.start_soon(run, self.stopping.wait)
                 group.start_soon(run, ping)
                 group.start_soon(run, lambda: self.notifications.listen(caller, message))
             with contextlib.suppress(OSError):  # the client that went away needs no end
