@@ -10,43 +10,22 @@ client whose session any replica serves.
 from __future__ import annotations
 
 import asyncio
-import socket
-import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
 import httpx2
 
-from commands.ports import free_port
+from tests.support.asking import asking_stack
 from tests.support.clients import RawClient
-from tests.support.processes import start_process
-from tests.support.routers import LightStack, another_router, light_stack
-from tests.support.waits import wait_for
+from tests.support.routers import LightStack, another_router
 
-ASKING_SERVER = Path(__file__).parent / "support" / "asking_server.py"
 SEVERE = ["error", "critical", "alert", "emergency"]
 
 
-def _accepts(port: int) -> bool:
-    with socket.socket() as probe:
-        probe.settimeout(0.5)
-        return probe.connect_ex(("127.0.0.1", port)) == 0
-
-
-@asynccontextmanager
-async def _stack(tmp_path: Path) -> AsyncIterator[LightStack]:
+def _stack(tmp_path: Path) -> AbstractAsyncContextManager[LightStack]:
     """A stack whose one extra backend is the asking server."""
-    port = free_port()
-    asking = await asyncio.to_thread(start_process, [sys.executable, str(ASKING_SERVER), str(port)], None)
-    try:
-        await wait_for(lambda: _accepts(port) or asking.returncode is not None)
-        backend = {"id": "asking", "url": f"http://127.0.0.1:{port}/mcp/", "timeout": 30}
-        async with light_stack(tmp_path, backends=[backend]) as stack:
-            yield stack
-    finally:
-        asking.stop()
+    return asking_stack(tmp_path, timeout=30)
 
 
 def _call(name: str) -> dict[str, Any]:

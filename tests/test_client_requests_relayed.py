@@ -10,8 +10,6 @@ conformance suite (tests/test_conformance.py) runs the same relay with the suite
 from __future__ import annotations
 
 import asyncio
-import socket
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -19,38 +17,18 @@ from typing import Any
 import httpx2
 import pytest
 
-from commands.ports import free_port
+from tests.support.asking import asking_replicas
 from tests.support.clients import RawClient
-from tests.support.processes import start_process
-from tests.support.routers import LightStack, another_router, light_stack
-from tests.support.waits import wait_for
+from tests.support.routers import LightStack
 
-ASKING_SERVER = Path(__file__).parent / "support" / "asking_server.py"
 SAMPLED = {"role": "assistant", "content": {"type": "text", "text": "a haiku"}, "model": "the client's"}
-
-
-def _accepts(port: int) -> bool:
-    with socket.socket() as probe:
-        probe.settimeout(0.5)
-        return probe.connect_ex(("127.0.0.1", port)) == 0
 
 
 @pytest.fixture
 async def asking(tmp_path: Path) -> AsyncIterator[tuple[LightStack, str]]:
     """A stack whose one backend asks its client to sample (timeout 5 s), and a second router's URL."""
-    port = free_port()
-    server = await asyncio.to_thread(start_process, [sys.executable, str(ASKING_SERVER), str(port)], None)
-    try:
-        await wait_for(lambda: _accepts(port) or server.returncode is not None)
-        backend = {"id": "asking", "url": f"http://127.0.0.1:{port}/mcp/", "timeout": 5}
-        async with light_stack(tmp_path, backends=[backend]) as stack:
-            second, second_url = await asyncio.to_thread(another_router, stack, "second", {})
-            try:
-                yield stack, f"{second_url}/mcp"
-            finally:
-                second.stop()
-    finally:
-        server.stop()
+    async with asking_replicas(tmp_path, timeout=5) as replicas:
+        yield replicas
 
 
 async def test_a_backends_sampling_request_reaches_the_client_and_the_answer_via_another_replica_reaches_it(

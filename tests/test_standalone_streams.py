@@ -13,8 +13,6 @@ import asyncio
 import contextlib
 import json
 import signal
-import socket
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -22,38 +20,19 @@ from typing import Any
 import httpx2
 import pytest
 
-from commands.ports import free_port
+from tests.support.asking import asking_replicas
 from tests.support.clients import RawClient, until
-from tests.support.processes import start_process
-from tests.support.routers import LightStack, another_router, light_stack
+from tests.support.routers import LightStack, another_router
 from tests.support.waits import wait_for
 
-ASKING_SERVER = Path(__file__).parent / "support" / "asking_server.py"
 NOTE = "asking://note"
-
-
-def _accepts(port: int) -> bool:
-    with socket.socket() as probe:
-        probe.settimeout(0.5)
-        return probe.connect_ex(("127.0.0.1", port)) == 0
 
 
 @pytest.fixture
 async def replicas(tmp_path: Path) -> AsyncIterator[tuple[LightStack, str]]:
     """A stack whose one backend has a subscribable note, and a second router's MCP URL."""
-    port = free_port()
-    server = await asyncio.to_thread(start_process, [sys.executable, str(ASKING_SERVER), str(port)], None)
-    try:
-        await wait_for(lambda: _accepts(port) or server.returncode is not None)
-        backend = {"id": "asking", "url": f"http://127.0.0.1:{port}/mcp/", "timeout": 10}
-        async with light_stack(tmp_path, backends=[backend]) as stack:
-            second, second_url = await asyncio.to_thread(another_router, stack, "second", {})
-            try:
-                yield stack, f"{second_url}/mcp"
-            finally:
-                second.stop()
-    finally:
-        server.stop()
+    async with asking_replicas(tmp_path, timeout=10) as replicas:
+        yield replicas
 
 
 class Listener:

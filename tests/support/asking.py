@@ -1,0 +1,53 @@
+"""A stack whose one extra backend is the asking server (tests/support/asking_server.py), and,
+when asked for, a second router in front of the same indexer.
+
+    async with asking_stack(tmp_path, timeout=5) as stack: ...
+    async with asking_replicas(tmp_path, timeout=5) as (stack, other_mcp_url): ...
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from commands.ports import free_port
+from tests.support.processes import start_process
+from tests.support.routers import LightStack, another_router, light_stack
+from tests.support.waits import wait_for
+
+ASKING_SERVER = Path(__file__).parent / "asking_server.py"
+
+
+def _accepts(port: int) -> bool:
+    with socket.socket() as probe:
+        probe.settimeout(0.5)
+        return probe.connect_ex(("127.0.0.1", port)) == 0
+
+
+@asynccontextmanager
+async def asking_stack(folder: Path, timeout: float) -> AsyncIterator[LightStack]:
+    """A light stack whose backend `asking` (call `timeout` seconds) is the asking server."""
+    port = free_port()
+    server = await asyncio.to_thread(start_process, [sys.executable, str(ASKING_SERVER), str(port)], None)
+    try:
+        await wait_for(lambda: _accepts(port) or server.returncode is not None)
+        backend = {"id": "asking", "url": f"http://127.0.0.1:{port}/mcp/", "timeout": timeout}
+        async with light_stack(folder, backends=[backend]) as stack:
+            yield stack
+    finally:
+        server.stop()
+
+
+@asynccontextmanager
+async def asking_replicas(folder: Path, timeout: float) -> AsyncIterator[tuple[LightStack, str]]:
+    """`asking_stack`, and a second router's MCP URL."""
+    async with asking_stack(folder, timeout) as stack:
+        second, second_url = await asyncio.to_thread(another_router, stack, "second", {})
+        try:
+            yield stack, f"{second_url}/mcp"
+        finally:
+            second.stop()
