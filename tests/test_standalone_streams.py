@@ -20,6 +20,7 @@ from typing import Any
 import httpx2
 import pytest
 
+from router.frontdoor.standalone import MAX_PER_SESSION
 from tests.support.asking import asking_replicas
 from tests.support.clients import RawClient, until
 from tests.support.routers import LightStack, another_router
@@ -107,6 +108,22 @@ async def test_a_standalone_stream_needs_a_live_session_and_to_accept_an_event_s
     assert plain.status_code == 406, plain.text
     assert plain.json()["error"]["message"] == "Not Acceptable: a GET must accept text/event-stream"
     assert gone.status_code == 404, gone.text
+
+
+async def test_one_session_may_hold_only_so_many_standalone_streams_on_a_router(
+    replicas: tuple[LightStack, str],
+) -> None:
+    stack, other = replicas
+    async with httpx2.AsyncClient(timeout=30) as http, contextlib.AsyncExitStack() as held:
+        client = RawClient(http)
+        await client.initialize(stack.mcp_url)
+        for _ in range(MAX_PER_SESSION):
+            stream = await held.enter_async_context(listening(http, client, stack.mcp_url))
+            assert stream.status == 200
+        refused = await held.enter_async_context(listening(http, client, stack.mcp_url))
+        elsewhere = await held.enter_async_context(listening(http, client, other))
+    assert refused.status == 409
+    assert elsewhere.status == 200  # the bound is each router's
 
 
 async def test_a_router_told_to_stop_ends_its_standalone_streams_at_once_instead_of_waiting_its_grace(

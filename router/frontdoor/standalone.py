@@ -7,9 +7,10 @@ backend sends outside calls reaches the client wherever its stream is. A comment
 `PING_INTERVAL`, so a client that went away is noticed even when nothing else is sent; the stream
 ends when the client disconnects or its session ends.
 
-Bounds: at most `max_streams` open on one replica (503 beyond, with Retry-After), and each message
-is written to the client with the backpressure of its connection (a client that does not read
-holds its backends' streams, not the router's memory). When the router begins to stop (`Stopping`,
+Bounds: at most `max_streams` open on one replica (503 beyond, with Retry-After), and
+`MAX_PER_SESSION` of one session there (409 beyond: one client cannot take the others' room); each
+message is written to the client with the backpressure of its connection (a client that does not
+read holds its backends' streams, not the router's memory). When the router begins to stop (`Stopping`,
 set by SIGTERM), every stream ends at once: a client opens it again on another replica, and the
 stop need not wait out its grace for connections that never end by themselves.
 """
@@ -24,7 +25,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import anyio
-from mcp_types import INTERNAL_ERROR
+from mcp_types import INTERNAL_ERROR, INVALID_REQUEST
 from sse_starlette import ServerSentEvent
 from starlette.types import Receive, Scope, Send
 
@@ -37,6 +38,7 @@ logger = logging.getLogger(__name__)
 
 PING_INTERVAL = 15.0  # seconds between two comment lines on an idle stream
 MAX_STREAMS = 1000  # standalone streams one replica holds at once
+MAX_PER_SESSION = 8  # and of those, one session's
 
 
 class Stopping:
@@ -75,6 +77,7 @@ class StandaloneStreams:
         self.stopping = stopping or Stopping()
         self.max_streams = max_streams
         self.open = 0
+        self._by_session: dict[str, int] = {}  # the streams open here, by session id
 
     async def serve(self, scope: Scope, receive: Receive, send: Send, caller: Caller) -> None:
         """Hold the caller's standalone stream open until it goes away or its session ends."""
@@ -87,7 +90,17 @@ class StandaloneStreams:
             )
             await response(scope, receive, send)
             return
+        if self._by_session.get(caller.session_id, 0) >= MAX_PER_SESSION:
+            response = jsonrpc_error_response(
+                409,
+                INVALID_REQUEST,
+                f"this session holds {MAX_PER_SESSION} standalone streams on this router already: "
+                "close one before opening another",
+            )
+            await response(scope, receive, send)
+            return
         self.open += 1
+        self._by_session[caller.session_id] = self._by_session.get(caller.session_id, 0) + 1
         lock = anyio.Lock()
         headers = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache, no-transform")]
         try:
@@ -127,3 +140,6 @@ class StandaloneStreams:
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
             self.open -= 1
+            left = self._by_session.pop(caller.session_id) - 1
+            if left:
+                self._by_session[caller.session_id] = left
