@@ -79,3 +79,17 @@ async def test_an_answer_that_names_no_backend_of_the_session_is_refused_with_wh
         "no request of backend asking waits for an answer in this session: answer only the requests "
         "this session's calls passed on, while their calls run"
     )
+
+
+async def test_a_clients_roots_change_sent_to_another_replica_reaches_its_backend_session(
+    asking: tuple[LightStack, str],
+) -> None:
+    stack, other = asking
+    async with httpx2.AsyncClient(timeout=30) as http:
+        client = RawClient(http)
+        await client.initialize(stack.mcp_url, {"roots": {"listChanged": True}})
+        before = await client.call(stack.mcp_url, "roots", {})  # opens the backend session
+        await client.notify(other, "notifications/roots/list_changed", {})
+        after = await client.call(stack.mcp_url, "roots", {})
+    assert before["content"][0]["text"] == "roots changed 0"
+    assert after["content"][0]["text"] == "roots changed 1"

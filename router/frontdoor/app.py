@@ -246,7 +246,7 @@ def create_app(
             settings.max_body_bytes,
             resource_metadata,
             streaming.handle_request,
-            tools.cancel,
+            tools.noticed,
             answers.deliver,
             standalone,
         )

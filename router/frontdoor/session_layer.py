@@ -49,6 +49,8 @@ JSONRPC_ID_KEY = "toolsearch.jsonrpc_id"  # and the posted message's id, for ans
 SESSION_HEADER = "mcp-session-id"
 VERSION_HEADER = "mcp-protocol-version"
 MISSING_SESSION = "missing Mcp-Session-Id header: send the id returned by initialize"
+# a handshake client's notifications its backend sessions are told of (router/upstream/backend_notices.py)
+PASSED_ON = frozenset({"notifications/cancelled", "notifications/roots/list_changed"})
 # 2026-07-28 requests that reach backends, and so need the session the caller's principal implies
 SESSION_METHODS = frozenset(
     {
@@ -154,8 +156,9 @@ class SessionLayer:
     (router/frontdoor/resource_metadata.py).
     A `tools/call` that asks for progress goes to `streaming_app` (the SDK's handler answering with
     an SSE stream), so what its backend reports during the call reaches the client before the result.
-    A handshake session's `notifications/cancelled` is handed to `on_cancelled` (which passes it on
-    to the backends) before the SDK acknowledges it: the call it cancels may run on another replica.
+    A handshake session's `notifications/cancelled` and `notifications/roots/list_changed` are
+    handed to `on_notice` (which passes them on to the backends) before the SDK acknowledges them:
+    the call a cancellation names may run on another replica.
     A call of a client that declared capabilities a backend may ask for (sampling, elicitation,
     roots) is streamed too, through a `CallStream` the handlers write such requests on; the client's
     answer, a posted response, is handed to `on_answer`, which passes it on to the backend that
@@ -171,14 +174,14 @@ class SessionLayer:
         max_body_bytes: int,
         resource_metadata: ResourceMetadata | None = None,
         streaming_app: ASGIApp | None = None,
-        on_cancelled: Callable[[Caller, Mapping[str, Any]], Awaitable[None]] | None = None,
+        on_notice: Callable[[Caller, str, Mapping[str, Any]], Awaitable[None]] | None = None,
         on_answer: Callable[[Caller, Mapping[str, Any]], Awaitable[bool]] | None = None,
         standalone: StandaloneStreams | None = None,
     ) -> None:
         self.app = app
         self.standalone = standalone
         self.streaming_app = streaming_app
-        self.on_cancelled = on_cancelled
+        self.on_notice = on_notice
         self.on_answer = on_answer
         self.indexer = indexer
         self.authenticator = authenticator
@@ -254,9 +257,10 @@ class SessionLayer:
             checked = await self.indexer.get_session(session_id, identity.principal, message.named_tool)
             resolved = checked.tool
             declared = session_declared(checked.log_level, checked.capabilities_json)
-            cancelled = message.method == "notifications/cancelled" and not message.is_request
-            if cancelled and self.on_cancelled is not None and isinstance(message.params, dict):
-                await self.on_cancelled(Caller(identity, session_id), message.params)
+            noticed = message.method in PASSED_ON and not message.is_request
+            if noticed and self.on_notice is not None and message.method is not None:
+                params = message.params if isinstance(message.params, dict) else {}
+                await self.on_notice(Caller(identity, session_id), message.method, params)
             answer, on_answer = message.answer, self.on_answer
             if (
                 answer is not None

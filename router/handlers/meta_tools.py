@@ -149,7 +149,6 @@ class MetaTools:
         self.max_limit = search.max_limit
         self.compact = search.compact
         self.calls = ToolCalls(indexer, backends, secrets, max_arguments_bytes)
-        self.cancel = self.calls.cancel  # a client's notifications/cancelled (the session layer's hook)
         self.schemas = {FIND_TOOL: find_tool_input_schema(search), CALL_TOOL: CALL_TOOL_INPUT_SCHEMA}
         self.tools = [
             types.Tool(
@@ -163,6 +162,15 @@ class MetaTools:
                 name=CALL_TOOL, description=CALL_TOOL_DESCRIPTION, input_schema=CALL_TOOL_INPUT_SCHEMA
             ),
         ]
+
+    async def noticed(self, caller: Caller, method: str, params: Mapping[str, Any]) -> None:
+        """A client's notification its backends are told of (the session layer's hook): a
+        cancellation ends its call here and goes to every backend session; anything else (its roots
+        changed) just goes to every backend session."""
+        if method == "notifications/cancelled":
+            await self.calls.cancel(caller, params)
+        else:
+            await self.calls.notices.tell_all(caller, method, params)
 
     def input_schema(self, name: str) -> Mapping[str, Any] | None:
         """A meta-tool's input schema by name (the SDK checks `Mcp-Param-*` headers against it)."""

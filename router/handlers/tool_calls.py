@@ -16,20 +16,19 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-import anyio
-
 from router.caller import Caller
-from router.errors import BackendRejected, CallCancelled, InvalidRequest, RouterError
+from router.errors import BackendRejected, CallCancelled, InvalidRequest
 from router.handlers.arguments import parse_call_tool
 from router.handlers.schemas import SchemaValidators
 from router.link.indexer_client import IndexerClient
 from router.targets import BackendTarget
 from router.upstream.backend_messages import backend_request_id
+from router.upstream.backend_notices import BackendNotices
 from router.upstream.backends import BackendCaller, CallOutcome
 from router.upstream.credentials import OutgoingCredentials
 from router.upstream.relays import NotificationRelay
 from router.upstream.running_calls import RunningCalls
-from router.upstream.session_keeping import END_TIMEOUT, SessionKeeper
+from router.upstream.session_keeping import SessionKeeper
 from router.upstream.session_notes import noted_call
 
 logger = logging.getLogger(__name__)
@@ -51,6 +50,7 @@ class ToolCalls:
         self.max_arguments_bytes = max_arguments_bytes
         self.validators = SchemaValidators()
         self.running = RunningCalls()
+        self.notices = BackendNotices(indexer, backends, self.credentials)
 
     async def run(
         self,
@@ -130,29 +130,14 @@ class ToolCalls:
 
         The call it cancels may run on another replica, and only the backend knows it: the backend
         request's id comes from the client's own (`backend_request_id`), so each backend session is
-        told, and the one running it stops (a backend ignores an id it does not know). Best effort,
-        each within `END_TIMEOUT`.
+        told, and the one running it stops (a backend ignores an id it does not know). The call runs
+        here, it ends here at once.
         """
         request_id = params.get("requestId")
         if not isinstance(request_id, str | int) or isinstance(request_id, bool):
             return
         reason = params.get("reason") if isinstance(params.get("reason"), str) else None
-        try:
-            found = await self.indexer.backend_sessions(caller.session_id, caller.identity.principal)
-        except RouterError as exc:
-            logger.debug("a cancellation was not passed on: %s", exc)
-            return
         call_id = backend_request_id(request_id)
         self.running.cancel(caller.session_id, call_id, reason)
-
-        async def one(target: BackendTarget) -> None:
-            try:
-                headers = await self.credentials.headers(target, caller.identity)
-            except RouterError:
-                return
-            within = min(target.timeout_seconds, END_TIMEOUT)
-            await self.backends.cancel(target, headers, call_id, reason, within)
-
-        async with anyio.create_task_group() as group:
-            for target in found:
-                group.start_soon(one, target)
+        told = {"requestId": call_id, **({"reason": reason} if reason else {})}
+        await self.notices.tell_all(caller, "notifications/cancelled", told)

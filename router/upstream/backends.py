@@ -259,25 +259,24 @@ class BackendCaller:
         )
         return RequestOutcome(without_meta_stamp(answer), kept, replaced)
 
-    async def cancel(
+    async def notify(
         self,
         target: BackendTarget,
         headers: Mapping[str, str],
-        call_id: str,
-        reason: str | None,
+        method: str,
+        params: Mapping[str, Any],
         timeout: float,
     ) -> None:
-        """Tell a backend that the call `call_id` of the target's session is cancelled (best effort,
-        bounded); a target without a session has no call of ours to cancel."""
+        """Send a notification inside the target's session (best effort, bounded); a target without
+        a session has nothing of the client's to be told."""
         if target.session is None:
             return
-        params: dict[str, Any] = {"requestId": call_id, **({"reason": reason} if reason else {})}
         messenger = self._messenger(target, headers, timeout, _NOTICE_BYTES)
         with anyio.move_on_after(timeout):
             try:
-                await messenger.notify("notifications/cancelled", params, target.session)
+                await messenger.notify(method, params, target.session)
             except (BackendError, httpx2.HTTPError) as exc:
-                logger.debug("backend %s: passing on a cancellation failed: %s", target.backend_id, exc)
+                logger.debug("backend %s: passing on %s failed: %s", target.backend_id, method, exc)
 
     async def respond(
         self, target: BackendTarget, headers: Mapping[str, str], answer: Mapping[str, Any], timeout: float

@@ -9,7 +9,9 @@ at each of MCP's eight levels at or above the level its session set (`logging/se
 them when none was set), and answers `level: <that level, or unset>`. It offers one resource,
 `asking://note`, which a session may subscribe to; the tool `touch` changes it, and sends each
 session subscribed to it `notifications/resources/updated` and a log message, outside the call (on
-that session's standalone stream), answering `told N`. It speaks the initialize handshake only
+that session's standalone stream), answering `told N`. The tool `roots` answers how many times its
+session's client said its roots changed (`notifications/roots/list_changed`). It speaks the
+initialize handshake only
 (server/discover is refused), with a session per client, as most servers people run do.
 """
 
@@ -31,6 +33,8 @@ from starlette.routing import Mount
 NOTE = "asking://note"
 TOUCH = types.Tool(name="touch", description="Change the note", input_schema={"type": "object"})
 _subscribed: dict[str, Any] = {}  # session id: the session of each client subscribed to the note
+_roots_changed: dict[str, int] = {}  # session id: the roots/list_changed notifications it sent
+ROOTS = types.Tool(name="roots", description="Count roots changes", input_schema={"type": "object"})
 ASK = types.Tool(name="ask", description="Ask the client's model a question", input_schema={"type": "object"})
 CHATTER = types.Tool(name="chatter", description="Log at every level", input_schema={"type": "object"})
 LEVELS: list[types.LoggingLevel] = list(get_args(types.LoggingLevel))
@@ -58,7 +62,7 @@ async def chatter(ctx: ServerRequestContext[Any]) -> types.CallToolResult:
 async def list_tools(
     ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
 ) -> types.ListToolsResult:
-    return types.ListToolsResult(tools=[ASK, CHATTER, TOUCH])
+    return types.ListToolsResult(tools=[ASK, CHATTER, TOUCH, ROOTS])
 
 
 async def call_tool(
@@ -66,6 +70,9 @@ async def call_tool(
 ) -> types.CallToolResult:
     if params.name == "chatter":
         return await chatter(ctx)
+    if params.name == "roots":
+        heard = _roots_changed.get(_session_id(ctx), 0)
+        return types.CallToolResult(content=[types.TextContent(type="text", text=f"roots changed {heard}")])
     if params.name == "touch":
         for session in list(_subscribed.values()):  # on each one's standalone stream: no request id
             await session.send_resource_updated(NOTE)
@@ -106,6 +113,10 @@ async def unsubscribe(ctx: ServerRequestContext[Any], params: types.UnsubscribeR
     return {}
 
 
+async def roots_changed(ctx: ServerRequestContext[Any], params: types.NotificationParams | None) -> None:
+    _roots_changed[_session_id(ctx)] = _roots_changed.get(_session_id(ctx), 0) + 1
+
+
 async def refuse_discover(ctx: ServerRequestContext[Any], params: types.RequestParams) -> Any:
     raise MCPError(types.METHOD_NOT_FOUND, "this server speaks the initialize handshake only")
 
@@ -121,6 +132,9 @@ def main(port: int) -> None:
         on_unsubscribe_resource=unsubscribe,
     )
     server.add_request_handler("server/discover", types.RequestParams, refuse_discover)
+    server.add_notification_handler(
+        "notifications/roots/list_changed", types.NotificationParams, roots_changed
+    )
     server.add_request_handler("logging/setLevel", types.SetLevelRequestParams, set_level)
     manager = StreamableHTTPSessionManager(server, json_response=False)
     app = Starlette(routes=[Mount("/mcp", app=manager.handle_request)], lifespan=lambda app: manager.run())
