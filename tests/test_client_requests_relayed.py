@@ -18,7 +18,7 @@ import httpx2
 import pytest
 
 from tests.support.asking import asking_replicas
-from tests.support.clients import RawClient
+from tests.support.clients import RawClient, until
 from tests.support.routers import LightStack
 
 SAMPLED = {"role": "assistant", "content": {"type": "text", "text": "a haiku"}, "model": "the client's"}
@@ -53,11 +53,19 @@ async def test_a_request_the_client_never_answers_ends_the_call_at_its_timeout_a
     async with httpx2.AsyncClient(timeout=30) as http:
         client = RawClient(http)
         await client.initialize(stack.mcp_url, {"sampling": {}})
-        async with asyncio.timeout(20):  # the backend's timeout is 5 s
+        async with asyncio.timeout(20):  # the backend's timeout is 5 s, its own wait 60 s
             unanswered, _ = await client.call_answering(stack.mcp_url, "ask", {}, other, lambda _: None)
+
+            async def told() -> str:
+                text: str = (await client.call(other, "last", {}))["content"][0]["text"]
+                return text if text != "none yet" else ""
+
+            backend_saw = await until(told, "the backend's ask to end")
             answered, _ = await client.call_answering(stack.mcp_url, "ask", {}, other, lambda _: SAMPLED)
     assert unanswered.get("isError"), unanswered
     assert unanswered["content"][0]["text"] == "backend asking did not answer within 5s", unanswered
+    # the backend was told that its request goes unanswered, not left to its own 60 s wait
+    assert backend_saw == "refused: the call ended before the client answered this request"
     assert "a haiku" in answered["content"][0]["text"], answered  # the session goes on
 
 
@@ -93,3 +101,29 @@ async def test_a_clients_roots_change_sent_to_another_replica_reaches_its_backen
         after = await client.call(stack.mcp_url, "roots", {})
     assert before["content"][0]["text"] == "roots changed 0"
     assert after["content"][0]["text"] == "roots changed 1"
+
+
+async def test_an_answer_posted_in_another_session_never_reaches_the_request_it_names(
+    asking: tuple[LightStack, str],
+) -> None:
+    stack, other = asking
+    forged_result = {**SAMPLED, "content": {"type": "text", "text": "forged"}}
+    forged_status: list[int] = []
+    async with httpx2.AsyncClient(timeout=30) as http:
+        alice, mallory = RawClient(http), RawClient(http)
+        await alice.initialize(stack.mcp_url, {"sampling": {}})
+        await mallory.initialize(stack.mcp_url, {"sampling": {}})
+        await mallory.call(other, "roots", {})  # mallory keeps a backend session there too
+
+        async def answer(request: dict[str, Any]) -> dict[str, Any]:
+            # mallory posts an answer under alice's request's id, in its own session, first
+            forged = {"jsonrpc": "2.0", "id": request["id"], "result": forged_result}
+            forged_status.append((await http.post(other, json=forged, headers=mallory.headers())).status_code)
+            return SAMPLED
+
+        async with asyncio.timeout(20):
+            result, _ = await alice.call_answering(stack.mcp_url, "ask", {}, other, answer)
+    # taken into mallory's own backend session, where no such request waits: the backend drops it
+    assert forged_status == [202]
+    text = result["content"][0]["text"]
+    assert "a haiku" in text and "forged" not in text, result

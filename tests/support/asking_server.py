@@ -10,7 +10,8 @@ them when none was set), and answers `level: <that level, or unset>`. It offers 
 `asking://note`, which a session may subscribe to; the tool `touch` changes it, and sends each
 session subscribed to it `notifications/resources/updated` and a log message, outside the call (on
 that session's standalone stream), answering `told N`. The tool `roots` answers how many times its
-session's client said its roots changed (`notifications/roots/list_changed`). It speaks the
+session's client said its roots changed (`notifications/roots/list_changed`), and `last` how its
+session's last `ask` ended (even one whose answer nobody read). It speaks the
 initialize handshake only
 (server/discover is refused), with a session per client, as most servers people run do.
 """
@@ -34,6 +35,8 @@ NOTE = "asking://note"
 TOUCH = types.Tool(name="touch", description="Change the note", input_schema={"type": "object"})
 _subscribed: dict[str, Any] = {}  # session id: the session of each client subscribed to the note
 _roots_changed: dict[str, int] = {}  # session id: the roots/list_changed notifications it sent
+_last_asked: dict[str, str] = {}  # session id: how its last `ask` ended, even if nobody read it
+LAST = types.Tool(name="last", description="How the last ask ended", input_schema={"type": "object"})
 ROOTS = types.Tool(name="roots", description="Count roots changes", input_schema={"type": "object"})
 ASK = types.Tool(name="ask", description="Ask the client's model a question", input_schema={"type": "object"})
 CHATTER = types.Tool(name="chatter", description="Log at every level", input_schema={"type": "object"})
@@ -62,7 +65,7 @@ async def chatter(ctx: ServerRequestContext[Any]) -> types.CallToolResult:
 async def list_tools(
     ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
 ) -> types.ListToolsResult:
-    return types.ListToolsResult(tools=[ASK, CHATTER, TOUCH, ROOTS])
+    return types.ListToolsResult(tools=[ASK, CHATTER, TOUCH, ROOTS, LAST])
 
 
 async def call_tool(
@@ -70,6 +73,9 @@ async def call_tool(
 ) -> types.CallToolResult:
     if params.name == "chatter":
         return await chatter(ctx)
+    if params.name == "last":
+        text = _last_asked.get(_session_id(ctx), "none yet")
+        return types.CallToolResult(content=[types.TextContent(type="text", text=text)])
     if params.name == "roots":
         heard = _roots_changed.get(_session_id(ctx), 0)
         return types.CallToolResult(content=[types.TextContent(type="text", text=f"roots changed {heard}")])
@@ -92,6 +98,7 @@ async def call_tool(
         text = f"answered: {result.model_dump(mode='json')}"
     except MCPError as exc:
         text = f"refused: {exc.error.message}"
+    _last_asked[_session_id(ctx)] = text
     return types.CallToolResult(content=[types.TextContent(type="text", text=text)])
 
 

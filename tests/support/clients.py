@@ -5,6 +5,7 @@ replica may serve."""
 from __future__ import annotations
 
 import asyncio
+import inspect
 import itertools
 import json
 import time
@@ -107,11 +108,12 @@ class RawClient:
         name: str,
         parameters: dict[str, Any],
         answer_url: str,
-        answer: Callable[[dict[str, Any]], dict[str, Any] | None],
+        answer: Callable[[dict[str, Any]], dict[str, Any] | Awaitable[dict[str, Any] | None] | None],
     ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         """call_tool through `mcp_url`, its answer read as a stream: each request of the client on it
-        is answered with `answer(request)` (a result; None: left unanswered), posted to
-        `answer_url`, which may be another replica. Returns the tool result and the requests."""
+        is answered with `answer(request)` (a result, or a coroutine of one; None: left
+        unanswered), posted to `answer_url`, which may be another replica. Returns the tool result
+        and the requests."""
         params = {"name": "call_tool", "arguments": {"tool_name": name, "parameters": parameters}}
         call_id = self.next_id()
         message = {"jsonrpc": "2.0", "id": call_id, "method": "tools/call", "params": params}
@@ -128,6 +130,8 @@ class RawClient:
                 if "method" in event and "id" in event:
                     asked.append(event)
                     result = answer(event)
+                    if inspect.isawaitable(result):
+                        result = await result
                     if result is not None:
                         reply = {"jsonrpc": "2.0", "id": event["id"], "result": result}
                         posted = await self.http.post(answer_url, json=reply, headers=self.headers())
