@@ -21,35 +21,28 @@ legacy `sse` backend in a session of its own per call, through the SDK's client
 (router/upstream/sdk_calls.py). Every result comes back as the backend sent it: only its being a
 JSON object is checked (router/handlers/passthrough.py carries it to the client). Requests other
 than tools/call (`request`: resources, prompts, completions; router/upstream/backend_requests.py)
-take the very same ways.
+take the very same ways; which of them a request takes is router/upstream/exchanges.py's choice.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Iterator, Mapping
-from contextlib import contextmanager
-from dataclasses import replace
+from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 import anyio
 import httpx2
 import mcp_types as types
-from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 
 from router.caller import NOTHING_DECLARED, Declared
 from router.errors import (
     BackendError,
-    BackendRejected,
     BackendSessionGone,
-    BackendTimeout,
-    BackendTooLarge,
-    BackendUnavailable,
     MissingCredentials,
 )
 from router.targets import BackendSession, BackendTarget
 from router.upstream.backend_messages import BackendMessenger
-from router.upstream.modern import modern_request
+from router.upstream.exchanges import Exchanges, OnOpen, translated
 from router.upstream.pools import BackendPools
 from router.upstream.relays import NotificationRelay
 from router.upstream.sdk_calls import (
@@ -64,8 +57,6 @@ from toolsearch.responses import BoundedTransport
 logger = logging.getLogger(__name__)
 
 _NOTICE_BYTES = 65_536  # the most an answer to a notification or a DELETE may weigh
-# requests that live in a handshake session: a 2026-07-28 backend takes them in one only
-_IN_SESSION_ONLY = frozenset({"resources/subscribe", "resources/unsubscribe"})
 
 
 def outgoing_headers(
@@ -84,11 +75,6 @@ def outgoing_headers(
         return auth_headers(backend_id, auth, secrets, bearer_token, exchanged)
     except OutgoingAuthError as exc:
         raise MissingCredentials(backend_id, exc.reason) from None
-
-
-# what a request does with a backend session it opened, before it is sent in it: returns the
-# session to send it in (router/upstream/session_keeping.py)
-OnOpen = Callable[[BackendSession], Awaitable[BackendSession]]
 
 
 class CallOutcome(NamedTuple):
@@ -114,9 +100,7 @@ class BackendCaller:
 
     def __init__(self, pools: BackendPools) -> None:
         self._pools = pools
-        # backends that spoke 2026-07-28 at discovery and refused a handshake session since: calls
-        # of clients that answer requests go to them as 2026-07-28 requests too (`_session_first`)
-        self._sessionless: set[str] = set()
+        self._exchanges = Exchanges()  # which era each request goes in, and its exchange
 
     def _client(
         self, backend_id: str, headers: Mapping[str, str], timeout_seconds: float, max_response_bytes: int
@@ -178,56 +162,10 @@ class BackendCaller:
         if relay is not None and relay.progress_token is not None:
             wire["_meta"] = {"progressToken": relay.progress_token}
         messenger = self._messenger(target, headers, declared=declared)
-        if _modern(target) and self._session_first(target, declared, "tools/call"):
-            target = await self._open_handshake(messenger, target, on_open)
-        if _modern(target) and not _handshake_kept(target):
-            answer = await _once(messenger, target, "tools/call", wire, relay, call_id)
-            return CallOutcome(without_meta_stamp(answer), None)
-        answer, session, replaced = await _in_session(
-            messenger, target.timeout_seconds, "tools/call", wire, target.session, relay, call_id, on_open
+        answer, session, replaced = await self._exchanges.send(
+            messenger, target, "tools/call", wire, relay, call_id, on_open
         )
         return CallOutcome(without_meta_stamp(answer), session, replaced)
-
-    def _session_first(self, target: BackendTarget, declared: Declared, method: str) -> bool:
-        """Whether a request to a 2026-07-28 backend is to open a handshake session there first.
-
-        A handshake-era client that can answer a backend's requests (sampling, elicitation, roots)
-        gets them on its call's stream only from a backend that asks them in a handshake session: a
-        2026-07-28 request has no stream for them. A subscription (`resources/subscribe`, gone from
-        2026-07-28) lives in a session too, and its updates come on that session's stream. A
-        backend that speaks both eras, as the SDKs' servers do, is asked in the client's era then,
-        as the client would ask it directly (and every later request of the client session goes
-        in that session); one that refuses the handshake is remembered and gets 2026-07-28
-        requests, as before.
-        """
-        needs_session = bool(declared.answers_on_stream) or (
-            method in _IN_SESSION_ONLY and declared.handshake_era
-        )
-        return (
-            needs_session
-            and target.transport != "sse"
-            and target.session is None
-            and target.backend_id not in self._sessionless
-        )
-
-    async def _open_handshake(
-        self, messenger: BackendMessenger, target: BackendTarget, on_open: OnOpen | None
-    ) -> BackendTarget:
-        """`target` with a handshake session opened (and kept) there; unchanged if it refuses one."""
-        try:
-            with _translated(messenger, target.timeout_seconds):
-                opened = await messenger.initialize()
-        except (BackendUnavailable, BackendTimeout, BackendRejected, BackendTooLarge):
-            raise  # not a refusal of the era: the call could not go either way
-        except BackendError as exc:  # it answered initialize with an error, or with no result
-            logger.info(
-                "backend %s refused a handshake session: %s (2026-07-28 requests only)",
-                target.backend_id,
-                exc,
-            )
-            self._sessionless.add(target.backend_id)
-            return target
-        return replace(target, session=await on_open(opened) if on_open is not None else opened)
 
     async def request(
         self,
@@ -243,19 +181,14 @@ class BackendCaller:
         The same ways to the backend as `call_tool`, and the same errors: inside the client
         session's backend session for a handshake-era backend (a new one opened when there is none
         or it was forgotten), in a connection of its own for a 2026-07-28 or `sse` backend (but
-        see `_session_first`).
+        see router/upstream/exchanges.py).
         """
         if target.transport == "sse":
             link = self._sdk_link(target, headers)
             return RequestOutcome(without_meta_stamp(await request_by_sdk(link, method, params)), None)
         messenger = self._messenger(target, headers, declared=declared)
-        if _modern(target) and self._session_first(target, declared, method):
-            target = await self._open_handshake(messenger, target, on_open)
-        if _modern(target) and not _handshake_kept(target):
-            answer = await _once(messenger, target, method, params, None, None)
-            return RequestOutcome(without_meta_stamp(answer), None)
-        answer, kept, replaced = await _in_session(
-            messenger, target.timeout_seconds, method, params, target.session, None, None, on_open
+        answer, kept, replaced = await self._exchanges.send(
+            messenger, target, method, params, None, None, on_open
         )
         return RequestOutcome(without_meta_stamp(answer), kept, replaced)
 
@@ -286,7 +219,7 @@ class BackendCaller:
         if target.session is None:
             raise BackendSessionGone(target.backend_id, "keeps no session of this client")
         messenger = self._messenger(target, headers, timeout, _NOTICE_BYTES)
-        with _translated(messenger, timeout):
+        with translated(messenger, timeout):
             await messenger.respond(answer, target.session)
 
     async def set_level(
@@ -341,75 +274,6 @@ class BackendCaller:
             target.transport,
             target.timeout_seconds,
         )
-
-
-def _modern(target: BackendTarget) -> bool:
-    """Whether `target` spoke 2026-07-28 at discovery: one request per call, no session."""
-    return target.protocol_version in MODERN_PROTOCOL_VERSIONS
-
-
-def _handshake_kept(target: BackendTarget) -> bool:
-    """Whether the client session keeps a handshake-era session at `target` (`_session_first`)."""
-    return target.session is not None and target.session.protocol_version in HANDSHAKE_PROTOCOL_VERSIONS
-
-
-async def _once(
-    messenger: BackendMessenger,
-    target: BackendTarget,
-    method: str,
-    params: Mapping[str, Any],
-    relay: NotificationRelay | None,
-    call_id: str | None,
-) -> dict[str, Any]:
-    """One 2026-07-28 request, stamped as that protocol has it (router/upstream/modern.py)."""
-    offered = messenger.declared.answers_in_results
-    stamped, headers = modern_request(method, params, target.protocol_version, relay, offered)
-    with _translated(messenger, target.timeout_seconds):
-        return await messenger.request(method, stamped, None, relay, call_id, headers)
-
-
-async def _in_session(
-    messenger: BackendMessenger,
-    timeout_seconds: float,
-    method: str,
-    params: Mapping[str, Any],
-    session: BackendSession | None,
-    relay: NotificationRelay | None,
-    call_id: str | None,
-    on_open: OnOpen | None,
-) -> tuple[dict[str, Any], BackendSession, str]:
-    """One request inside `session`, or inside a new backend session when there is none or the
-    backend forgot it (once); returns the result, the session it ran in, and why a gone session
-    was replaced ("" if none was). A new session goes through `on_open` before the request."""
-    replaced = ""
-    with _translated(messenger, timeout_seconds):
-        if session is not None:
-            try:
-                return await messenger.request(method, params, session, relay, call_id), session, ""
-            except BackendSessionGone as gone:
-                logger.info("backend %s forgot its session: opening a new one", messenger.backend_id)
-                replaced = gone.reason
-        session = await messenger.initialize()
-        if on_open is not None:
-            session = await on_open(session)
-        return await messenger.request(method, params, session, relay, call_id), session, replaced
-
-
-@contextmanager
-def _translated(messenger: BackendMessenger, timeout_seconds: float) -> Iterator[None]:
-    """The request's deadline, and its transport's failures as router errors."""
-    backend_id = messenger.backend_id
-    try:
-        with anyio.fail_after(timeout_seconds):
-            yield
-    except TimeoutError:
-        raise BackendTimeout(backend_id, timeout_seconds) from None
-    except httpx2.TimeoutException:
-        raise BackendTimeout(backend_id, timeout_seconds) from None
-    except httpx2.TransportError:
-        if messenger.bounded.exceeded:
-            raise BackendTooLarge(backend_id, messenger.bounded.limit) from None
-        raise BackendUnavailable(backend_id, "dropped the connection") from None
 
 
 def without_meta_stamp(result: dict[str, Any]) -> dict[str, Any]:
