@@ -45,7 +45,8 @@ from router.errors import (
 )
 from router.frontdoor.app import RouterState, create_app
 from router.frontdoor.auth import bearer_token
-from router.frontdoor.session_layer import MISSING_SESSION, is_handshake_era, parse_message
+from router.frontdoor.messages import is_handshake_era, parse_message
+from router.frontdoor.session_layer import MISSING_SESSION
 from router.handlers.arguments import parse_call_tool, parse_find_tool
 from router.handlers.schemas import SchemaValidators
 from router.link.indexer_client import IndexerClient, translate
@@ -141,7 +142,7 @@ def test_messages_are_sniffed_for_method_and_id() -> None:
     ],
 )
 def test_malformed_bodies_are_client_errors(body: bytes, code: int) -> None:
-    from router.frontdoor.session_layer import ClientError
+    from router.frontdoor.messages import ClientError
 
     with pytest.raises(ClientError) as caught:
         parse_message(body)
