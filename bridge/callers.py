@@ -1,18 +1,18 @@
 """Who a stdio server's requests of its client, and its log messages, go to: the caller whose call
 the server is running.
 
-A stdio server may ask its client for something during a call (sampling, elicitation, roots), and
-log as it works. Over a pipe, neither says which call it belongs to, so the bridge passes a request
-on to the caller of the one call in flight in that process that can answer it (its session declared
-the capability), on that call's own stream, and gives the server the caller's answer; a log
-message goes on the stream of the one call in flight, as a server over HTTP sends a call's log
-messages (with no call in flight, or several, it goes to the sessions that listen, as any other
-notification of the server: bridge/listeners.py). With `isolation: per_session` a process serves
-one session, so its caller is always known; a shared process running several such calls at once
-cannot tell whose request it is, and answers it with an error saying so, as it does when no caller
-that can answer is waiting. The bridge's client session offers all three capabilities to the
-server, since callers come and go over a process's life; the refusals above are what a caller that
-cannot answer costs.
+A stdio server may ask its client for something during a call (a `tools/call`, or a read, a prompt
+or a completion: listings and pings are not calls here), and log as it works. Over a pipe, neither
+says which call it belongs to, so the bridge passes a request on to the caller of the one call in
+flight in that process that can answer it (its session declared the capability), on that call's
+own stream, and gives the server the caller's answer; a log message goes on the stream of the one
+call in flight, as a server over HTTP sends a call's log messages (with no call in flight, or
+several, it goes to the sessions that listen, as any other notification of the server:
+bridge/listeners.py). With `isolation: per_session` a process serves one session, so its caller is
+always known; a shared process running several such calls at once cannot tell whose request it
+is, and answers it with an error saying so, as it does when no caller that can answer is waiting.
+The bridge's client session offers all three capabilities to the server, since callers come and go
+over a process's life; the refusals above are what a caller that cannot answer costs.
 """
 
 from __future__ import annotations

@@ -34,6 +34,8 @@ from starlette.requests import Request
 from bridge.upstream import Forwarded, RawResult, Upstream
 
 CHANNEL_KEY = "toolsearch.bridge.channel"  # the ASGI scope key of a request's channel
+# the requests during which a server does its work, and may ask its client or log (bridge/callers.py)
+WORKING = frozenset({"tools/call", "resources/read", "prompts/get", "completion/complete"})
 
 # what the bridge forwards, with the model the SDK checks each request's params against
 FORWARDED: tuple[tuple[str, type[BaseModel]], ...] = (
@@ -108,7 +110,9 @@ class _Caller:
 def _forward(method: str) -> Callable[[ServerRequestContext[Any], BaseModel], Awaitable[HandlerResult]]:
     async def handle(ctx: ServerRequestContext[Any], params: BaseModel) -> HandlerResult:
         upstream = await channel_of(ctx).upstream(method)
-        caller = _Caller(ctx, upstream.timeout)
+        # only a request that does the server's work is a call in flight that may ask or log: a
+        # listing or a ping (a health probe's, say) in flight beside it would make its asks ambiguous
+        caller = _Caller(ctx, upstream.timeout) if method in WORKING else None
         return await upstream.forward(method, ctx.params, _progress_relay(ctx), caller)
 
     return handle
