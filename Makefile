@@ -19,9 +19,11 @@ SERVERS_STAMP := $(SERVERS)/node_modules/.installed
 TORCH_VERSION ?= 2.13.0
 TORCH_INDEX   ?= https://download.pytorch.org/whl/cpu
 
-# pytest workers: most tests wait on processes of their own, so two workers fill the two cores a
-# small machine has; a file's tests stay on one worker, where its module's stack was started
-TEST_WORKERS ?= 2
+# pytest workers: the system tier's tests mostly wait on processes of their own, so three workers
+# keep a small machine's two cores busy (two left them a third idle). A file's tests stay on one worker,
+# where its module's stack was started, and files go out in the order tests/conftest.py collects them
+# (the longest first) instead of xdist's own (the most tests first).
+TEST_WORKERS ?= 3
 
 .PHONY: run test lint typecheck setup model bench eval clean
 
@@ -35,7 +37,7 @@ test: setup
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports --no-cache
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 # everything the suite needs: the serving install, then the rest, the model, the Node servers
 setup: $(TEST_STAMP) model $(SERVERS_STAMP)

@@ -2,7 +2,7 @@
 
 Keys are command paths as typed after `toolsearch` ("up", "model prepare"); `apply` puts each one
 in its parser's epilog. A command registered without an entry here fails
-tests/test_command_line.py, which reads every parser.
+tests/system/test_command_line.py, which reads every parser.
 """
 
 from __future__ import annotations

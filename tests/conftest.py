@@ -1,4 +1,12 @@
-"""Settings every test process shares, made before any test module loads torch."""
+"""Settings every test process shares, made before any test module loads torch.
+
+The suite has two tiers. Most behaviour runs in process, in a folder per area: `search/` (retrieval on
+the real and the fake embedder), `gateway/` (the router's answers, up to the whole stack served from
+the test's own process by tests/support/in_process.py), `indexer/` (health, sessions, start and stop)
+and `operations/` (configuration, credentials, logs, compose). `system/` holds what is about processes
+or needs them: `up`, shutdown, replicas, Redis and Sentinel, stdio servers, Kubernetes, packaging, the
+conformance suite, the soak and the benchmark, and the tests that still drive the stack as processes.
+"""
 
 import os
 from collections.abc import AsyncIterator, Iterator
@@ -19,6 +27,21 @@ if "PYTEST_XDIST_WORKER" in os.environ:
 # As the `toolsearch` command does for its processes: the in-process model then runs on every core
 # without its OpenMP workers spinning against the stack's processes on the same cores.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
+# The system tier's runs take minutes where the in-process tier's take seconds. pytest-xdist hands a
+# worker one file at a time in the order collected, so the longest files go first and the short ones
+# fill in at the end: no worker is left running a long file alone while the other has finished.
+LONGEST_FIRST = ("test_bench", "test_sentinel_failover", "test_kubernetes_processes", "test_soak")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def cost(item: pytest.Item) -> tuple[int, int]:
+        name = item.path.stem
+        rank = LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST)
+        return (0 if item.path.parent.name == "system" else 1, rank)
+
+    items.sort(key=cost)  # stable: a file's tests stay together and in their order
 
 
 # A redis-server per test module that asks for one, and a plain client on its emptied database.

@@ -16,7 +16,8 @@ from mcp.client.streamable_http import streamable_http_client
 
 from commands.status import fetch
 from tests.support.catalogs import small_catalog
-from tests.support.stack import Stack, running_stack, structured
+from tests.support.in_process import in_process_stack
+from tests.support.stack import Stack, structured
 from tests.support.waits import wait_for
 from toolsearch.answers import Answer, AnswerServer, AnswerTool, compact_definition, render_answer
 
@@ -29,7 +30,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     path = tmp_path_factory.mktemp("answers-catalog") / "catalog.jsonl"
     small_catalog(path)
     extra = {"indexer": {"health": {"interval": 0.3, "timeout": 2.0, "unhealthy_after": 1}}}
-    with running_stack(tmp_path_factory.mktemp("answers"), catalog=path, extra=extra) as running:
+    with in_process_stack(tmp_path_factory.mktemp("answers"), catalog=path, extra=extra) as running:
         yield running
 
 

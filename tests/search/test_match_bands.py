@@ -29,7 +29,7 @@ from tests.support.stack import EMBEDDING_CACHE
 from toolsearch.catalog import EVAL_DATA, CatalogTool, load_catalog
 from toolsearch.indexer_settings import BASE_MODEL_NAME, TUNED_MODEL_NAME
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 # the served model and the published one, each under its own bands
 MODELS = [ROOT / "models" / TUNED_MODEL_NAME, ROOT / "models" / BASE_MODEL_NAME]
 TOOLS = load_catalog(EVAL_DATA / "mcpbench" / "tools.jsonl")

@@ -21,7 +21,7 @@ from tests.support.catalogs import small_catalog
 from tests.support.processes import start_process
 from tests.support.stack import CLI, MODEL, START_TIMEOUT, open_session
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def toolsearch(*args: str) -> subprocess.CompletedProcess[str]:

@@ -41,7 +41,7 @@ from toolsearch.catalog import load_catalog
 from toolsearch.config import ConfigError, load_config
 from toolsearch.indexer_settings import TUNED_MODEL_NAME, Indexer
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TOLERANCE = 1e-5
 
 # a fixed set: everyday requests, task instructions, tool texts of the demo catalog, and edge cases

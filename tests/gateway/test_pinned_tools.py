@@ -14,7 +14,8 @@ from mcp.client.streamable_http import streamable_http_client
 
 from commands.status import fetch
 from tests.support.catalogs import small_catalog
-from tests.support.stack import Stack, running_stack
+from tests.support.in_process import in_process_stack
+from tests.support.stack import Stack
 from tests.support.waits import wait_for
 
 COCKTAILS = "Cocktails"
@@ -29,7 +30,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         "router": {"pinned": [f"{COCKTAILS}/*", "Free_NBA/Get_All_Teams"]},
         "indexer": {"health": {"interval": 0.3, "timeout": 10.0, "unhealthy_after": 1}},  # down: 503 at once
     }
-    with running_stack(tmp_path_factory.mktemp("pinned"), catalog=path, extra=extra) as running:
+    with in_process_stack(tmp_path_factory.mktemp("pinned"), catalog=path, extra=extra) as running:
         yield running
 
 

@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 STUBS = ("indexer_pb2.py", "indexer_pb2_grpc.py", "indexer_pb2.pyi", "indexer_pb2_grpc.pyi")
 
 

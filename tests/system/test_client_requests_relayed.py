@@ -4,7 +4,7 @@ the call's stream, and the client's answer, posted to whichever router replica, 
 Real processes on loopback: a handshake-era server that asks its client to sample during a call
 (tests/support/asking_server.py), an indexer in the test's loop, two router processes, and a raw
 JSON-RPC client that reads the call's stream and posts each answer to the other replica. The
-conformance suite (tests/test_conformance.py) runs the same relay with the suite's own client.
+conformance suite (tests/system/test_conformance.py) runs the same relay with the suite's own client.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from indexer.embedder.sentence import padding_batches
 from indexer.retrieval.embeddings import Embeddings, padded_chunks
 from indexer.state.disk import DiskEmbeddings
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TOOL_TEXTS = [
     "create_issue: Open a new issue in a GitHub repository with a title and body",
     "list_issues: List the open issues of a repository, filtered by label",

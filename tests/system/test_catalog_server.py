@@ -29,7 +29,7 @@ from tests.support.tokens import hs256
 from toolsearch.catalog import group_by_server, load_catalog
 from toolsearch.config import load_config
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SECRET = "a-test-secret-that-is-long-enough-for-hs256"
 SECRET_ENV = "TOOLSEARCH_CATALOG_JWT_SECRET"
 

@@ -3,7 +3,7 @@
 
 The folder is extracted without its ONNX export here (export=False), which keeps each preparation
 under a second; the tests of the recipe install the export into copies whose files are hard links,
-and tests/test_onnx.py checks the export's vectors against torch on the repository's prepared folder.
+and tests/system/test_onnx.py checks the export's vectors against torch on the repository's prepared folder.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from indexer.embedder.recipe import (
 )
 from toolsearch.indexer_settings import TUNED_MODEL_NAME
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

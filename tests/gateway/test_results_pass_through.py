@@ -5,7 +5,7 @@ In process (the router's parts are the subject, not its process): the router's b
 against a backend made of canned JSON-RPC answers, over an ASGI transport; and the router's own MCP
 server (its pass-through middleware and a handler that answers a backend's result), served by the
 SDK's session manager to a raw HTTP client. The conformance suite checks the same through the whole
-stack (tests/test_conformance.py, tools-call-image, -audio, -embedded-resource, -mixed-content).
+stack (tests/system/test_conformance.py, tools-call-image, -audio, -embedded-resource, -mixed-content).
 """
 
 from __future__ import annotations

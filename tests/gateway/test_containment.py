@@ -23,7 +23,8 @@ import pytest
 from commands.status import fetch
 from tests.support.catalogs import small_catalog
 from tests.support.clients import until
-from tests.support.stack import HEADERS, INITIALIZE, Stack, running_stack
+from tests.support.in_process import in_process_stack
+from tests.support.stack import HEADERS, INITIALIZE, Stack
 
 WAIT = 30.0
 SECRET = "containment-test-secret-long-enough-for-hs256"
@@ -58,12 +59,12 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             "health": {"interval": 0.5, "timeout": 3.0, "unhealthy_after": 1},
         },
     }
-    with running_stack(
+    with in_process_stack(
         folder,
         catalog=folder / "catalog.jsonl",
         extra=extra,
         require_jwt=[PROTECTED],
-        catalog_args=["--allowed-subjects", *ALLOWED],
+        allowed_subjects=ALLOWED,
         env={"TOOLSEARCH_CATALOG_JWT_SECRET": SECRET, "TS_JWT": SECRET},
         backend_timeout=BACKEND_TIMEOUT,
     ) as running:

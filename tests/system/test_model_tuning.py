@@ -42,7 +42,7 @@ from indexer.retrieval.bands import UNTRAINED_BANDS, Bands, model_bands
 from toolsearch.catalog import TRAIN_DATA
 from toolsearch.indexer_settings import BASE_MODEL_NAME, TUNED_MODEL_NAME
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SMALL = TrainSettings(steps=2, batch=8, rank=2)
 
 

@@ -26,7 +26,7 @@ from tests.support.routers import light_stack
 from tests.support.stack import HEADERS, INITIALIZE
 from tests.support.waits import wait_for
 
-COUNTER_SERVER = Path(__file__).parent / "support" / "counter_server.py"
+COUNTER_SERVER = Path(__file__).resolve().parents[1] / "support" / "counter_server.py"
 BURST = 4
 
 

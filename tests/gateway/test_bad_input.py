@@ -11,12 +11,13 @@ import httpx2
 import pytest
 from mcp import Client
 
+from tests.support.in_process import in_process_stack
 from tests.support.stack import HEADERS, Stack, open_session, running_stack, structured, wait_until
 
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    with running_stack(tmp_path_factory.mktemp("bad")) as running:
+    with in_process_stack(tmp_path_factory.mktemp("bad")) as running:
         yield running
 
 
@@ -160,7 +161,7 @@ async def test_a_backend_that_is_down_is_a_clear_tool_error(stack: Stack) -> Non
 
 async def test_a_backend_that_hangs_times_out_without_stalling_others(tmp_path: Any) -> None:
     extra = {"indexer": {"health": {"enabled": False}}}
-    with running_stack(tmp_path, extra=extra, backend_timeout=5.0) as stack:
+    with in_process_stack(tmp_path, extra=extra, backend_timeout=5.0) as stack:
         async with Client(stack.mcp_url, mode="legacy") as client:
             stack.control("Cocktails", "slow", seconds=60)
             async with anyio.create_task_group() as group:

@@ -26,7 +26,7 @@ from tests.support.stack import EMBEDDING_CACHE
 from toolsearch.catalog import load_catalog
 from toolsearch.indexer_settings import TUNED_MODEL_NAME
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SLICE = 200  # queries of each set the regression floors are measured on
 
 # R@5 and nDCG@10 (percent) of the default settings and the served (tuned) model over the first SLICE

@@ -22,7 +22,7 @@ from commands.health_check import standalone_parser
 from router.link.indexer_client import channel_options
 from toolsearch.config import Config, load_config
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = ROOT / "docker-compose.yml"
 DOCKERFILE = ROOT / "Dockerfile"
 TOOLSEARCH_SERVICES = ("catalog", "indexer", "router")

@@ -12,12 +12,13 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from tests.support.clients import Alternating, SessionIds
-from tests.support.stack import HEADERS, Stack, running_stack, structured
+from tests.support.in_process import in_process_stack
+from tests.support.stack import HEADERS, Stack, structured
 
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    with running_stack(tmp_path_factory.mktemp("e2e"), routers=2) as running:
+    with in_process_stack(tmp_path_factory.mktemp("e2e"), routers=2) as running:
         yield running
 
 

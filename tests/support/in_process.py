@@ -1,0 +1,174 @@
+"""The whole stack inside the test's process: catalog server, indexer and router on one event loop.
+
+    with in_process_stack(tmp_path) as stack:  # a Stack: stack.mcp_url, stack.control("x", "down")
+        ...
+
+What `running_stack` starts as three processes runs here as their apps and services, on loopback
+ports, on an event loop in a thread of its own: the test keeps its blocking or async clients, and
+nothing is imported or loaded twice. The indexer serves the real model, loaded once per test process.
+Only what needs a process is missing: `procs` is empty, there are no signals and no process output to
+read. Tests about those stay in the system tier and use `running_stack`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+import threading
+from collections.abc import Coroutine, Iterator, Mapping, Sequence
+from contextlib import AsyncExitStack, contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+import uvicorn
+
+from commands.catalog_server import DEFAULT_SECRET_ENV, CatalogServerSettings, create_app
+from commands.ports import free_port
+from indexer.api.process import IndexerProcess
+from indexer.api.server import serving
+from indexer.embedder import Embedder, load_embedder
+from router.frontdoor.app import configured_authenticator
+from router.frontdoor.app import create_app as create_router_app
+from router.frontdoor.server import router_server
+from tests.support.stack import DEMO_CATALOG, Stack, write_config
+from toolsearch.catalog import load_catalog
+from toolsearch.config import Config, load_config
+from toolsearch.transport import channel_security, server_security
+
+T = TypeVar("T")
+START_TIMEOUT = 120.0  # seconds: a catalog the shared embedding cache lacks is embedded first
+STOP_TIMEOUT = 30.0
+
+
+@functools.cache
+def _embedder(kind: str, model: Path, threads: int | None) -> Embedder:
+    """One embedder per model for the test process: every in-process stack's indexer shares it."""
+    return load_embedder(kind, model, threads)
+
+
+class _LoopThread:
+    """An event loop running in a daemon thread; `run` waits for a coroutine to finish on it."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="in-process-stack", daemon=True)
+
+    def __enter__(self) -> _LoopThread:
+        self._thread.start()
+        return self
+
+    def run(self, coroutine: Coroutine[Any, Any, T], timeout: float) -> T:
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout)
+
+    def __exit__(self, *exc: object) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(STOP_TIMEOUT)
+        self.loop.close()
+
+
+async def _serve(server: uvicorn.Server, parts: AsyncExitStack) -> None:
+    """Start `server` on the running loop, its stop pushed on `parts`; returns once it listens."""
+    task = asyncio.create_task(server.serve())
+
+    async def stop() -> None:
+        server.should_exit = True
+        await task
+
+    parts.push_async_callback(stop)
+    while not server.started:
+        if task.done():  # it could not bind or its app's start-up failed: say why
+            task.result()
+            raise RuntimeError("the in-process server stopped before it served")
+        await asyncio.sleep(0.01)
+
+
+async def _start(
+    config: Config,
+    catalog: Path,
+    routers: Sequence[str],
+    allowed_subjects: Sequence[str] | None,
+    secrets: Mapping[str, str],
+    parts: AsyncExitStack,
+) -> None:
+    """The catalog server, the indexer and a router per `routers` address, started in that order."""
+    catalog_host, _, catalog_port = config.catalog_servers[0].listen.rpartition(":")
+    require_jwt = frozenset(config.catalog_servers[0].require_jwt)
+    settings = CatalogServerSettings(
+        require_jwt=require_jwt,
+        jwt_secret=secrets.get(DEFAULT_SECRET_ENV) if require_jwt else None,
+        allowed_subjects=None if allowed_subjects is None else frozenset(allowed_subjects),
+        control=True,
+    )
+    catalog_app = create_app(load_catalog(catalog), settings)
+    await _serve(
+        uvicorn.Server(
+            # as `toolsearch catalog-server`: calls a test left hanging get 5 s when it stops
+            uvicorn.Config(
+                catalog_app, catalog_host, int(catalog_port), log_config=None, timeout_graceful_shutdown=5
+            )
+        ),
+        parts,
+    )
+
+    embedder = await asyncio.to_thread(
+        _embedder, config.indexer.embedder, config.indexer.model, config.indexer.model_threads
+    )
+    indexer = IndexerProcess.build(config, embedder, secrets)
+    await indexer.start()
+    parts.push_async_callback(indexer.close)
+    security = server_security(config.indexer, secrets)
+    await parts.enter_async_context(serving(indexer, config.indexer.shutdown_grace, security=security))
+
+    for listen in routers:
+        settings = config.router.model_copy(update={"listen": listen})
+        app = create_router_app(
+            config,
+            secrets,
+            configured_authenticator(settings.auth, secrets),
+            indexer_security=channel_security(settings, secrets),
+        )
+        await _serve(router_server(app, settings, "warning", "json"), parts)
+
+
+@contextmanager
+def in_process_stack(
+    workdir: Path,
+    catalog: Path = DEMO_CATALOG,
+    routers: int = 1,
+    extra: dict[str, Any] | None = None,
+    env: Mapping[str, str] | None = None,
+    backend_timeout: float = 30.0,
+    require_jwt: Sequence[str] = (),
+    allowed_subjects: Sequence[str] | None = None,
+) -> Iterator[Stack]:
+    """`running_stack`'s one catalog server, indexer and router, served from this process.
+
+    `env` is what the processes would have had in their environment: overrides of the configuration
+    (TOOLSEARCH_*) and secrets; `allowed_subjects` are the only JWT subjects the catalog server lets in.
+    """
+    catalog_port, indexer_port = free_port(), free_port()
+    router_ports = [free_port() for _ in range(routers)]
+    config_path, raw = write_config(
+        workdir, catalog, catalog_port, indexer_port, router_ports[0], extra, backend_timeout, require_jwt
+    )
+    secrets = {**os.environ, **(env or {})}
+    config = load_config(config_path, secrets)
+    stack = Stack(
+        workdir=workdir,
+        config_path=config_path,
+        config=raw,
+        catalog_url=f"http://127.0.0.1:{catalog_port}",
+        indexer_address=f"127.0.0.1:{indexer_port}",
+        router_urls=[f"http://127.0.0.1:{port}" for port in router_ports],
+        env=dict(env or {}),
+        security=channel_security(config.router, secrets),
+    )
+    with _LoopThread() as thread:
+        parts = AsyncExitStack()
+        try:
+            listens = [f"127.0.0.1:{port}" for port in router_ports]
+            thread.run(_start(config, catalog, listens, allowed_subjects, secrets, parts), START_TIMEOUT)
+            yield stack
+        finally:
+            thread.run(parts.aclose(), STOP_TIMEOUT)
