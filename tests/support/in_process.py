@@ -16,7 +16,7 @@ import asyncio
 import functools
 import os
 import threading
-from collections.abc import Coroutine, Iterator, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from contextlib import AsyncExitStack, contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
@@ -83,6 +83,22 @@ async def _serve(server: uvicorn.Server, parts: AsyncExitStack) -> None:
         await asyncio.sleep(0.01)
 
 
+async def _serve_catalog(
+    catalog: Path, listen: str, settings: CatalogServerSettings, parts: AsyncExitStack
+) -> None:
+    """`toolsearch catalog-server`'s app on `listen`, its stop pushed on `parts`."""
+    host, _, port = listen.rpartition(":")
+    # as the command: calls a test left hanging get 5 s when it stops
+    config = uvicorn.Config(
+        create_app(load_catalog(catalog), settings),
+        host,
+        int(port),
+        log_config=None,
+        timeout_graceful_shutdown=5,
+    )
+    await _serve(uvicorn.Server(config), parts)
+
+
 async def _start(
     config: Config,
     catalog: Path,
@@ -92,7 +108,6 @@ async def _start(
     parts: AsyncExitStack,
 ) -> None:
     """The catalog server, the indexer and a router per `routers` address, started in that order."""
-    catalog_host, _, catalog_port = config.catalog_servers[0].listen.rpartition(":")
     require_jwt = frozenset(config.catalog_servers[0].require_jwt)
     settings = CatalogServerSettings(
         require_jwt=require_jwt,
@@ -100,16 +115,7 @@ async def _start(
         allowed_subjects=None if allowed_subjects is None else frozenset(allowed_subjects),
         control=True,
     )
-    catalog_app = create_app(load_catalog(catalog), settings)
-    await _serve(
-        uvicorn.Server(
-            # as `toolsearch catalog-server`: calls a test left hanging get 5 s when it stops
-            uvicorn.Config(
-                catalog_app, catalog_host, int(catalog_port), log_config=None, timeout_graceful_shutdown=5
-            )
-        ),
-        parts,
-    )
+    await _serve_catalog(catalog, config.catalog_servers[0].listen, settings, parts)
 
     embedder = await asyncio.to_thread(
         _embedder, config.indexer.embedder, config.indexer.model, config.indexer.model_threads
@@ -164,11 +170,26 @@ def in_process_stack(
         env=dict(env or {}),
         security=channel_security(config.router, secrets),
     )
+    listens = [f"127.0.0.1:{port}" for port in router_ports]
+    with _hosted(functools.partial(_start, config, catalog, listens, allowed_subjects, secrets)):
+        yield stack
+
+
+@contextmanager
+def catalog_server_in_process(catalog: Path, settings: CatalogServerSettings) -> Iterator[str]:
+    """`toolsearch catalog-server` of `catalog` served from this process; yields its base URL."""
+    listen = f"127.0.0.1:{free_port()}"
+    with _hosted(functools.partial(_serve_catalog, catalog, listen, settings)):
+        yield f"http://{listen}"
+
+
+@contextmanager
+def _hosted(start: Callable[[AsyncExitStack], Coroutine[Any, Any, None]]) -> Iterator[None]:
+    """What `start` starts on the parts it is given, on a loop of its own; stopped in reverse after."""
     with _LoopThread() as thread:
         parts = AsyncExitStack()
         try:
-            listens = [f"127.0.0.1:{port}" for port in router_ports]
-            thread.run(_start(config, catalog, listens, allowed_subjects, secrets, parts), START_TIMEOUT)
-            yield stack
+            thread.run(start(parts), START_TIMEOUT)
+            yield
         finally:
             thread.run(parts.aclose(), STOP_TIMEOUT)

@@ -20,7 +20,7 @@ from typing import Any
 import httpx2
 import pytest
 
-from commands.ports import free_port
+from commands.catalog_server import CatalogServerSettings
 from indexer.api.process import IndexerProcess
 from indexer.backends.credentials import ANONYMOUS, list_at_creation
 from indexer.backends.lister import BackendLister
@@ -36,9 +36,8 @@ from indexer.sessions.views import LiveSession
 from indexer.state import Principal, SessionRecord
 from indexer.state.listings import Listing, digest_of, intern_listing
 from tests.support.catalogs import small_catalog
+from tests.support.in_process import catalog_server_in_process
 from tests.support.indexers import running_indexer
-from tests.support.processes import Proc, start_process
-from tests.support.stack import CLI
 from tests.support.tokens import hs256
 from tests.support.waits import wait_for
 from toolsearch.backend_settings import Backend, BackendAuth
@@ -47,7 +46,6 @@ from toolsearch.indexer_settings import Naming
 
 WAIT = 15.0  # seconds any condition below may take at most
 SECRET = "a-test-secret-that-is-long-enough-for-hs256"
-SECRET_ENV = "TOOLSEARCH_CATALOG_JWT_SECRET"
 PROTECTED = "Cocktails"
 WEATHER = "AI_Weather_by_Meteosource"
 ALICE = Principal("https://issuer.test", "alice")
@@ -58,8 +56,8 @@ ENDED = "ended session: backends rejected its stored credentials"
 
 
 class Catalog:
-    def __init__(self, url: str, proc: Proc, path: Path) -> None:
-        self.url, self.proc, self.path = url, proc, path
+    def __init__(self, url: str, path: Path) -> None:
+        self.url, self.path = url, path
 
     def control(self, slug: str, action: str) -> None:
         httpx2.post(f"{self.url}/control/servers/{slug}/{action}", timeout=5).raise_for_status()
@@ -86,14 +84,9 @@ class Catalog:
 def catalog(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Catalog]:
     path = tmp_path_factory.mktemp("credentials") / "catalog.jsonl"
     small_catalog(path)
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    args = [*CLI, "catalog-server", "--catalog", str(path), "--port", str(port), "--control"]
-    proc = start_process([*args, "--require-jwt", PROTECTED], f"{url}/healthz", env={SECRET_ENV: SECRET})
-    try:
-        yield Catalog(url, proc, path)
-    finally:
-        proc.stop()
+    settings = CatalogServerSettings(require_jwt=frozenset({PROTECTED}), jwt_secret=SECRET, control=True)
+    with catalog_server_in_process(path, settings) as url:
+        yield Catalog(url, path)
 
 
 @asynccontextmanager

@@ -2,7 +2,7 @@
 
 The indexer's parts run in the test's event loop (`IndexerProcess.build` with `FakeEmbedder`), so
 sessions, the version pool and the embedding counters can be inspected directly; the backends are a
-real catalog server process driven through its control API.
+real catalog server, served from the test's process too, driven through its control API.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import httpx2
 import numpy as np
 import pytest
 
-from commands.ports import free_port
+from commands.catalog_server import CatalogServerSettings
 from indexer.api.process import IndexerProcess
 from indexer.api.resolution import ToolResolver
 from indexer.backends.credentials import ANONYMOUS
@@ -38,9 +38,8 @@ from indexer.sessions.manager import SessionManager
 from indexer.state import Principal
 from indexer.state.listings import Listing
 from tests.support.catalogs import small_catalog
+from tests.support.in_process import catalog_server_in_process
 from tests.support.indexers import running_indexer
-from tests.support.processes import Proc, start_process
-from tests.support.stack import CLI
 from tests.support.tokens import hs256
 from tests.support.waits import wait_for
 from toolsearch.backend_settings import Backend
@@ -56,10 +55,10 @@ REBUILD_BOUND = 1.0  # seconds for 10,000 swaps; about 0.03 s on one idle core
 
 
 class Catalog:
-    """A catalog server process with its control API, and the tools of each server."""
+    """A catalog server with its control API, and the tools of each server."""
 
-    def __init__(self, url: str, proc: Proc, tools: dict[str, set[str]], path: Path) -> None:
-        self.url, self.proc, self.tools, self.path = url, proc, tools, path
+    def __init__(self, url: str, tools: dict[str, set[str]], path: Path) -> None:
+        self.url, self.tools, self.path = url, tools, path
 
     def control(self, slug: str, action: str) -> None:
         httpx2.post(f"{self.url}/control/servers/{slug}/{action}", timeout=5).raise_for_status()
@@ -76,14 +75,9 @@ class Catalog:
 def catalog(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Catalog]:
     path = tmp_path_factory.mktemp("versions") / "catalog.jsonl"
     tools = small_catalog(path)
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    args = [*CLI, "catalog-server", "--catalog", str(path), "--port", str(port), "--control"]
-    proc = start_process([*args, "--require-jwt", "Cocktails"], f"{url}/healthz", env={SECRET_ENV: SECRET})
-    try:
-        yield Catalog(url, proc, tools, path)
-    finally:
-        proc.stop()
+    settings = CatalogServerSettings(require_jwt=frozenset({"Cocktails"}), jwt_secret=SECRET, control=True)
+    with catalog_server_in_process(path, settings) as url:
+        yield Catalog(url, tools, path)
 
 
 @pytest.fixture

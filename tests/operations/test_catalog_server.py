@@ -1,13 +1,14 @@
-"""The catalog server, run as a real process and spoken to with the MCP SDK's client."""
+"""The catalog server, served from the test's process and spoken to with the MCP SDK's client.
+
+What its command does as a process (the line it announces, exit codes, its log) is checked in
+tests/system/test_catalog_server_command.py.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import json
-import os
 import re
-import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -23,15 +24,13 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS
 
 from commands.catalog_server import CatalogServerSettings, create_app
-from commands.ports import free_port
-from tests.support.processes import Proc, start_process
+from tests.support.in_process import catalog_server_in_process
 from tests.support.tokens import hs256
 from toolsearch.catalog import group_by_server, load_catalog
 from toolsearch.config import load_config
 
 ROOT = Path(__file__).resolve().parents[2]
 SECRET = "a-test-secret-that-is-long-enough-for-hs256"
-SECRET_ENV = "TOOLSEARCH_CATALOG_JWT_SECRET"
 
 FORECAST_SCHEMA = {
     "type": "object",
@@ -71,7 +70,6 @@ CATALOG = [
 @dataclass(frozen=True)
 class Running:
     base: str
-    proc: Proc
 
     def mcp(self, slug: str) -> str:
         return f"{self.base}/servers/{slug}/mcp"
@@ -81,16 +79,15 @@ class Running:
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
     path = tmp_path_factory.mktemp("catalog") / "catalog.jsonl"
     path.write_text("".join(json.dumps(line) + "\n" for line in CATALOG))
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    args = [sys.executable, "-m", "commands.cli", "catalog-server", "--catalog", str(path)]
-    args += ["--port", str(port), "--page-size", "2", "--control"]
-    args += ["--require-jwt", "Secure Notes", "--allowed-subjects", "alice"]
-    proc = start_process(args, f"{base}/healthz", env={SECRET_ENV: SECRET})
-    try:
-        yield Running(base, proc)
-    finally:
-        proc.stop()
+    settings = CatalogServerSettings(
+        page_size=2,
+        require_jwt=frozenset({"Secure Notes"}),
+        jwt_secret=SECRET,
+        allowed_subjects=frozenset({"alice"}),
+        control=True,
+    )
+    with catalog_server_in_process(path, settings) as base:
+        yield Running(base)
 
 
 def token(subject: str = "alice", expires_in: int = 300, secret: str = SECRET) -> str:
@@ -136,10 +133,6 @@ async def all_tools(client: Client) -> list[Any]:
         cursor = page.next_cursor
         if cursor is None:
             return tools
-
-
-def test_the_server_announces_its_address_and_size_when_ready(server: Running) -> None:
-    assert f"catalog server listening on {server.base} (4 servers, 8 tools)" in server.proc.output()
 
 
 @pytest.mark.parametrize("mode", ["legacy", "auto"])
@@ -346,56 +339,6 @@ async def test_control_requests_that_make_no_sense_get_a_clear_error(
         response = await http.post(f"{server.base}/control/servers/{path}", json=body)
     assert response.status_code == status
     assert message in response.json()["error"]
-
-
-def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "commands.cli", "catalog-server", *args]
-    environment = {k: v for k, v in os.environ.items() if k != SECRET_ENV} | (env or {})
-    return subprocess.run(command, capture_output=True, text=True, timeout=60, env=environment, check=False)
-
-
-def test_a_bad_catalog_file_exits_2_naming_the_line_without_a_traceback(tmp_path: Path) -> None:
-    path = tmp_path / "bad.jsonl"
-    path.write_text(json.dumps(CATALOG[0]) + "\n{not json\n")
-    done = run_cli("--catalog", str(path), "--port", str(free_port()))
-    assert done.returncode == 2
-    assert f"{path}:2: not JSON" in done.stderr
-    assert "Traceback" not in done.stderr
-
-
-def test_requiring_a_jwt_without_the_secret_in_the_environment_exits_2(tmp_path: Path) -> None:
-    path = tmp_path / "catalog.jsonl"
-    path.write_text(json.dumps(CATALOG[0]) + "\n")
-    missing = run_cli("--catalog", str(path), "--require-jwt", "*")
-    short = run_cli("--catalog", str(path), "--require-jwt", "*", env={SECRET_ENV: "short"})
-    unknown = run_cli("--catalog", str(path), "--require-jwt", "Nowhere", env={SECRET_ENV: SECRET})
-    assert (missing.returncode, short.returncode, unknown.returncode) == (2, 2, 2)
-    assert SECRET_ENV in missing.stderr
-    assert "at least 32 bytes" in short.stderr
-    assert "Nowhere" in unknown.stderr
-    assert "Traceback" not in missing.stderr + short.stderr + unknown.stderr
-
-
-async def test_tokens_never_reach_the_log_even_at_debug_level(tmp_path: Path) -> None:
-    path = tmp_path / "catalog.jsonl"
-    path.write_text(json.dumps(tool("Secure Notes", "read_note")) + "\n")
-    port = free_port()
-    args = [sys.executable, "-m", "commands.cli", "catalog-server", "--catalog", str(path)]
-    args += ["--port", str(port), "--require-jwt", "*", "--log-level", "debug"]
-    proc = start_process(args, f"http://127.0.0.1:{port}/healthz", env={SECRET_ENV: SECRET})
-    good, expired = token(), token(expires_in=-60)
-    try:
-        async with connect(f"http://127.0.0.1:{port}/servers/Secure_Notes/mcp", bearer=good) as client:
-            await client.call_tool("read_note", {})
-        await raw_list(
-            f"http://127.0.0.1:{port}/servers/Secure_Notes/mcp", {"Authorization": f"Bearer {expired}"}
-        )
-    finally:
-        output = proc.stop()
-    assert "catalog server listening on" in output
-    assert good not in output
-    assert expired not in output
-    assert SECRET not in output
 
 
 def test_the_example_catalog_has_at_least_200_tools_in_20_servers_with_valid_schemas() -> None:
