@@ -16,8 +16,8 @@ import asyncio
 import functools
 import os
 import threading
-from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
-from contextlib import AsyncExitStack, contextmanager
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -83,7 +83,7 @@ async def _serve(server: uvicorn.Server, parts: AsyncExitStack) -> None:
         await asyncio.sleep(0.01)
 
 
-async def _serve_catalog(
+async def serve_catalog(
     catalog: Path, listen: str, settings: CatalogServerSettings, parts: AsyncExitStack
 ) -> None:
     """`toolsearch catalog-server`'s app on `listen`, its stop pushed on `parts`."""
@@ -115,7 +115,7 @@ async def _start(
         allowed_subjects=None if allowed_subjects is None else frozenset(allowed_subjects),
         control=True,
     )
-    await _serve_catalog(catalog, config.catalog_servers[0].listen, settings, parts)
+    await serve_catalog(catalog, config.catalog_servers[0].listen, settings, parts)
 
     embedder = await asyncio.to_thread(
         _embedder, config.indexer.embedder, config.indexer.model, config.indexer.model_threads
@@ -127,14 +127,21 @@ async def _start(
     await parts.enter_async_context(serving(indexer, config.indexer.shutdown_grace, security=security))
 
     for listen in routers:
-        settings = config.router.model_copy(update={"listen": listen})
-        app = create_router_app(
-            config,
-            secrets,
-            configured_authenticator(settings.auth, secrets),
-            indexer_security=channel_security(settings, secrets),
-        )
-        await _serve(router_server(app, settings, "warning", "json"), parts)
+        await serve_router(config, listen, secrets, parts)
+
+
+async def serve_router(
+    config: Config, listen: str, secrets: Mapping[str, str], parts: AsyncExitStack
+) -> None:
+    """`toolsearch router` of `config` on `listen`: its authenticator, link and front door."""
+    settings = config.router.model_copy(update={"listen": listen})
+    app = create_router_app(
+        config,
+        secrets,
+        configured_authenticator(settings.auth, secrets),
+        indexer_security=channel_security(settings, secrets),
+    )
+    await _serve(router_server(app, settings, "warning", "json"), parts)
 
 
 @contextmanager
@@ -171,7 +178,7 @@ def in_process_stack(
         security=channel_security(config.router, secrets),
     )
     listens = [f"127.0.0.1:{port}" for port in router_ports]
-    with _hosted(functools.partial(_start, config, catalog, listens, allowed_subjects, secrets)):
+    with hosted(functools.partial(_start, config, catalog, listens, allowed_subjects, secrets)):
         yield stack
 
 
@@ -179,13 +186,16 @@ def in_process_stack(
 def catalog_server_in_process(catalog: Path, settings: CatalogServerSettings) -> Iterator[str]:
     """`toolsearch catalog-server` of `catalog` served from this process; yields its base URL."""
     listen = f"127.0.0.1:{free_port()}"
-    with _hosted(functools.partial(_serve_catalog, catalog, listen, settings)):
+    with hosted(functools.partial(serve_catalog, catalog, listen, settings)):
         yield f"http://{listen}"
 
 
+Start = Callable[[AsyncExitStack], Coroutine[Any, Any, None]]  # starts parts, pushing their stops
+
+
 @contextmanager
-def _hosted(start: Callable[[AsyncExitStack], Coroutine[Any, Any, None]]) -> Iterator[None]:
-    """What `start` starts on the parts it is given, on a loop of its own; stopped in reverse after."""
+def hosted(start: Start) -> Iterator[None]:
+    """What `start` starts, on a loop of its own; stopped in reverse after."""
     with _LoopThread() as thread:
         parts = AsyncExitStack()
         try:
@@ -193,3 +203,17 @@ def _hosted(start: Callable[[AsyncExitStack], Coroutine[Any, Any, None]]) -> Ite
             yield
         finally:
             thread.run(parts.aclose(), STOP_TIMEOUT)
+
+
+@asynccontextmanager
+async def hosted_beside(start: Start) -> AsyncIterator[None]:
+    """`hosted`, entered from a test's event loop, which goes on running (its parts may be needed)."""
+    with _LoopThread() as thread:
+        parts = AsyncExitStack()
+        try:
+            async with asyncio.timeout(START_TIMEOUT):
+                await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(start(parts), thread.loop))
+            yield
+        finally:
+            async with asyncio.timeout(STOP_TIMEOUT):
+                await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(parts.aclose(), thread.loop))

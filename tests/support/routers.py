@@ -1,17 +1,21 @@
-"""A router process in front of an indexer the test serves from its own event loop: a stack in seconds.
+"""A router in front of an indexer the test serves from its own event loop: a stack in a second.
 
     async with light_stack(tmp_path, router={"max_connections": 5}) as stack:
-        ...  # stack.mcp_url, stack.catalog_url, stack.router (a Proc), stack.indexer (IndexerProcess)
+        ...  # stack.mcp_url, stack.catalog_url, stack.indexer (IndexerProcess)
 
-The catalog server and the router are real processes; the indexer runs in the test's loop with the
-fake embedder (tests/support/indexers.py), so no model is loaded. The test must not block the loop
-while the router needs the indexer: it awaits its requests (httpx2.AsyncClient) or runs blocking
-clients in a thread (`asyncio.to_thread`).
+The indexer runs in the test's loop with the fake embedder (tests/support/indexers.py), so no model
+is loaded; the catalog server and the router are served from the test's process too, on a loop of
+their own (tests/support/in_process.py). A test about the router as a process (its log, its memory,
+its signals) asks for `router_process=True` and has it as `stack.router`. The test must not block
+its loop while the router needs the indexer: it awaits its requests (httpx2.AsyncClient) or runs
+blocking clients in a thread (`asyncio.to_thread`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
+import os
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
@@ -20,10 +24,12 @@ from typing import Any
 
 import yaml
 
+from commands.catalog_server import DEFAULT_SECRET_ENV, CatalogServerSettings
 from commands.ports import free_port
 from indexer.api.process import IndexerProcess
 from indexer.api.server import create_server
 from tests.support.catalogs import small_catalog
+from tests.support.in_process import hosted_beside, serve_catalog, serve_router
 from tests.support.indexers import running_indexer
 from tests.support.processes import Proc, start_process
 from tests.support.stack import CLI, EMBEDDING_CACHE
@@ -35,12 +41,18 @@ class LightStack:
     config_path: Path
     catalog_url: str
     router_url: str
-    router: Proc
+    router_proc: Proc | None  # None: the router is served in process
     indexer: IndexerProcess
 
     @property
     def mcp_url(self) -> str:
         return f"{self.router_url}/mcp"
+
+    @property
+    def router(self) -> Proc:
+        """The router's process, for a stack asked for with `router_process=True`."""
+        assert self.router_proc is not None, "the router runs in process: ask for router_process=True"
+        return self.router_proc
 
 
 def start_router(
@@ -65,6 +77,7 @@ async def light_stack(
     router_args: Sequence[str] = (),
     backends: Sequence[Mapping[str, Any]] = (),
     indexer: Mapping[str, Any] | None = None,
+    router_process: bool = False,
 ) -> AsyncIterator[LightStack]:
     """A catalog server (with test controls) of three small servers, an indexer, and a router.
 
@@ -72,7 +85,7 @@ async def light_stack(
     `backend_max_response_bytes`); `env` goes to the processes and gives the indexer its secrets;
     `require_jwt` names the catalog servers that demand a JWT (secret in `env`); `backends` are
     more backends beside the catalog server's, `indexer` adds to the indexer section; `router_args` go
-    to `toolsearch router` (e.g. `--log-format json`).
+    to `toolsearch router` (e.g. `--log-format json`) and make it a process, as `router_process` does.
     """
     small_catalog(folder / "catalog.jsonl")
     catalog_port, indexer_port, router_port = free_port(), free_port(), free_port()
@@ -100,19 +113,29 @@ async def light_stack(
     }
     path = folder / "toolsearch.yaml"
     path.write_text(yaml.safe_dump(config))
-    jwt_args = ["--require-jwt", *require_jwt] if require_jwt else []
+    secrets = {**os.environ, **(env or {})}
+    settings = CatalogServerSettings(
+        require_jwt=frozenset(require_jwt),
+        jwt_secret=secrets.get(DEFAULT_SECRET_ENV) if require_jwt else None,
+        control=True,
+    )
     async with AsyncExitStack() as cleanup:
-        args = ["catalog-server", "--catalog", server["catalog"], "--port", str(catalog_port), "--control"]
-        catalog_proc = await asyncio.to_thread(
-            start_process, [*CLI, *args, *jwt_args], f"http://127.0.0.1:{catalog_port}/healthz", env=env
+        catalog_listen = server["listen"]
+        await cleanup.enter_async_context(
+            hosted_beside(functools.partial(serve_catalog, Path(server["catalog"]), catalog_listen, settings))
         )
-        cleanup.callback(catalog_proc.stop)
         indexer = await cleanup.enter_async_context(running_indexer(load_config(path), dict(env or {})))
         grpc_server, _ = await create_server(indexer)
         await grpc_server.start()
         cleanup.push_async_callback(grpc_server.stop, 0)
-        proc = await asyncio.to_thread(start_router, path, router_port, env, router_args)
-        cleanup.callback(proc.stop)
+        proc = None
+        if router_process or router_args:
+            proc = await asyncio.to_thread(start_router, path, router_port, env, router_args)
+            cleanup.callback(proc.stop)
+        else:
+            listen = f"127.0.0.1:{router_port}"
+            start = functools.partial(serve_router, load_config(path, secrets), listen, secrets)
+            await cleanup.enter_async_context(hosted_beside(start))
         yield LightStack(
             path, f"http://127.0.0.1:{catalog_port}", f"http://127.0.0.1:{router_port}", proc, indexer
         )

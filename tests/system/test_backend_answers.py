@@ -35,7 +35,9 @@ STALL = 8.0  # seconds each Cocktails call stalls: longer than another call take
 async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[LightStack]:
     # a pool of 2 connections per backend, so one backend's stalled calls can fill its own
     settings = {"max_connections_per_backend": 2}
-    async with light_stack(tmp_path_factory.mktemp("answers"), router=settings) as running:
+    async with light_stack(
+        tmp_path_factory.mktemp("answers"), router=settings, router_process=True
+    ) as running:
         yield running
 
 

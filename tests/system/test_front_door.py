@@ -48,7 +48,7 @@ class Front:
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
 async def front(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Front]:
     settings = {**BOUNDS, "allowed_origins": [APP]}
-    async with light_stack(tmp_path_factory.mktemp("front"), router=settings) as stack:
+    async with light_stack(tmp_path_factory.mktemp("front"), router=settings, router_process=True) as stack:
         yield Front(stack)
 
 

@@ -220,7 +220,14 @@ async def world(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[World
         }
         health = {"enabled": True, "interval": 0.2, "timeout": 10.0, "unhealthy_after": 1}
         stack = await cleanup.enter_async_context(
-            light_stack(folder, router={"auth": auth}, env=env, backends=backends, indexer={"health": health})
+            light_stack(
+                folder,
+                router={"auth": auth},
+                env=env,
+                backends=backends,
+                indexer={"health": health},
+                router_process=True,
+            )
         )
         second, second_url = await asyncio.to_thread(another_router, stack, "second", {}, env)
         cleanup.callback(second.stop)
