@@ -1,15 +1,17 @@
 """Fuzzing the router with generated bad requests: no 5xx for a client's mistake, no crash, no hang.
 
-Each test sends its examples to one real router (with the real indexer and catalog server behind
-it), the token test to a second one in jwt mode; the last test checks how many requests went out in
-all and that a normal request still works. Besides malformed messages and headers, the examples
-include what the front door refuses: rebinding Host and Origin values, bodies around the size limit
-and the bound up to which an oversized one is drained, and tokens whose claims have any type.
+Each test sends its examples to one real router (with the real indexer and catalog server behind it,
+all served from the test's process), the token test to a second one in jwt mode; the last test
+checks how many requests went out in all and that a normal request still works. Besides malformed
+messages and headers, the examples include what the front door refuses: rebinding Host and Origin
+values, bodies around the size limit and the bound up to which an oversized one is drained, and
+tokens whose claims have any type.
 """
 
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import hmac
 import json
@@ -23,8 +25,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from commands.ports import free_port
-from tests.support.processes import Proc, start_process
-from tests.support.stack import CLI, INITIALIZE, Stack, open_session, running_stack
+from tests.support.in_process import hosted, in_process_stack, serve_router
+from tests.support.stack import INITIALIZE, Stack, open_session
+from toolsearch.config import load_config
 
 EXAMPLES = 900  # per test; six tests make more than 5,000 requests
 SECRET = "fuzzing-secret-long-enough-for-hs256-tokens"
@@ -56,7 +59,7 @@ ids = st.none() | st.integers() | st.text(max_size=10) | st.floats(allow_nan=Fal
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    with running_stack(tmp_path_factory.mktemp("fuzz")) as running:
+    with in_process_stack(tmp_path_factory.mktemp("fuzz")) as running:
         yield running
 
 
@@ -71,13 +74,9 @@ def jwt_router(stack: Stack) -> Iterator[str]:
     }
     path = stack.workdir / "jwt.yaml"
     path.write_text(json.dumps(config))  # JSON is YAML
-    router: Proc = start_process(
-        [*CLI, "router", "--config", str(path)], f"http://127.0.0.1:{port}/healthz", env={"FUZZ_JWT": SECRET}
-    )
-    try:
+    secrets = {"FUZZ_JWT": SECRET}
+    with hosted(functools.partial(serve_router, load_config(path, secrets), f"127.0.0.1:{port}", secrets)):
         yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        router.stop()
 
 
 @pytest.fixture(scope="module")
