@@ -31,7 +31,7 @@ from indexer.embedder import Embedder, load_embedder
 from router.frontdoor.app import configured_authenticator
 from router.frontdoor.app import create_app as create_router_app
 from router.frontdoor.server import router_server
-from tests.support.stack import DEMO_CATALOG, Stack, write_config
+from tests.support.stack import DEMO_CATALOG, Stack, planned_stack
 from toolsearch.catalog import load_catalog
 from toolsearch.config import Config, load_config
 from toolsearch.transport import channel_security, server_security
@@ -160,24 +160,10 @@ def in_process_stack(
     `env` is what the processes would have had in their environment: overrides of the configuration
     (TOOLSEARCH_*) and secrets; `allowed_subjects` are the only JWT subjects the catalog server lets in.
     """
-    catalog_port, indexer_port = free_port(), free_port()
-    router_ports = [free_port() for _ in range(routers)]
-    config_path, raw = write_config(
-        workdir, catalog, catalog_port, indexer_port, router_ports[0], extra, backend_timeout, require_jwt
-    )
+    stack = planned_stack(workdir, catalog, routers, extra, env, backend_timeout, require_jwt)
     secrets = {**os.environ, **(env or {})}
-    config = load_config(config_path, secrets)
-    stack = Stack(
-        workdir=workdir,
-        config_path=config_path,
-        config=raw,
-        catalog_url=f"http://127.0.0.1:{catalog_port}",
-        indexer_address=f"127.0.0.1:{indexer_port}",
-        router_urls=[f"http://127.0.0.1:{port}" for port in router_ports],
-        env=dict(env or {}),
-        security=channel_security(config.router, secrets),
-    )
-    listens = [f"127.0.0.1:{port}" for port in router_ports]
+    config = load_config(stack.config_path, secrets)
+    listens = [url.removeprefix("http://") for url in stack.router_urls]
     with hosted(functools.partial(_start, config, catalog, listens, allowed_subjects, secrets)):
         yield stack
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -172,6 +172,39 @@ def write_config(
     return path, config
 
 
+def planned_stack(
+    workdir: Path,
+    catalog: Path,
+    routers: int,
+    extra: dict[str, Any] | None,
+    env: Mapping[str, str] | None,
+    backend_timeout: float,
+    require_jwt: Sequence[str],
+) -> Stack:
+    """A stack's ports picked and its configuration written: one catalog server, one indexer and
+    `routers` routers; `env` is the environment its parts get (overrides and secrets)."""
+    catalog_port, indexer_port = free_port(), free_port()
+    router_ports = [free_port() for _ in range(routers)]
+    config_path, config = write_config(
+        workdir, catalog, catalog_port, indexer_port, router_ports[0], extra, backend_timeout, require_jwt
+    )
+    environment = {**os.environ, **(env or {})}
+    return Stack(
+        workdir=workdir,
+        config_path=config_path,
+        config=config,
+        catalog_url=f"http://127.0.0.1:{catalog_port}",
+        indexer_address=f"127.0.0.1:{indexer_port}",
+        router_urls=[f"http://127.0.0.1:{port}" for port in router_ports],
+        env=dict(env or {}),
+        security=channel_security(load_config(config_path, environment).router, environment),
+    )
+
+
+def _port(url: str) -> int:
+    return int(url.rpartition(":")[2])
+
+
 @contextmanager
 def running_stack(
     workdir: Path,
@@ -192,23 +225,11 @@ def running_stack(
     With `replicas` above 1 (a shared state in `env` is then the caller's to give), the extra
     indexers run as `indexer2`, ... and every router knows every indexer address.
     """
-    catalog_port, indexer_port = free_port(), free_port()
+    stack = planned_stack(workdir, catalog, routers, extra, env, backend_timeout, require_jwt)
+    stack.service_args = list(service_args)
+    config_path, catalog_port = stack.config_path, _port(stack.catalog_url)
+    router_ports = [_port(url) for url in stack.router_urls]
     extra_indexers = [f"127.0.0.1:{free_port()}" for _ in range(replicas - 1)]
-    router_ports = [free_port() for _ in range(routers)]
-    config_path, config = write_config(
-        workdir, catalog, catalog_port, indexer_port, router_ports[0], extra, backend_timeout, require_jwt
-    )
-    stack = Stack(
-        workdir=workdir,
-        config_path=config_path,
-        config=config,
-        catalog_url=f"http://127.0.0.1:{catalog_port}",
-        indexer_address=f"127.0.0.1:{indexer_port}",
-        router_urls=[f"http://127.0.0.1:{port}" for port in router_ports],
-        service_args=list(service_args),
-        env=dict(env or {}),
-        security=channel_security(load_config(config_path).router, {**os.environ, **(env or {})}),
-    )
     jwt_args = ["--require-jwt", *require_jwt] if require_jwt else []
     with ExitStack() as cleanup:
         catalog_proc = start_process(
