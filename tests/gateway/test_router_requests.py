@@ -49,7 +49,8 @@ from router.frontdoor.messages import is_handshake_era, parse_message
 from router.frontdoor.session_layer import MISSING_SESSION
 from router.handlers.arguments import parse_call_tool, parse_find_tool
 from router.handlers.schemas import SchemaValidators
-from router.link.indexer_client import IndexerClient, translate
+from router.link.indexer_client import IndexerClient
+from router.link.indexer_errors import translate
 from router.upstream.backends import outgoing_headers
 from tests.support.stack import INITIALIZE
 from toolsearch.config import parse_config
@@ -607,6 +608,6 @@ async def test_an_unreachable_indexer_address_fails_over_to_the_next(running: Ru
     try:
         opened = await client.open_session(Principal(), None)
         assert opened.session_id
-        assert client._current == 1
+        assert client.channels.current == 1
     finally:
         await client.close()

@@ -19,7 +19,7 @@ import yaml
 
 from commands.cli import build_parser
 from commands.health_check import standalone_parser
-from router.link.indexer_client import channel_options
+from router.link.channels import channel_options
 from toolsearch.config import Config, load_config
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -218,7 +218,7 @@ async def test_a_dns_target_is_one_balanced_channel_that_works() -> None:
     client = IndexerClient([address], timeout=2.0)
     try:
         assert await client.check_health() == {address: "SERVING"}
-        assert client._tries == 2  # a failed call is retried once: the channel picks another replica
+        assert client.channels.tries == 2  # a failed call is retried once: the channel picks another replica
     finally:
         await client.close()
         await server.stop(None)

@@ -25,7 +25,7 @@ from indexer.api.process import IndexerProcess
 from indexer.api.server import create_server
 from router.error_answers import http_answer
 from router.errors import SessionsFull, TooManySessions
-from router.link.indexer_client import translate
+from router.link.indexer_errors import translate
 from tests.support.clients import until
 from tests.support.indexers import running_indexer
 from tests.support.processes import start_process
