@@ -14,7 +14,6 @@ In `jwt` mode the app also serves its OAuth protected resource metadata
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
 from collections.abc import AsyncIterator, Mapping
@@ -45,7 +44,7 @@ from starlette.types import Receive, Scope, Send
 
 from router.caller import Authenticator
 from router.errors import AuthConfigError
-from router.frontdoor.auth import AnonymousAuthenticator, authenticator_for
+from router.frontdoor.auth import AnonymousAuthenticator, configured_authenticator
 from router.frontdoor.bodies import DRAIN_FACTOR
 from router.frontdoor.origins import HostPolicy, OriginGuard
 from router.frontdoor.resource_metadata import ResourceMetadata
@@ -70,7 +69,6 @@ from router.upstream.backends import BackendCaller
 from router.upstream.pools import BackendPools
 from toolsearch.config import Config
 from toolsearch.outgoing import VERSION
-from toolsearch.router_settings import RouterAuth
 from toolsearch.transport import ChannelSecurity, TransportConfigError, channel_security
 
 logger = logging.getLogger(__name__)
@@ -285,31 +283,6 @@ def create_app(
         exception_handlers={HTTPException: _http_error},
         lifespan=lifespan,
     )
-
-
-def configured_authenticator(settings: RouterAuth, environ: Mapping[str, str]) -> Authenticator:
-    """The authenticator of `router.auth`, its key material read from `environ` and the JWKS file."""
-    if settings.mode == "anonymous":
-        return AnonymousAuthenticator()
-    secret = None
-    if settings.hs256_secret_env:
-        secret = environ.get(settings.hs256_secret_env)
-        if not secret:
-            name = settings.hs256_secret_env
-            raise AuthConfigError(f"router.auth.hs256_secret_env: the environment variable {name} is not set")
-    jwks = None
-    if settings.jwks_file is not None:
-        try:
-            jwks = json.loads(settings.jwks_file.read_text(encoding="utf-8"))
-        except OSError as exc:
-            raise AuthConfigError(
-                f"router.auth.jwks_file: cannot read {settings.jwks_file} ({exc.strerror})"
-            ) from None
-        except ValueError:
-            raise AuthConfigError(f"router.auth.jwks_file: {settings.jwks_file} is not JSON") from None
-        if not isinstance(jwks, dict):
-            raise AuthConfigError(f"router.auth.jwks_file: {settings.jwks_file} is not a JSON Web Key Set")
-    return authenticator_for(settings, secret, jwks)
 
 
 def serve(config: Config, environ: Mapping[str, str], log_level: str, log_format: str) -> int:

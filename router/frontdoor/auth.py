@@ -16,11 +16,13 @@ request carrying one (or the reverse) never meet: the request gets 404.
 
 The two implement the `Authenticator` protocol of router/caller.py.
 
-Library code takes key material as arguments; `toolsearch router` reads it (router/frontdoor/app.py).
+Library code takes key material as arguments; `configured_authenticator` builds the one
+`router.auth` names from what an entry point read (the environment, the JWKS file).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 from collections.abc import Mapping, Sequence
@@ -262,3 +264,28 @@ def authenticator_for(
         jwks=jwks,
         leeway=settings.leeway,
     )
+
+
+def configured_authenticator(settings: RouterAuth, environ: Mapping[str, str]) -> Authenticator:
+    """The authenticator of `router.auth`, its key material read from `environ` and the JWKS file."""
+    if settings.mode == "anonymous":
+        return AnonymousAuthenticator()
+    secret = None
+    if settings.hs256_secret_env:
+        secret = environ.get(settings.hs256_secret_env)
+        if not secret:
+            name = settings.hs256_secret_env
+            raise AuthConfigError(f"router.auth.hs256_secret_env: the environment variable {name} is not set")
+    jwks = None
+    if settings.jwks_file is not None:
+        try:
+            jwks = json.loads(settings.jwks_file.read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise AuthConfigError(
+                f"router.auth.jwks_file: cannot read {settings.jwks_file} ({exc.strerror})"
+            ) from None
+        except ValueError:
+            raise AuthConfigError(f"router.auth.jwks_file: {settings.jwks_file} is not JSON") from None
+        if not isinstance(jwks, dict):
+            raise AuthConfigError(f"router.auth.jwks_file: {settings.jwks_file} is not a JSON Web Key Set")
+    return authenticator_for(settings, secret, jwks)

@@ -25,8 +25,12 @@ from starlette.types import Receive, Scope, Send
 
 from router.caller import Principal
 from router.errors import AuthConfigError, Unauthenticated
-from router.frontdoor.app import configured_authenticator
-from router.frontdoor.auth import TOKEN_HOLDER, AnonymousAuthenticator, JwtAuthenticator
+from router.frontdoor.auth import (
+    TOKEN_HOLDER,
+    AnonymousAuthenticator,
+    JwtAuthenticator,
+    configured_authenticator,
+)
 from router.frontdoor.resource_metadata import ResourceMetadata
 from router.frontdoor.session_layer import SessionLayer
 from toolsearch.config import ConfigError, parse_config

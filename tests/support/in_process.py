@@ -28,8 +28,8 @@ from commands.ports import free_port
 from indexer.api.process import IndexerProcess
 from indexer.api.server import serving
 from indexer.embedder import Embedder, load_embedder
-from router.frontdoor.app import configured_authenticator
 from router.frontdoor.app import create_app as create_router_app
+from router.frontdoor.auth import configured_authenticator
 from router.frontdoor.server import router_server
 from tests.support.stack import DEMO_CATALOG, Stack, planned_stack
 from toolsearch.catalog import load_catalog
