@@ -199,7 +199,7 @@ class IndexerProcess:
             if self.ender is not None:
                 self.ender.start()
             if self.replica is not None:
-                self.replica.start()
+                self.replica.start(self.monitor.probe_soon if self.monitor is not None else None)
             if self.monitor is not None:
                 stack.push_async_callback(self.monitor.close)
                 self.monitor.start()
@@ -212,6 +212,17 @@ class IndexerProcess:
                 if record.backend_sessions:
                     ender.end(EndedSession(record.id, record.token, dict(record.backend_sessions)))
         await ender.close()
+
+    async def tools_changed(self, backend_id: str) -> None:
+        """A backend said its tools changed: have it probed, and so listed again, soon.
+
+        Alone, this indexer probes it; with replicas, the ask goes to the lease holder through the
+        shared state's events. Without health probes, the tools are listed at start and on reload.
+        """
+        if self.replica is not None:
+            await self.replica.tools_changed(backend_id)
+        elif self.monitor is not None:
+            self.monitor.probe_soon(backend_id)
 
     async def reload(self, config: Config) -> None:
         """Apply a reread configuration's backend list; other settings need a restart."""

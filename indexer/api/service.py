@@ -119,8 +119,11 @@ class IndexerService(pb_grpc.IndexerServicer):
         embeddings: Embeddings,
         naming: Naming | None = None,
         tokens: BackendTokens | None = None,
+        tools_changed: Callable[[str], Awaitable[None]] | None = None,
     ) -> None:
         self._sessions = sessions
+        # has a backend whose tools changed listed again soon (Indexer.tools_changed)
+        self._tools_changed = tools_changed
         self._tokens = tokens  # the tokens of token_exchange backends (ExchangeToken)
         self._registry = registry
         self._finder = finder
@@ -207,6 +210,18 @@ class IndexerService(pb_grpc.IndexerServicer):
         )
         kept = messages.sessions_at_backends(self._kept(session.record.backend_sessions))
         return pb.SetLogLevelResponse(backends=kept.backends)
+
+    @translated
+    async def ToolsChanged(
+        self, request: pb.ToolsChangedRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ToolsChangedResponse:
+        # only a live session's router may ask: the ask costs a probe of a backend
+        await self._sessions.get(request.session_id, principal_of(request.principal))
+        if request.backend_id not in self._registry.states:
+            raise InvalidRequest(f"unknown backend: {request.backend_id[:100]}")
+        if self._tools_changed is not None:
+            await self._tools_changed(request.backend_id)
+        return pb.ToolsChangedResponse()
 
     def _kept(self, sessions: Mapping[str, BackendSession]) -> dict[str, tuple[Backend, BackendSession]]:
         """The backend sessions a router can reach: of configured backends, with a session id."""

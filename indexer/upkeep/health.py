@@ -7,8 +7,10 @@ whether a dead backend is probed at all; `HealthMonitor` runs one probe loop per
 `BackendLister` probe it, and records each verdict in the `Registry`. When what sessions may see
 changes (a backend crossing the advertised line, or an advertised backend's tool list changing) it
 asks the fan-out's `Rebuilder` (`indexer.fanout`) for a rebuild pass, which gives the sessions their
-new index versions. With replicas sharing state, only the lease holder probes, and its `Replica`
-publishes each verdict for the others to adopt. docs/health.md describes the statuses and
+new index versions. A backend that tells a client its tools changed is probed at once
+(`probe_soon`), beside its cadence. With replicas sharing state, only the lease holder probes, and
+its `Replica` publishes each verdict for the others to adopt (and hands it the asks for an early
+probe that other replicas got). docs/health.md describes the statuses and
 transitions.
 """
 
@@ -43,6 +45,7 @@ Probe = Callable[[Backend, float], Awaitable[Listing]]
 # The listing's own deadline ends a probe; this later one only stops a probe that ignores it, so a
 # hanging backend never stalls its loop. Two deadlines at the same instant would race inside the SDK.
 _GUARD_SLACK = 1.0
+EARLY_GAP = 1.0  # seconds at least between two probes of one backend asked for by probe_soon
 
 
 def judge(previous: Status, failures: int, outcome: Outcome, latency: float, settings: Health) -> Status:
@@ -139,6 +142,7 @@ class HealthMonitor:
         self._breakers: dict[str, CircuitBreaker] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._stops: dict[str, asyncio.Event] = {}
+        self._wakes: dict[str, asyncio.Event] = {}  # set to end a loop's wait: stopped, or probe_soon
         # Probes in flight, over all backends: hundreds at once would take the event loop from the
         # requests being served, and wait for the shared connection pool.
         self._slots = asyncio.Semaphore(settings.max_concurrent_probes)
@@ -169,8 +173,9 @@ class HealthMonitor:
             self._breakers[backend_id] = CircuitBreaker(breaker.cooldown, self._clock)
             self._registry.set_circuit(backend_id, "closed")
         stop = self._stops[backend_id] = asyncio.Event()
+        wake = self._wakes[backend_id] = asyncio.Event()
         self._tasks[backend_id] = asyncio.get_running_loop().create_task(
-            self._loop(backend_id, stop), name=f"health-probe:{backend_id}"
+            self._loop(backend_id, stop, wake), name=f"health-probe:{backend_id}"
         )
 
     async def untrack(self, backend_id: str) -> None:
@@ -178,8 +183,11 @@ class HealthMonitor:
         self._breakers.pop(backend_id, None)
         task = self._tasks.pop(backend_id, None)
         stop = self._stops.pop(backend_id, None)
+        wake = self._wakes.pop(backend_id, None)
         if task is not None and stop is not None:
             stop.set()
+            if wake is not None:
+                wake.set()
             if task in self._queued:
                 task.cancel()  # still waiting for a slot: no exchange has begun, so it can end now
             # A probe in flight is let finish (its timeout bounds it): cancelling the MCP client
@@ -196,7 +204,17 @@ class HealthMonitor:
         await asyncio.gather(*(self.untrack(backend_id) for backend_id in list(self._tasks)))
         await self._lister.close_probe_clients()
 
-    async def _loop(self, backend_id: str, stop: asyncio.Event) -> None:
+    def probe_soon(self, backend_id: str) -> None:
+        """Probe one backend now rather than at its next turn (it said its tools changed).
+
+        Asks coalesce: however many come while one waits, the backend is probed once, and at most
+        once per `EARLY_GAP` seconds beside its own cadence, which this leaves as it was.
+        """
+        wake = self._wakes.get(backend_id)
+        if wake is not None:
+            wake.set()
+
+    async def _loop(self, backend_id: str, stop: asyncio.Event, wake: asyncio.Event) -> None:
         # A fixed cadence rather than a pause after each probe, so a slow probe does not stretch it.
         loop = asyncio.get_running_loop()
         interval = self._settings.interval
@@ -206,10 +224,14 @@ class HealthMonitor:
         due = loop.time() + interval * (1 + phase)
         while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), max(0.0, due - loop.time()))
+                await asyncio.wait_for(wake.wait(), max(0.0, due - loop.time()))
             if stop.is_set():
                 return
-            due = max(due + interval, loop.time())
+            early = wake.is_set()
+            if early:
+                wake.clear()  # asked for now: its turns stay where they were
+            else:
+                due = max(due + interval, loop.time())
             if not self._leadership.leads:
                 continue  # another replica probes; this one adopts its verdicts
             breaker = self._breakers.get(backend_id)
@@ -222,6 +244,9 @@ class HealthMonitor:
             except Exception:
                 # a bug in one verdict must not end monitoring of this backend
                 logger.exception("health probe of %s failed unexpectedly", backend_id)
+            if early:  # a backend that keeps saying its tools changed is listed once a gap at most
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), EARLY_GAP)
 
     @contextlib.asynccontextmanager
     async def _slot(self) -> AsyncIterator[None]:

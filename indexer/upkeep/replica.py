@@ -7,7 +7,8 @@ which this class drives on an event and by polling the generation, since events 
 Session versions need no following: every request reads its session's record, and a version a
 replica does not hold yet is built from the stored catalog. When the holder dies its lease expires
 and another replica takes it, catches up with the published health, and asks the fan-out for a
-rebuild pass of what is stale.
+rebuild pass of what is stale. A backend that told a client its tools changed reaches the
+holder the same way, as an event, whichever replica heard of it.
 
 This class takes, renews and releases the lease; whether the replica leads now is answered by the
 state's `Leadership` alone, which the health monitor, the follower and the rebuilds ask too.
@@ -67,6 +68,7 @@ class Replica:
         self._published_at = 0.0
         self._tasks: set[asyncio.Task[Any]] = set()
         self._outage = follower.outage  # one log of outages for the whole replica
+        self._probe_soon: Callable[[str], None] | None = None  # given by start
 
     async def join(self) -> None:
         """At startup, once this replica has listed the backends: take the lease, or follow its holder."""
@@ -75,8 +77,13 @@ class Replica:
         else:
             await self._follower.follow()
 
-    def start(self) -> None:
-        """Keep the lease, listen to events, poll the health generation and sweep, until `close`."""
+    def start(self, probe_soon: Callable[[str], None] | None = None) -> None:
+        """Keep the lease, listen to events, poll the health generation and sweep, until `close`.
+
+        `probe_soon` is what takes another replica's ask for an early probe of a backend, while
+        this replica leads (`HealthMonitor.probe_soon`; None when it probes nothing).
+        """
+        self._probe_soon = probe_soon
         for name, loop in (
             ("lease", self._keep_lease()),
             ("events", self._listen()),
@@ -157,6 +164,17 @@ class Replica:
                 await self._follower.follow_quietly()
             elif kind == "swapped" and isinstance(message.get("sessions"), list):
                 self._spawn(self._versions.follow_swap(message), "replica-prefetch")
+            elif kind == "tools-changed" and isinstance(backend_id := message.get("backend"), str):
+                self._tools_changed_here(backend_id)
+
+    def _tools_changed_here(self, backend_id: str) -> None:
+        if self._leadership.leads and self._probe_soon is not None:
+            self._probe_soon(backend_id)  # the others probe nothing
+
+    async def tools_changed(self, backend_id: str) -> None:
+        """Ask whichever replica leads (this one included) to probe a backend soon: its tools
+        changed. A hint: if it is lost, the backend's next probe lists the change."""
+        await self._hint({"kind": "tools-changed", "backend": backend_id})
 
     async def _sweep(self) -> None:
         self._sessions.forget_idle(self._shared.session_ttl)

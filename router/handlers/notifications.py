@@ -13,13 +13,17 @@ streams (router/upstream/backend_streams.py) and are passed on here:
   it set none, as for the log messages of a call).
 
 `notifications/tools/list_changed` is not passed on: the client's tools are the router's two (and
-the pinned ones, fixed for the session), and find_tool searches what the indexer lists. Anything
-else a backend sends outside calls is dropped.
+the pinned ones, fixed for the session), and find_tool searches what the indexer lists. It goes to
+the indexer instead (`ToolsChanged`), which lists that backend again at once, so find_tool finds
+its new tools within a probe's time; at most once per `TELL_GAP` per backend from one replica, since
+a shared backend tells every session's stream. Anything else a backend sends outside calls is
+dropped.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -36,6 +40,8 @@ logger = logging.getLogger(__name__)
 
 PASSED_AS_THEY_ARE = frozenset({"notifications/resources/list_changed", "notifications/prompts/list_changed"})
 UPDATED = "notifications/resources/updated"
+TOOLS_CHANGED = "notifications/tools/list_changed"
+TELL_GAP = 1.0  # seconds between two of this replica's asks to list one backend again
 
 # writes one message on the client's stream
 Write = Callable[[Mapping[str, Any]], Awaitable[None]]
@@ -47,6 +53,7 @@ class Notifications:
     def __init__(self, requests: BackendRequests, streams: BackendStreams) -> None:
         self.requests = requests
         self.streams = streams
+        self._told: dict[str, float] = {}  # backend id: when this replica last said its tools changed
 
     async def listen(self, caller: Caller, write: Write) -> None:
         """Until cancelled or the session ends (`SessionNotFound`), write each of the session's
@@ -63,8 +70,23 @@ class Notifications:
                 renamed = await self._renamed(caller, backend_id, message)
                 if renamed is not None:
                     await write(renamed)
+            elif method == TOOLS_CHANGED:
+                await self._tools_changed(caller, backend_id)
 
         await self.streams.listen(caller, deliver)
+
+    async def _tools_changed(self, caller: Caller, backend_id: str) -> None:
+        """Have the indexer list a backend again; once per `TELL_GAP` however many streams say so."""
+        now = time.monotonic()
+        if now - self._told.get(backend_id, -TELL_GAP) < TELL_GAP:
+            return
+        self._told[backend_id] = now
+        try:
+            await self.requests.indexer.tools_changed(
+                caller.session_id, caller.identity.principal, backend_id
+            )
+        except RouterError as exc:  # its next probe lists it anyway
+            logger.debug("backend %s: its tools changed, the indexer was not told: %s", backend_id, exc)
 
     async def _renamed(
         self, caller: Caller, backend_id: str, message: Mapping[str, Any]

@@ -152,6 +152,13 @@ class IndexerClient:
         response: pb.SetLogLevelResponse = await self.channels.call(lambda stub: stub.SetLogLevel, request)
         return session_targets(response)
 
+    async def tools_changed(self, session_id: str, principal: Principal, backend_id: str) -> None:
+        """Tell the indexer a backend of the session said its tools changed: it lists them again soon."""
+        request = pb.ToolsChangedRequest(
+            session_id=session_id, principal=_principal(principal), backend_id=backend_id
+        )
+        await self.channels.call(lambda stub: stub.ToolsChanged, request)
+
     async def reachable_backends(self, session_id: str, principal: Principal) -> ReachableTargets:
         """The session's advertised backends that offer resources, prompts or completions."""
         request = pb.ReachableBackendsRequest(session_id=session_id, principal=_principal(principal))

@@ -516,3 +516,21 @@ async def test_changes_during_a_rebuild_schedule_exactly_one_more_pass() -> None
 def test_a_long_burst_is_summarised_in_one_reason() -> None:
     assert summarise(["a"]) == "a"
     assert summarise([str(n) for n in range(6)]) == "0; 1; 2; 3; and 2 more"
+
+
+async def test_a_backend_asked_for_soon_is_probed_at_once_once_for_many_asks_and_no_other_is() -> None:
+    monitor, registry, fake, reasons = make_monitor(Health(interval=3600))  # its own turn: an hour away
+    fake.answers["a"] = listing("tool", "new_tool")
+    monitor.start()
+    try:
+        for _ in range(5):  # five streams said so at once: one probe
+            monitor.probe_soon("a")
+        await wait_for(lambda: fake.calls.get("a") == 1, WAIT)
+        assert reasons == ["backend a tool list changed"]
+        assert registry.get("a").listing == listing("tool", "new_tool")
+        monitor.probe_soon("a")  # asked again: probed again, once the gap since the last has passed
+        await wait_for(lambda: fake.calls.get("a") == 2, WAIT)
+        monitor.probe_soon("unknown")  # nothing to probe: ignored
+    finally:
+        await monitor.close()
+    assert fake.calls == {"a": 2}

@@ -40,6 +40,7 @@ from indexer.state.listings import Listing
 from tests.support.catalogs import small_catalog
 from tests.support.in_process import catalog_server_in_process
 from tests.support.indexers import running_indexer
+from tests.support.redis import RedisServer
 from tests.support.tokens import hs256
 from tests.support.waits import wait_for
 from toolsearch.backend_settings import Backend
@@ -51,6 +52,8 @@ SECRET_ENV = "TOOLSEARCH_CATALOG_JWT_SECRET"
 WEATHER = "AI_Weather_by_Meteosource"
 # a down backend answers 503 at once; the timeout only keeps a loaded machine from failing a healthy one
 FAST_HEALTH = {"interval": 0.1, "timeout": 10.0, "unhealthy_after": 1}
+# probes an hour apart: a probe seen during a test is one asked for
+SLOW_HEALTH = {"interval": 3600.0, "timeout": 10.0, "unhealthy_after": 1}
 REBUILD_BOUND = 1.0  # seconds for 10,000 swaps; about 0.03 s on one idle core
 
 
@@ -63,9 +66,9 @@ class Catalog:
     def control(self, slug: str, action: str) -> None:
         httpx2.post(f"{self.url}/control/servers/{slug}/{action}", timeout=5).raise_for_status()
 
-    def config(self, health: dict[str, Any], **server: Any) -> Config:
+    def config(self, health: dict[str, Any], state: str = "memory", **server: Any) -> Config:
         raw = {
-            "indexer": {"health": health, "state": "memory", "cache_dir": str(self.path.parent / "cache")},
+            "indexer": {"health": health, "state": state, "cache_dir": str(self.path.parent / "cache")},
             "catalog_servers": [{"catalog": str(self.path), "listen": self.url[7:], **server}],
         }
         return parse_config(raw, self.path)
@@ -154,6 +157,29 @@ async def test_with_monitoring_off_sessions_keep_their_tools_and_no_probe_runs(
         assert indexer.registry.get(WEATHER).status == "healthy"
         assert session.current.number == 1 and WEATHER in session.current.version.backends
     assert not our_tasks()
+
+
+async def test_a_backend_said_to_have_changed_its_tools_is_probed_long_before_its_turn(
+    catalog: Catalog, up_again: None
+) -> None:
+    async with running(catalog.config(SLOW_HEALTH)) as indexer:
+        catalog.control(WEATHER, "down")  # what the probe finds shows it ran
+        await indexer.tools_changed(WEATHER)
+        await wait_for(lambda: indexer.registry.get(WEATHER).status == "unhealthy")
+        assert indexer.registry.get("Free_NBA").status == "healthy"
+
+
+async def test_a_replica_that_probes_nothing_hands_the_ask_to_the_one_that_does(
+    catalog: Catalog, up_again: None, redis_server: RedisServer, redis_client: Any
+) -> None:
+    config = catalog.config(SLOW_HEALTH, state=redis_server.url)
+    async with running(config) as leader, running(config) as follower:
+        assert leader.state.leadership.leads and not follower.state.leadership.leads
+        catalog.control(WEATHER, "down")
+        await follower.tools_changed(WEATHER)
+        # the lease holder probed, and the follower adopted its verdict
+        await wait_for(lambda: follower.registry.get(WEATHER).status == "unhealthy")
+        assert leader.registry.get(WEATHER).status == "unhealthy"
 
 
 async def test_a_session_opened_while_a_passthrough_backend_is_down_gains_it_on_recovery(

@@ -13,6 +13,7 @@ import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 from commands.ports import free_port
 from tests.support.processes import start_process
@@ -29,23 +30,28 @@ def _accepts(port: int) -> bool:
 
 
 @asynccontextmanager
-async def asking_stack(folder: Path, timeout: float) -> AsyncIterator[LightStack]:
-    """A light stack whose backend `asking` (call `timeout` seconds) is the asking server."""
+async def asking_stack(
+    folder: Path, timeout: float, indexer: dict[str, Any] | None = None
+) -> AsyncIterator[LightStack]:
+    """A light stack whose backend `asking` (call `timeout` seconds) is the asking server; `indexer`
+    adds to the indexer's section."""
     port = free_port()
     server = await asyncio.to_thread(start_process, [sys.executable, str(ASKING_SERVER), str(port)], None)
     try:
         await wait_for(lambda: _accepts(port) or server.returncode is not None)
         backend = {"id": "asking", "url": f"http://127.0.0.1:{port}/mcp/", "timeout": timeout}
-        async with light_stack(folder, backends=[backend]) as stack:
+        async with light_stack(folder, backends=[backend], indexer=indexer) as stack:
             yield stack
     finally:
         server.stop()
 
 
 @asynccontextmanager
-async def asking_replicas(folder: Path, timeout: float) -> AsyncIterator[tuple[LightStack, str]]:
+async def asking_replicas(
+    folder: Path, timeout: float, indexer: dict[str, Any] | None = None
+) -> AsyncIterator[tuple[LightStack, str]]:
     """`asking_stack`, and a second router's MCP URL."""
-    async with asking_stack(folder, timeout) as stack:
+    async with asking_stack(folder, timeout, indexer) as stack:
         second, second_url = await asyncio.to_thread(another_router, stack, "second", {})
         try:
             yield stack, f"{second_url}/mcp"

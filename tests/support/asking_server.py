@@ -11,7 +11,9 @@ them when none was set), and answers `level: <that level, or unset>`. It offers 
 session subscribed to it `notifications/resources/updated` and a log message, outside the call (on
 that session's standalone stream), answering `told N`. The tool `roots` answers how many times its
 session's client said its roots changed (`notifications/roots/list_changed`), and `last` how its
-session's last `ask` ended (even one whose answer nobody read). It speaks the
+session's last `ask` ended (even one whose answer nobody read). The tool `grow` adds the tool
+`sprout` to its list and tells its session so (`notifications/tools/list_changed`, on the
+session's standalone stream), answering `grown`. It speaks the
 initialize handshake only
 (server/discover is refused), with a session per client, as most servers people run do.
 """
@@ -40,6 +42,9 @@ LAST = types.Tool(name="last", description="How the last ask ended", input_schem
 ROOTS = types.Tool(name="roots", description="Count roots changes", input_schema={"type": "object"})
 ASK = types.Tool(name="ask", description="Ask the client's model a question", input_schema={"type": "object"})
 CHATTER = types.Tool(name="chatter", description="Log at every level", input_schema={"type": "object"})
+GROW = types.Tool(name="grow", description="Add a tool", input_schema={"type": "object"})
+SPROUT = types.Tool(name="sprout", description="Water the garden's seedlings", input_schema=GROW.input_schema)
+_grown: list[types.Tool] = []  # the tools `grow` added
 LEVELS: list[types.LoggingLevel] = list(get_args(types.LoggingLevel))
 _levels: dict[str, types.LoggingLevel] = {}  # logging/setLevel by session id
 
@@ -65,7 +70,7 @@ async def chatter(ctx: ServerRequestContext[Any]) -> types.CallToolResult:
 async def list_tools(
     ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
 ) -> types.ListToolsResult:
-    return types.ListToolsResult(tools=[ASK, CHATTER, TOUCH, ROOTS, LAST])
+    return types.ListToolsResult(tools=[ASK, CHATTER, TOUCH, ROOTS, LAST, GROW, *_grown])
 
 
 async def call_tool(
@@ -79,6 +84,10 @@ async def call_tool(
     if params.name == "roots":
         heard = _roots_changed.get(_session_id(ctx), 0)
         return types.CallToolResult(content=[types.TextContent(type="text", text=f"roots changed {heard}")])
+    if params.name == "grow":
+        _grown[:] = [SPROUT]
+        await ctx.session.send_tool_list_changed()  # no request id: on the standalone stream
+        return types.CallToolResult(content=[types.TextContent(type="text", text="grown")])
     if params.name == "touch":
         for session in list(_subscribed.values()):  # on each one's standalone stream: no request id
             await session.send_resource_updated(NOTE)

@@ -143,3 +143,30 @@ async def test_a_router_told_to_stop_ends_its_standalone_streams_at_once_instead
     finally:
         stopping.stop()
     assert stopping.returncode == 0
+
+
+async def test_a_backend_saying_its_tools_changed_has_them_listed_again_long_before_its_next_probe(
+    tmp_path: Path,
+) -> None:
+    # probes an hour apart: only the backend's notification can explain a new tool found in time
+    health = {"health": {"enabled": True, "interval": 3600}}
+    async with (
+        asking_replicas(tmp_path, timeout=10, indexer=health) as (stack, other),
+        httpx2.AsyncClient(timeout=30) as http,
+    ):
+        client = RawClient(http)
+        await client.initialize(stack.mcp_url)
+        find = {"name": "find_tool", "arguments": {"tool_description": "water the garden's seedlings"}}
+        _, before = await client.request(other, "tools/call", find)
+        async with listening(http, client, stack.mcp_url) as stream:
+            assert stream.status == 200
+
+            async def found() -> bool:
+                # the stream's replica listens in the backend session the call opened within its
+                # look interval: the tool is added again until the new one is found
+                assert (await client.call(other, "grow", {}))["content"][0]["text"] == "grown"
+                _, answers = await client.request(other, "tools/call", find)
+                return "sprout" in json.dumps(answers[-1]["result"])
+
+            await until(found, "the backend's new tool found after it said its tools changed")
+    assert "sprout" not in json.dumps(before[-1]["result"])

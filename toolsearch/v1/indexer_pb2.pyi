@@ -1288,3 +1288,45 @@ class SetLogLevelResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___SetLogLevelResponse: _TypeAlias = SetLogLevelResponse  # noqa: Y015
+
+@_typing.final
+class ToolsChangedRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    PRINCIPAL_FIELD_NUMBER: _builtins.int
+    BACKEND_ID_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    """the session whose backend session carried the notification"""
+    backend_id: _builtins.str
+    @_builtins.property
+    def principal(self) -> Global___Principal: ...
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+        principal: Global___Principal | None = ...,
+        backend_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["principal", b"principal"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["backend_id", b"backend_id", "principal", b"principal", "session_id", b"session_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ToolsChangedRequest: _TypeAlias = ToolsChangedRequest  # noqa: Y015
+
+@_typing.final
+class ToolsChangedResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ToolsChangedResponse: _TypeAlias = ToolsChangedResponse  # noqa: Y015

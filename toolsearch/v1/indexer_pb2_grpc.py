@@ -100,6 +100,11 @@ class IndexerStub:
                 request_serializer=toolsearch_dot_v1_dot_indexer__pb2.SetLogLevelRequest.SerializeToString,
                 response_deserializer=toolsearch_dot_v1_dot_indexer__pb2.SetLogLevelResponse.FromString,
                 _registered_method=True)
+        self.ToolsChanged = channel.unary_unary(
+                '/toolsearch.v1.Indexer/ToolsChanged',
+                request_serializer=toolsearch_dot_v1_dot_indexer__pb2.ToolsChangedRequest.SerializeToString,
+                response_deserializer=toolsearch_dot_v1_dot_indexer__pb2.ToolsChangedResponse.FromString,
+                _registered_method=True)
 
 
 class IndexerServicer:
@@ -201,6 +206,15 @@ class IndexerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ToolsChanged(self, request, context):
+        """A backend told one of the session's clients that its tools changed (notifications/tools/
+        list_changed): the replica that probes the backends lists it again soon, rather than at its next
+        probe. INVALID_ARGUMENT for a backend that is not configured.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_IndexerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -263,6 +277,11 @@ def add_IndexerServicer_to_server(servicer, server):
                     servicer.SetLogLevel,
                     request_deserializer=toolsearch_dot_v1_dot_indexer__pb2.SetLogLevelRequest.FromString,
                     response_serializer=toolsearch_dot_v1_dot_indexer__pb2.SetLogLevelResponse.SerializeToString,
+            ),
+            'ToolsChanged': grpc.unary_unary_rpc_method_handler(
+                    servicer.ToolsChanged,
+                    request_deserializer=toolsearch_dot_v1_dot_indexer__pb2.ToolsChangedRequest.FromString,
+                    response_serializer=toolsearch_dot_v1_dot_indexer__pb2.ToolsChangedResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -595,6 +614,33 @@ class Indexer:
             '/toolsearch.v1.Indexer/SetLogLevel',
             toolsearch_dot_v1_dot_indexer__pb2.SetLogLevelRequest.SerializeToString,
             toolsearch_dot_v1_dot_indexer__pb2.SetLogLevelResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ToolsChanged(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/toolsearch.v1.Indexer/ToolsChanged',
+            toolsearch_dot_v1_dot_indexer__pb2.ToolsChangedRequest.SerializeToString,
+            toolsearch_dot_v1_dot_indexer__pb2.ToolsChangedResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -79,6 +79,11 @@ class IndexerStub:
     it (GetSession hands it back), and answers the backend sessions to pass the level on to.
     INVALID_ARGUMENT for a level that is not one of MCP's eight.
     """
+    ToolsChanged: _grpc.UnaryUnaryMultiCallable[_indexer_pb2.ToolsChangedRequest, _indexer_pb2.ToolsChangedResponse]
+    """A backend told one of the session's clients that its tools changed (notifications/tools/
+    list_changed): the replica that probes the backends lists it again soon, rather than at its next
+    probe. INVALID_ARGUMENT for a backend that is not configured.
+    """
 
 @_typing.type_check_only
 class IndexerAsyncStub(IndexerStub):
@@ -126,6 +131,11 @@ class IndexerAsyncStub(IndexerStub):
     """Keeps the log level a client set (logging/setLevel) with its session, so every replica applies
     it (GetSession hands it back), and answers the backend sessions to pass the level on to.
     INVALID_ARGUMENT for a level that is not one of MCP's eight.
+    """
+    ToolsChanged: _aio.UnaryUnaryMultiCallable[_indexer_pb2.ToolsChangedRequest, _indexer_pb2.ToolsChangedResponse]  # type: ignore[assignment]
+    """A backend told one of the session's clients that its tools changed (notifications/tools/
+    list_changed): the replica that probes the backends lists it again soon, rather than at its next
+    probe. INVALID_ARGUMENT for a backend that is not configured.
     """
 
 class IndexerServicer(metaclass=_abc_1.ABCMeta):
@@ -243,6 +253,17 @@ class IndexerServicer(metaclass=_abc_1.ABCMeta):
         """Keeps the log level a client set (logging/setLevel) with its session, so every replica applies
         it (GetSession hands it back), and answers the backend sessions to pass the level on to.
         INVALID_ARGUMENT for a level that is not one of MCP's eight.
+        """
+
+    @_abc_1.abstractmethod
+    def ToolsChanged(
+        self,
+        request: _indexer_pb2.ToolsChangedRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_indexer_pb2.ToolsChangedResponse, _abc.Awaitable[_indexer_pb2.ToolsChangedResponse]]:
+        """A backend told one of the session's clients that its tools changed (notifications/tools/
+        list_changed): the replica that probes the backends lists it again soon, rather than at its next
+        probe. INVALID_ARGUMENT for a backend that is not configured.
         """
 
 def add_IndexerServicer_to_server(servicer: IndexerServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
