@@ -2,16 +2,15 @@
 
 A probe is what discovery does (MCP `initialize` + `tools/list`), bounded by the health timeout;
 at most `max_concurrent_probes` run at once, and a probe's timeout starts once it holds a slot.
-`judge` turns the previous status and one outcome into the next status; `CircuitBreaker` decides
-whether a dead backend is probed at all; `HealthMonitor` runs one probe loop per backend, has the
-`BackendLister` probe it, and records each verdict in the `Registry`. When what sessions may see
+`HealthMonitor` runs one probe loop per backend, has the `BackendLister` probe it, judges the
+outcome (indexer/upkeep/verdicts.py: `judge`, the circuit breaker) and records each verdict in the
+`Registry`. When what sessions may see
 changes (a backend crossing the advertised line, or an advertised backend's tool list changing) it
-asks the fan-out's `Rebuilder` (`indexer.fanout`) for a rebuild pass, which gives the sessions their
+asks the `Rebuilder` (indexer/upkeep/rebuilds.py) for a rebuild pass, which gives the sessions their
 new index versions. A backend that tells a client its tools changed is probed at once
 (`probe_soon`), beside its cadence. With replicas sharing state, only the lease holder probes, and
 its `Replica` publishes each verdict for the others to adopt (and hands it the asks for an early
-probe that other replicas got). docs/health.md describes the statuses and
-transitions.
+probe that other replicas got). docs/health.md describes the statuses and transitions.
 """
 
 from __future__ import annotations
@@ -22,98 +21,26 @@ import logging
 import time
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Literal
 
 from indexer.backends.lister import BackendLister
 from indexer.errors import BackendError, BackendRejected, BackendUnavailable
 from indexer.state import Leadership
-from indexer.state.backends import ADVERTISED, Status
 from indexer.state.listings import Listing
 from indexer.upkeep.rebuilds import Rebuilder
 from indexer.upkeep.replica import Replica
+from indexer.upkeep.verdicts import CircuitBreaker, Clock, Outcome, answered, change_reason, judge
 from toolsearch.backend_settings import Backend
 from toolsearch.indexer_settings import Health
 from toolsearch.outgoing import per_caller
 
 logger = logging.getLogger(__name__)
 
-Outcome = Literal["ok", "rejected", "failed"]
-Circuit = Literal["closed", "open", "half-open"]
-Clock = Callable[[], float]
 Probe = Callable[[Backend, float], Awaitable[Listing]]
 
 # The listing's own deadline ends a probe; this later one only stops a probe that ignores it, so a
 # hanging backend never stalls its loop. Two deadlines at the same instant would race inside the SDK.
 _GUARD_SLACK = 1.0
 EARLY_GAP = 1.0  # seconds at least between two probes of one backend asked for by probe_soon
-
-
-def judge(previous: Status, failures: int, outcome: Outcome, latency: float, settings: Health) -> Status:
-    """The status after one probe, given the status and consecutive failures before it.
-
-    - An answer: `degraded` when slower than `degraded_latency`, or when the backend was not
-      advertised and had failed before (one interval on probation after recovering); else `healthy`.
-    - A 401/403 to the indexer's own credentials: `unauthenticated` at once (an answer, not a fault
-      that may pass).
-    - A failure: `unhealthy` once `unhealthy_after` failures are consecutive. Fewer keep an
-      advertised status, so one lost probe does not drop a backend; a backend that is not advertised
-      has nothing to keep and is `unhealthy` at once (so a backend down at startup is never advertised).
-    """
-    if outcome == "ok":
-        if latency > settings.degraded_latency:
-            return "degraded"
-        recovering = previous not in ADVERTISED and (previous != "unknown" or failures > 0)
-        return "degraded" if recovering else "healthy"
-    if outcome == "rejected":
-        return "unauthenticated"
-    if failures + 1 >= settings.unhealthy_after or previous not in ADVERTISED:
-        return "unhealthy"
-    return previous
-
-
-class CircuitBreaker:
-    """Closed (probe), open (skip probes for `cooldown` seconds), half-open (one trial probe)."""
-
-    def __init__(self, cooldown: float, clock: Clock = time.monotonic) -> None:
-        self.cooldown = cooldown
-        self._clock = clock
-        self.state: Circuit = "closed"
-        self._opened_at = 0.0
-
-    def allow(self) -> bool:
-        """Whether to probe now; an open breaker turns half-open once the cooldown has passed."""
-        if self.state == "open" and self._clock() - self._opened_at >= self.cooldown:
-            self.state = "half-open"
-        return self.state != "open"
-
-    def record(self, answered: bool, status: Status) -> None:
-        """Close on an answer; open when the backend turns unhealthy or a trial probe fails."""
-        if answered:
-            self.state = "closed"
-        elif self.state == "half-open" or status == "unhealthy":
-            self.state = "open"
-            self._opened_at = self._clock()
-
-
-def _reason(backend_id: str, before: Status, after: Status, tools_changed: bool) -> str | None:
-    """Why sessions need a new version after a verdict, or None when they do not."""
-    if (before in ADVERTISED) != (after in ADVERTISED):
-        if after in ADVERTISED:
-            return f"backend {backend_id} {'discovered' if before == 'unknown' else 'recovered'}"
-        return f"backend {backend_id} {after}"
-    if tools_changed and after in ADVERTISED:
-        return f"backend {backend_id} tool list changed"
-    return None
-
-
-def _answered(before: Status, after: Status, latency: float, settings: Health) -> str:
-    """Why an answer changed a backend's status: how fast it came, and what that means."""
-    answered = f"answered in {latency * 1000:.0f} ms"
-    if latency > settings.degraded_latency:
-        return f"{answered}, slower than health.degraded_latency ({settings.degraded_latency:g}s)"
-    if after == "degraded":
-        return f"{answered}, after failing: degraded for one interval"
-    return answered
 
 
 class HealthMonitor:
@@ -312,7 +239,7 @@ class HealthMonitor:
         if breaker is not None:
             breaker.record(outcome != "failed", after)
             self._registry.set_circuit(backend_id, breaker.state)
-        reason = _reason(backend_id, before, after, tools_changed)
+        reason = change_reason(backend_id, before, after, tools_changed)
         # every probe at debug (one per backend per interval); only a change of status at info
         logger.debug(
             "probe of %s: %s in %.0f ms, %s%s",
@@ -323,7 +250,7 @@ class HealthMonitor:
             f" ({error.reason})" if error else "",
         )
         if before != after:  # the one line a change gets, with its reason
-            why = error.reason if error else _answered(before, after, latency, self._settings)
+            why = error.reason if error else answered(before, after, latency, self._settings)
             logger.info("backend %s: %s -> %s: %s", backend_id, before, after, why)
         if reason is not None:
             self._rebuilder.request(reason)

@@ -26,8 +26,9 @@ from indexer.errors import BackendRejected, BackendUnavailable
 from indexer.state.backends import Status
 from indexer.state.listings import Listing
 from indexer.upkeep.health import _GUARD_SLACK as GUARD_SLACK
-from indexer.upkeep.health import CircuitBreaker, HealthMonitor, judge
+from indexer.upkeep.health import HealthMonitor
 from indexer.upkeep.rebuilds import Rebuilder, summarise
+from indexer.upkeep.verdicts import CircuitBreaker, judge
 from tests.support.waits import wait_for
 from toolsearch.backend_settings import Backend, BackendAuth
 from toolsearch.indexer_settings import CircuitBreaker as BreakerConfig
