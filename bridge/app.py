@@ -1,15 +1,18 @@
-"""The bridge: every stdio backend of a configuration, each served as Streamable HTTP on its own path.
+"""The bridge: every stdio and legacy SSE backend of a configuration, each served as Streamable HTTP.
 
-`create_app` builds, per stdio backend, the forwarding server (bridge/forwarding.py), the SDK's
-stateful session manager in front of it, the endpoint that picks the process (bridge/endpoints.py),
-and the process keeper (`Supervisor` for `isolation: shared`, `ProcessPool` for `per_session`,
-with a `Supervisor` of its own as its lister). Besides `/<backend id>/mcp` it serves `/healthz`
+`create_app` builds, per such backend, the forwarding server (bridge/forwarding.py), the SDK's
+stateful session manager in front of it, the endpoint that picks the upstream server
+(bridge/endpoints.py), and its keeper: for a stdio backend, `Supervisor` for `isolation: shared`,
+`ProcessPool` for `per_session` (with a `Supervisor` of its own as its lister); for a legacy SSE
+backend, a `ProcessPool` of event streams, one per session (bridge/legacy.py). Besides
+`/<backend id>/mcp` it serves `/healthz`
 (the bridge answers; every backend's state, as JSON) and `/readyz` (200 once each shared backend's
 and each lister's first start has succeeded or failed, so the indexer's first listing does not
-race the servers' start).
+race the servers' start; a legacy SSE backend starts nothing before its first session).
 
 Bounds: `bridge.max_sessions` sessions per backend (503 beyond) and `bridge.session_idle_timeout`
-(a per_session backend's sessions: its `idle_timeout`), the SDK's 4 MiB request bodies, each
+(a per_session backend's sessions: its `idle_timeout`; a legacy SSE backend's open streams: at most
+`bridge.max_sessions`), the SDK's 4 MiB request bodies, each
 backend's call `timeout` and `max_response_bytes`, and the connections uvicorn takes. Hosts: the
 listen address, the configured URL's host and loopback (DNS rebinding).
 """
@@ -34,9 +37,11 @@ from starlette.routing import Route
 
 from bridge.endpoints import PerSessionEndpoint, SharedEndpoint
 from bridge.forwarding import build_server
+from bridge.legacy import dial_of
+from bridge.links import Opener
 from bridge.listeners import Listeners
 from bridge.pool import ProcessPool
-from bridge.process import Launch, launch_of
+from bridge.process import launch_of
 from bridge.supervisor import Supervisor
 from bridge.upstream import UpstreamSettings
 from toolsearch.backend_settings import Backend, Bridge
@@ -51,10 +56,10 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class Served:
-    """One stdio backend as the bridge serves it."""
+    """One backend as the bridge serves it."""
 
     backend: Backend
-    launch: Launch
+    opener: Opener
     manager: StreamableHTTPSessionManager
     keeper: Supervisor | ProcessPool
 
@@ -69,6 +74,8 @@ class Served:
                 "last_error": keeper.last_error,
             }
         lister = keeper.lister
+        if lister is None:
+            return {"transport": "sse", "sessions": len(keeper), "starts": keeper.starts}
         return {
             "isolation": "per_session",
             "pids": keeper.pids(),
@@ -83,8 +90,9 @@ class Served:
         }
 
 
-def _first_start(keeper: Supervisor | ProcessPool) -> Supervisor:
-    """The process whose first start readiness waits for: a shared backend's, a per_session one's lister."""
+def _first_start(keeper: Supervisor | ProcessPool) -> Supervisor | None:
+    """The process whose first start readiness waits for: a shared backend's, a per_session one's
+    lister; None for a legacy SSE backend, which starts nothing before a session opens."""
     return keeper if isinstance(keeper, Supervisor) else keeper.lister
 
 
@@ -106,12 +114,14 @@ def security_of(bridge: Bridge) -> TransportSecuritySettings:
 
 
 def _serve(backend: Backend, bridge: Bridge, environ: Mapping[str, str]) -> Served:
-    launch = launch_of(backend, environ)
     settings = UpstreamSettings(
         start_timeout=bridge.start_timeout,
         call_timeout=backend.timeout,
         max_line_bytes=backend.max_response_bytes,
     )
+    if backend.sse_url is not None:
+        return _serve_legacy(backend, bridge, settings)
+    launch = launch_of(backend, environ)
     per_session = backend.isolation == "per_session"
     idle = backend.idle_timeout if per_session else bridge.session_idle_timeout
     manager = StreamableHTTPSessionManager(
@@ -131,16 +141,36 @@ def _serve(backend: Backend, bridge: Bridge, environ: Mapping[str, str]) -> Serv
     return Served(backend, launch, manager, keeper)
 
 
+def _serve_legacy(backend: Backend, bridge: Bridge, settings: UpstreamSettings) -> Served:
+    """A legacy SSE backend: an event stream per session, ended with the session."""
+    idle = bridge.session_idle_timeout
+    manager = StreamableHTTPSessionManager(
+        build_server(backend.id),
+        security_settings=security_of(bridge),
+        session_idle_timeout=idle,
+        max_sessions=bridge.max_sessions,
+    )
+    dial = dial_of(backend, idle)
+    keeper = ProcessPool(dial, settings, bridge.max_sessions, idle, None, "bridge.max_sessions")
+    return Served(backend, dial, manager, keeper)
+
+
+def _forwarded(backend: Backend) -> tuple[str, ...]:
+    """The header of a session's opening request its legacy server gets too: the backend's auth."""
+    return () if backend.sse_url is None or backend.auth.type == "none" else (backend.auth.header,)
+
+
 def create_app(config: Config, environ: Mapping[str, str]) -> Starlette:
-    """The bridge of a configuration's stdio backends; raises `LaunchError` for an unset variable."""
-    served = [_serve(b, config.bridge, environ) for b in config.backends if b.stdio]
+    """The bridge of a configuration's stdio and legacy SSE backends; raises `LaunchError` for an
+    unset variable."""
+    served = [_serve(b, config.bridge, environ) for b in config.backends if b.bridged]
     routes = []
     for one in served:
         keeper = one.keeper
         endpoint = (
             SharedEndpoint(keeper, one.manager)
             if isinstance(keeper, Supervisor)
-            else PerSessionEndpoint(keeper, one.manager, security_of(config.bridge))
+            else PerSessionEndpoint(keeper, one.manager, security_of(config.bridge), _forwarded(one.backend))
         )
         # an object, not a function: Starlette hands it the raw ASGI call
         routes.append(Route(f"/{one.backend.id}/mcp", endpoint, methods=["GET", "POST", "DELETE"]))
@@ -152,8 +182,9 @@ def create_app(config: Config, environ: Mapping[str, str]) -> Starlette:
 
     async def readyz(request: Request) -> Response:
         # one server that never answers holds nobody's readiness (toolsearch/readiness.py)
-        firsts = [_first_start(s.keeper) for s in served]
-        waiting = [s.backend.id for s, first in zip(served, firsts, strict=True) if first.tried_at is None]
+        pairs = [(s, first) for s in served if (first := _first_start(s.keeper)) is not None]
+        firsts = [first for _, first in pairs]
+        waiting = [s.backend.id for s, first in pairs if first.tried_at is None]
         started = since.get("keepers", anyio.current_time())
         done_at = [first.tried_at - started for first in firsts if first.tried_at is not None]
         if waited_enough(anyio.current_time() - started, done_at, len(waiting)):
@@ -174,9 +205,8 @@ def create_app(config: Config, environ: Mapping[str, str]) -> Starlette:
                     for one in served:
                         await managers.enter_async_context(one.manager.run())
                     for one in served:
-                        logger.info(
-                            "backend %s: %s, %s", one.backend.id, one.launch.describe(), one.backend.isolation
-                        )
+                        kind = "legacy SSE" if one.backend.sse_url else one.backend.isolation
+                        logger.info("backend %s: %s, %s", one.backend.id, one.opener.describe(), kind)
                     yield
             finally:
                 keepers.cancel_scope.cancel()

@@ -1,4 +1,4 @@
-"""The ASGI endpoint of one stdio backend, `/<backend id>/mcp`: the right process for each request.
+"""The ASGI endpoint of one backend, `/<backend id>/mcp`: the right upstream server for each request.
 
 In front of the backend's SDK session manager, each endpoint finds the `Channel` a request is
 served by and puts it in the request's scope for the forwarding handlers (bridge/forwarding.py):
@@ -6,10 +6,12 @@ served by and puts it in the request's scope for the forwarding handlers (bridge
 - `SharedEndpoint`: the backend's one process (`Supervisor`). While it is down and not about to
   come back, a request opening a session is answered 503 with the reason, so a health probe fails
   at once and cleanly instead of waiting.
-- `PerSessionEndpoint`: one process per session (`ProcessPool`). A request without a session id
+- `PerSessionEndpoint`: one server per session (`ProcessPool`). A request without a session id
   starts one (503 when `max_processes` run already, or when it does not start), and the session id
   the answer carries binds it before the answer is sent; later requests find it by that id (404
-  once it has ended: the client starts a new session), and a DELETE ends it.
+  once it has ended: the client starts a new session), and a DELETE ends it. For a legacy SSE
+  backend the session's event stream opens right then, with the opening request's auth header (a
+  stream the server refuses answers with the server's status: 401, 403...).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from starlette.types import Message, Receive, Scope, Send
 from bridge.forwarding import CHANNEL_KEY
 from bridge.pool import Lease, ProcessPool
 from bridge.supervisor import Supervisor
+from bridge.upstream import Unavailable
 
 _SESSION_HEADER = MCP_SESSION_ID_HEADER.encode()
 
@@ -85,10 +88,15 @@ class PerSessionEndpoint:
     """Each session of a per_session backend, served by its own process."""
 
     def __init__(
-        self, pool: ProcessPool, manager: StreamableHTTPSessionManager, security: TransportSecuritySettings
+        self,
+        pool: ProcessPool,
+        manager: StreamableHTTPSessionManager,
+        security: TransportSecuritySettings,
+        forwarded: tuple[str, ...] = (),
     ) -> None:
         self.pool = pool
         self.manager = manager
+        self.forwarded = forwarded  # the opening request's headers its server gets too (its auth)
         # the session manager checks Host and Origin too, but only after a process would have started
         self._guard = TransportSecurityMiddleware(security)
 
@@ -103,8 +111,8 @@ class PerSessionEndpoint:
             await _refuse(
                 send,
                 404,
-                "Session not found: unknown, or its stdio server has stopped (and its state with it): "
-                "initialize a new session",
+                f"Session not found: unknown, or its {self.pool.opener.what} has stopped (and its "
+                "state with it): initialize a new session",
                 INVALID_REQUEST,
             )
             return
@@ -120,22 +128,32 @@ class PerSessionEndpoint:
             await _refuse(
                 send,
                 400,
-                f"backend {self.pool.backend_id} runs one stdio server per session: open a session with "
-                "initialize (protocol 2025-11-25 or earlier) and send its Mcp-Session-Id",
+                f"backend {self.pool.backend_id} runs one {self.pool.opener.what} per session: open a "
+                "session with initialize (protocol 2025-11-25 or earlier) and send its Mcp-Session-Id",
                 INVALID_REQUEST,
             )
             return
         if (rejection := await self._guard.validate_request(Request(scope), is_post=True)) is not None:
             await rejection(scope, receive, send)
             return
-        if not self.pool.lister.accepting():  # the backend's command fails: so would the session's
-            await _refuse(send, 503, self.pool.lister.describe())
+        lister = self.pool.lister
+        if lister is not None and not lister.accepting():  # its command fails: so would the session's
+            await _refuse(send, 503, lister.describe())
             return
+        given = {name: value for name in self.forwarded if (value := headers.get(name)) is not None}
         try:
-            lease = await self.pool.open()
-        except MCPError as exc:  # the pool is full, or the process did not start
+            lease = await self.pool.open(given)
+        except MCPError as exc:  # the pool is full, or the bridge is stopping
             await _refuse(send, 503, exc.error.message)
             return
+        if lister is None:  # no lister answers for it: its own server starts now
+            try:
+                await self.pool.start(lease)
+            except MCPError as exc:  # the pool filled up meanwhile, or the server refused or failed
+                self.pool.release(lease, "its session did not open")
+                status = exc.status if isinstance(exc, Unavailable) else 503
+                await _refuse(send, status, exc.error.message)
+                return
         scope[CHANNEL_KEY] = lease
         binding = _Binding(send, self.pool, lease)
         try:

@@ -1,4 +1,4 @@
-"""A per_session backend's server processes: one for each bridge session, at most `max_processes`.
+"""A per_session backend's servers: one for each bridge session, at most `max_processes`.
 
 Some servers keep state that must not be shared between callers (a browser, a shell, a scratch
 memory). For those the bridge gives each session it issues a process of its own: `ProcessPool.open`
@@ -17,12 +17,18 @@ A `Lease` ends when its session ends (DELETE), when it has been idle for the bac
 `idle_timeout` (no request in flight, none for that long), or when its process exits. Its session
 then ends with it: the process held the session's state, so a request naming it is answered 404,
 and the client starts a new session, as MCP has it do for a session the server forgot.
+
+A legacy SSE backend's sessions are leases too, each its own event stream (bridge/legacy.py)
+rather than a process, at most `bridge.max_sessions` of them: the endpoint opens a session's stream
+at its `initialize`, with the auth header that request carried, so there is no lister (a stream
+costs a connection, not a process, and a backend listed per caller must be listed with each
+caller's credentials).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
 import anyio
@@ -31,8 +37,8 @@ from anyio.abc import TaskGroup, TaskStatus
 from mcp.server.session import ServerSession
 from mcp.shared.exceptions import MCPError
 
+from bridge.links import Opener, StartFailed
 from bridge.listeners import Listeners
-from bridge.process import Launch, StartFailed
 from bridge.supervisor import Supervisor
 from bridge.upstream import DESCRIBE_WAIT, Unavailable, Upstream, UpstreamSettings
 
@@ -54,8 +60,9 @@ class Lease:
     """One session's own server process, from its start (at the session's first request that is not
     a listing) to its end."""
 
-    def __init__(self, pool: ProcessPool, listeners: Listeners) -> None:
+    def __init__(self, pool: ProcessPool, listeners: Listeners, headers: Mapping[str, str]) -> None:
         self.backend_id = pool.backend_id
+        self.headers = headers  # what its server gets of the opening request (a legacy server's auth)
         self.session_id: str | None = None
         self.in_flight = 0
         self.last_used = anyio.current_time()
@@ -70,24 +77,26 @@ class Lease:
 
     @property
     def pid(self) -> int | None:
-        return self._upstream.process.pid if self._upstream is not None and not self.ended.is_set() else None
+        return self._upstream.link.pid if self._upstream is not None and not self.ended.is_set() else None
 
     async def upstream(self, method: str) -> Upstream:
         """The server that answers `method` for this session: its own process, started now if it is
         the session's first request that is not a listing; the backend's lister before that."""
-        if not self.started and method in LISTINGS | {"initialize"} and not self.ended.is_set():
-            return await self._pool.lister.upstream(method)
+        lister = self._pool.lister
+        listing = method in LISTINGS | {"initialize"}
+        if lister is not None and listing and not self.started and not self.ended.is_set():
+            return await lister.upstream(method)
         async with self._starting:
             if not self.started and not self.ended.is_set():
                 await self._pool.start(self)
         upstream = self._upstream
-        if upstream is None or self.ended.is_set() or upstream.process.ended.is_set():
+        if upstream is None or self.ended.is_set() or upstream.link.ended.is_set():
             if upstream is not None:
-                await upstream.process.settle(DESCRIBE_WAIT)
-            reason = self.reason or (upstream.process.exit_reason() if upstream else "") or "ended"
+                await upstream.link.settle(DESCRIBE_WAIT)
+            reason = self.reason or (upstream.link.exit_reason() if upstream else "") or "ended"
             raise Unavailable(
-                f"backend {self.backend_id}: this session's stdio server {reason}; the session's state "
-                "is gone with it: start a new session"
+                f"backend {self.backend_id}: this session's {self._pool.opener.what} {reason}; the "
+                "session's state is gone with it: start a new session"
             )
         return upstream
 
@@ -113,10 +122,10 @@ class Lease:
         if not self.started:  # no process to wait for: it ends here
             self.ended.set()
 
-    async def run(self, launch: Launch, settings: UpstreamSettings, *, task_status: TaskStatus[None]) -> None:
-        """Start the process (`task_status` once it answered initialize) and keep it until the end."""
+    async def run(self, opener: Opener, settings: UpstreamSettings, *, task_status: TaskStatus[None]) -> None:
+        """Start the server (`task_status` once it answered initialize) and keep it until the end."""
         try:
-            async with Upstream.open(launch, settings, self._listeners.deliver) as upstream:
+            async with Upstream.open(opener, settings, self._listeners.deliver, self.headers) as upstream:
                 self._upstream = upstream
                 task_status.started()
                 async with anyio.create_task_group() as tasks:
@@ -128,9 +137,9 @@ class Lease:
             self.ended.set()
 
     async def _stop_on_exit(self, upstream: Upstream) -> None:
-        await upstream.process.ended.wait()
-        await upstream.process.settle(1.0)
-        self.stop(upstream.process.exit_reason() or "closed its stdout")
+        await upstream.link.ended.wait()
+        await upstream.link.settle(1.0)
+        self.stop(upstream.link.exit_reason() or "closed its stdout")
 
 
 class ProcessPool:
@@ -138,18 +147,22 @@ class ProcessPool:
 
     def __init__(
         self,
-        launch: Launch,
+        opener: Opener,
         settings: UpstreamSettings,
         max_processes: int,
         idle_timeout: float,
-        lister: Supervisor,
+        lister: Supervisor | None,
+        limit: str = "max_processes",
     ) -> None:
-        self.backend_id = launch.backend_id
+        self.backend_id = opener.backend_id
+        self.opener = opener
         self.max_processes = max_processes
+        self.limit = limit  # the setting `max_processes` comes from, for messages
         self.idle_timeout = idle_timeout
-        self.lister = lister  # answers the listings of sessions whose own process has not started
-        self.starts = 0  # processes started for sessions, since the bridge started
-        self._launch = launch
+        # answers the listings of sessions whose own server has not started; None: each session's
+        # server starts at its initialize (a legacy SSE backend's)
+        self.lister = lister
+        self.starts = 0  # servers started for sessions, since the bridge started
         self._settings = settings
         self._leases: set[Lease] = set()
         self._by_session: dict[str, Lease] = {}
@@ -167,29 +180,31 @@ class ProcessPool:
 
     def _full(self) -> PoolFull:
         return PoolFull(
-            f"backend {self.backend_id}: all {self.max_processes} of its stdio server processes "
-            "(max_processes) serve other sessions; end an unused session or try again later"
+            f"backend {self.backend_id}: all {self.max_processes} of its {self.opener.many} "
+            f"({self.limit}) serve other sessions; end an unused session or try again later"
         )
 
     async def run(self) -> None:
         """Hold the processes and reap idle ones until cancelled; every process is stopped then."""
         async with anyio.create_task_group() as tasks:
             self._tasks = tasks
-            tasks.start_soon(self.lister.run)
+            if self.lister is not None:
+                tasks.start_soon(self.lister.run)
             try:
                 await self._reap()
             finally:
                 self._tasks = None
                 tasks.cancel_scope.cancel()
 
-    async def open(self) -> Lease:
-        """A lease for a session about to open (its process starts later); raises `PoolFull` when
-        `max_processes` run already, `Unavailable` when the bridge is stopping."""
+    async def open(self, headers: Mapping[str, str] | None = None) -> Lease:
+        """A lease for a session about to open (its server starts later; `headers`: what the server
+        gets of the opening request); raises `PoolFull` when `max_processes` run already,
+        `Unavailable` when the bridge is stopping."""
         if self._tasks is None:
             raise Unavailable(f"backend {self.backend_id}: the bridge is stopping")
         if self._running() >= self.max_processes:
             raise self._full()
-        lease = Lease(self, Listeners(self.backend_id, 1, self.idle_timeout))
+        lease = Lease(self, Listeners(self.backend_id, 1, self.idle_timeout), headers or {})
         self._leases.add(lease)
         return lease
 
@@ -206,11 +221,12 @@ class ProcessPool:
             with lease.in_use():
                 await self._tasks.start(self._hold, lease)
         except StartFailed as exc:
-            raise Unavailable(f"backend {self.backend_id}: its stdio server did not start: {exc}") from None
+            message = f"backend {self.backend_id}: its {self.opener.what} did not start: {exc}"
+            raise Unavailable(message, exc.status or 503) from None
 
     async def _hold(self, lease: Lease, *, task_status: TaskStatus[None]) -> None:
         try:
-            await lease.run(self._launch, self._settings, task_status=task_status)
+            await lease.run(self.opener, self._settings, task_status=task_status)
         finally:
             self._forget(lease)
 
@@ -220,8 +236,9 @@ class ProcessPool:
             del self._by_session[lease.session_id]
             if lease.started:
                 logger.info(
-                    "backend %s: the stdio server of session %s stopped: %s",
+                    "backend %s: the %s of session %s stopped: %s",
                     self.backend_id,
+                    self.opener.what,
                     lease.session_id[:8],
                     lease.reason or "the bridge is stopping",
                 )

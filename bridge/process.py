@@ -26,9 +26,10 @@ import shlex
 import signal
 import subprocess
 from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager, suppress
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import anyio
 import mcp_types as types
@@ -39,6 +40,7 @@ from mcp.os.posix.utilities import terminate_posix_process_tree
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
+from bridge.links import Link, Reads, StartFailed, Writes
 from bridge.stderr import LogBudget, StderrLog
 from toolsearch.backend_settings import ENV_REFERENCE, Backend
 
@@ -50,12 +52,6 @@ EXIT_POLL = 0.05  # seconds between looks at whether the process has exited
 
 Incoming = MemoryObjectSendStream[SessionMessage | Exception]
 Outgoing = MemoryObjectReceiveStream[SessionMessage]
-# a started process with the streams a ClientSession reads from and writes to
-Started = tuple[
-    "ServerProcess",
-    MemoryObjectReceiveStream[SessionMessage | Exception],
-    MemoryObjectSendStream[SessionMessage],
-]
 
 
 class LaunchError(ValueError):
@@ -72,9 +68,18 @@ class Launch:
     env: Mapping[str, str]
     cwd: Path | None
 
+    what: ClassVar[str] = "stdio server"
+    many: ClassVar[str] = "stdio server processes"
+
     def describe(self) -> str:
         """The command line as configured, for messages (never the environment)."""
         return shlex.join([self.command, *self.args])
+
+    def open(
+        self, max_message_bytes: int, headers: Mapping[str, str]
+    ) -> AbstractAsyncContextManager[tuple[Link, Reads, Writes]]:
+        """Start the process (`headers` are an HTTP server's business: a pipe has none)."""
+        return ServerProcess.run(self, max_message_bytes)
 
 
 def launch_of(backend: Backend, environ: Mapping[str, str]) -> Launch:
@@ -91,10 +96,6 @@ def launch_of(backend: Backend, environ: Mapping[str, str]) -> Launch:
             )
         env[name] = ENV_REFERENCE.sub(lambda m: environ[m.group(1)], value)
     return Launch(backend.id, backend.command, tuple(backend.args), env, backend.cwd)
-
-
-class StartFailed(RuntimeError):
-    """A stdio server that could not be started, or did not become an MCP server; says why."""
 
 
 class ServerProcess:
@@ -148,7 +149,7 @@ class ServerProcess:
 
     @classmethod
     @asynccontextmanager
-    async def run(cls, launch: Launch, max_line_bytes: int) -> AsyncIterator[Started]:
+    async def run(cls, launch: Launch, max_line_bytes: int) -> AsyncIterator[tuple[Link, Reads, Writes]]:
         try:
             process = await anyio.open_process(
                 [launch.command, *launch.args],

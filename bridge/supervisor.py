@@ -19,8 +19,9 @@ from typing import Literal
 import anyio
 from mcp.server.session import ServerSession
 
+from bridge.links import StartFailed
 from bridge.listeners import Listeners
-from bridge.process import Launch, StartFailed
+from bridge.process import Launch
 from bridge.upstream import Unavailable, Upstream, UpstreamSettings
 
 logger = logging.getLogger(__name__)
@@ -66,7 +67,7 @@ class Supervisor:
     @property
     def pid(self) -> int | None:
         """The running server's process id, if one runs."""
-        return self._upstream.process.pid if self._upstream is not None else None
+        return self._upstream.link.pid if self._upstream is not None else None
 
     def accepting(self) -> bool:
         """Whether a new session may open now (the server is up, starting, or about to be)."""
@@ -139,16 +140,16 @@ class Supervisor:
                 logger.info(
                     "backend %s: stdio server started (pid %d): %s",
                     self.backend_id,
-                    upstream.process.pid,
+                    upstream.link.pid,
                     self._launch.describe(),
                 )
                 self._tried()
                 self._set("ready", upstream)
-                await upstream.process.ended.wait()
+                await upstream.link.ended.wait()
                 self._retry_at, self._back_soon = anyio.current_time() + FIRST_DELAY, True
                 self._set("waiting")
-                await upstream.process.settle(1.0)
-                return upstream.process.exit_reason() or "closed its stdout", True
+                await upstream.link.settle(1.0)
+                return upstream.link.exit_reason() or "closed its stdout", True
         except StartFailed as exc:
             return f"did not start: {exc}", False
         except Exception as exc:  # whatever it was, the loop must go on: the next start may work

@@ -1,7 +1,8 @@
-"""A started stdio server as an MCP client session: what the bridge's handlers forward requests to.
+"""An upstream server as an MCP client session: what the bridge's handlers forward requests to.
 
-`Upstream.open` starts the process and runs the initialize handshake within `start_timeout`; a
-server that exits first, writes only noise or never answers fails with `StartFailed`, saying which.
+`Upstream.open` opens its link (a stdio server's process, or a legacy SSE server's event stream:
+bridge/links.py) and runs the initialize handshake within `start_timeout`; a server that exits or
+refuses first, writes only noise or never answers fails with `StartFailed`, saying which.
 `forward` sends one request as it came (its raw params, less the caller's progress token: progress
 is relayed through a token of our own) and waits at most the backend's call timeout, covering the
 write too, since a server that stops reading its stdin would otherwise hold the request forever.
@@ -26,7 +27,7 @@ from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from bridge.callers import Caller, Callers
-from bridge.process import Launch, ServerProcess, StartFailed
+from bridge.links import Link, Opener, StartFailed
 from toolsearch.outgoing import VERSION
 
 logger = logging.getLogger(__name__)
@@ -42,18 +43,20 @@ Notify = Callable[[types.ServerNotification], None]
 
 @dataclass(frozen=True, slots=True)
 class UpstreamSettings:
-    """What every stdio server of one backend is held to."""
+    """What every upstream server of one backend is held to."""
 
     start_timeout: float  # seconds to start and answer initialize
     call_timeout: float  # seconds for any other request
-    max_line_bytes: int  # the largest message it may write
+    max_line_bytes: int  # the largest message it may send
 
 
 class Unavailable(MCPError):
-    """A backend's server is not running (or no longer); the message says why."""
+    """A backend's server is not running (or no longer); the message says why, `status` how a request
+    opening a session is answered (503, or the status a legacy server refused its stream with)."""
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, status: int = 503) -> None:
         super().__init__(types.INTERNAL_ERROR, message)
+        self.status = status
 
 
 class RawResult(BaseModel):
@@ -79,17 +82,19 @@ def _outbound(params: Mapping[str, Any] | None) -> dict[str, Any] | None:
 
 
 class Upstream:
-    """One initialized stdio server: its process, its session, what it said it is."""
+    """One initialized upstream server: its link (process or connection), its session, what it said it is."""
 
     def __init__(
         self,
-        process: ServerProcess,
+        opener: Opener,
+        link: Link,
         session: ClientSession,
         init: types.InitializeResult,
         timeout: float,
         callers: Callers,
     ) -> None:
-        self.process = process
+        self.opener = opener
+        self.link = link
         self.init = init
         self._session = session
         self.timeout = timeout  # seconds for each request
@@ -97,14 +102,20 @@ class Upstream:
 
     @property
     def backend_id(self) -> str:
-        return self.process.launch.backend_id
+        return self.opener.backend_id
 
     @classmethod
     @asynccontextmanager
     async def open(
-        cls, launch: Launch, settings: UpstreamSettings, on_notification: Notify
+        cls,
+        opener: Opener,
+        settings: UpstreamSettings,
+        on_notification: Notify,
+        headers: Mapping[str, str] | None = None,
     ) -> AsyncIterator[Upstream]:
-        callers = Callers(launch.backend_id)
+        """Open and initialize; `headers`: what the server must get of the bridge session's opening
+        request (a legacy server's auth header)."""
+        callers = Callers(opener.backend_id)
 
         async def handle(message: IncomingMessage) -> None:
             if isinstance(message, types.LoggingMessageNotification) and await callers.log(message):
@@ -116,7 +127,7 @@ class Upstream:
 
         # Raised once the process is stopped: from inside, the task groups would wrap it in a group.
         failure: StartFailed | None = None
-        async with ServerProcess.run(launch, settings.max_line_bytes) as (process, reads, writes):
+        async with opener.open(settings.max_line_bytes, headers or {}) as (link, reads, writes):
             session = ClientSession(
                 reads,
                 writes,
@@ -128,11 +139,11 @@ class Upstream:
             )
             async with session:
                 try:
-                    init = await _initialize(process, session, settings.start_timeout)
+                    init = await _initialize(link, session, settings.start_timeout)
                 except StartFailed as exc:
                     failure = exc
                 else:
-                    yield cls(process, session, init, settings.call_timeout, callers)
+                    yield cls(opener, link, session, init, settings.call_timeout, callers)
         if failure is not None:
             raise failure
 
@@ -160,17 +171,17 @@ class Upstream:
             if exc.code == types.REQUEST_TIMEOUT:
                 raise self._timed_out(method) from None
             if exc.code == types.CONNECTION_CLOSED:
-                await self.process.settle(DESCRIBE_WAIT)
-                reason = self.process.exit_reason() or "closed the connection"
+                await self.link.settle(DESCRIBE_WAIT)
+                reason = self.link.exit_reason() or "closed the connection"
                 raise MCPError(
                     types.INTERNAL_ERROR,
-                    f"backend {self.backend_id}: the stdio server {reason} while answering {method}",
+                    f"backend {self.backend_id}: the {self.opener.what} {reason} while answering {method}",
                 ) from None
             raise
         except ValidationError:
             raise MCPError(
                 types.INTERNAL_ERROR,
-                f"backend {self.backend_id}: the stdio server answered {method} with a result that "
+                f"backend {self.backend_id}: the {self.opener.what} answered {method} with a result that "
                 "does not fit the protocol",
             ) from None
         return dict(result.model_extra or {})
@@ -178,23 +189,22 @@ class Upstream:
     def _timed_out(self, method: str) -> MCPError:
         return MCPError(
             types.REQUEST_TIMEOUT,
-            f"backend {self.backend_id}: the stdio server did not answer {method} within {self.timeout:g}s",
+            f"backend {self.backend_id}: the {self.opener.what} did not answer {method} "
+            f"within {self.timeout:g}s",
         )
 
 
-async def _initialize(
-    process: ServerProcess, session: ClientSession, timeout: float
-) -> types.InitializeResult:
+async def _initialize(link: Link, session: ClientSession, timeout: float) -> types.InitializeResult:
     """The handshake within `timeout`, or `StartFailed` saying what the server did instead."""
     try:
         with anyio.fail_after(timeout):
             return await session.initialize()
     except TimeoutError:
-        raise StartFailed(f"did not answer initialize within {timeout:g}s{process.noise_note()}") from None
+        raise StartFailed(f"did not answer initialize within {timeout:g}s{link.noise_note()}") from None
     except MCPError as exc:
-        await process.settle(DESCRIBE_WAIT)
-        if reason := process.exit_reason():
-            raise StartFailed(f"{reason} before answering initialize{process.noise_note()}") from None
+        await link.settle(DESCRIBE_WAIT)
+        if reason := link.exit_reason():
+            raise StartFailed(f"{reason} before answering initialize{link.noise_note()}") from None
         raise StartFailed(f"refused initialize: {exc.error.message}") from None
     except (RuntimeError, ValidationError) as exc:
         raise StartFailed(f"answered initialize with something unusable ({exc})"[:300]) from None

@@ -1,4 +1,4 @@
-"""`toolsearch bridge`: a configuration's stdio backends, served as Streamable HTTP (`bridge.app.serve`)."""
+"""`toolsearch bridge`: the stdio and legacy SSE backends of a configuration, as Streamable HTTP."""
 
 from __future__ import annotations
 
@@ -17,8 +17,12 @@ from toolsearch.tracing import configure_tracing
 
 def run(args: argparse.Namespace) -> int:
     config = load_config(Path(args.config), os.environ)
-    if not any(backend.stdio for backend in config.backends):
-        print(f"bridge: {args.config} has no stdio backends (backends with a command)", file=sys.stderr)
+    if not any(backend.bridged for backend in config.backends):
+        print(
+            f"bridge: {args.config} has no backends for the bridge (stdio ones, with a command, or "
+            "legacy SSE ones, with transport: sse)",
+            file=sys.stderr,
+        )
         return 2
     configure_logging(args.log_level, args.log_format)
     configure_tracing("toolsearch-bridge", os.environ)  # off unless OTEL_* says where spans go
@@ -32,7 +36,9 @@ def run(args: argparse.Namespace) -> int:
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register `toolsearch bridge`."""
     parser = subparsers.add_parser(
-        "bridge", help="run the configuration's stdio backends, each served as Streamable HTTP"
+        "bridge",
+        help="run the configuration's stdio backends and hold its legacy SSE ones' sessions, each served "
+        "as Streamable HTTP",
     )
     add_config(parser)
     add_logging(parser)

@@ -1,11 +1,11 @@
 """`toolsearch up`: every process a configuration describes, started in order and supervised.
 
-The bridge first when the file has stdio backends (it runs them), then catalog servers, then the
-indexer (which lists them all), then the router (which needs the indexer). Before anything starts,
-every port the file listens on must be free: a port in use is one line naming the port, the part
-and its key, and nothing is started (a process of an earlier run still listening would otherwise
-answer the readiness checks). Each part then runs in a session of its own (commands/supervisor.py),
-so the terminal's signals reach `up` alone, and `up` decides:
+The bridge first when the file has stdio or legacy SSE backends (it serves them), then catalog
+servers, then the indexer (which lists them all), then the router (which needs the indexer).
+Before anything starts, every port the file listens on must be free: a port in use is one line
+naming the port, the part and its key, and nothing is started (a process of an earlier run still
+listening would otherwise answer the readiness checks). Each part then runs in a session of its
+own (commands/supervisor.py), so the terminal's signals reach `up` alone, and `up` decides:
 
 - Ctrl-C or SIGTERM: every part is stopped, newest first; exit 0.
 - SIGHUP (`kill -HUP`): a reload. The indexer rereads the file (its backends, docs/health.md); the
@@ -73,7 +73,7 @@ def _grpc_ready(address: str, security: ChannelSecurity) -> Callable[[], bool]:
 
 def listen_addresses(config: Config) -> list[tuple[str, str, str]]:
     """(part, key, HOST:PORT) of everything `up` would start, in start order."""
-    addresses = [("bridge", "bridge.listen", config.bridge.listen)] if _has_stdio(config) else []
+    addresses = [("bridge", "bridge.listen", config.bridge.listen)] if _has_bridged(config) else []
     addresses += [
         (f"catalog server {n}", f"catalog_servers[{n}].listen", server.listen)
         for n, server in enumerate(config.catalog_servers)
@@ -87,8 +87,9 @@ def listen_addresses(config: Config) -> list[tuple[str, str, str]]:
     return addresses
 
 
-def _has_stdio(config: Config) -> bool:
-    return any(backend.stdio for backend in config.backends)
+def _has_bridged(config: Config) -> bool:
+    """Whether the file has backends the bridge serves: stdio servers, legacy SSE servers."""
+    return any(backend.bridged for backend in config.backends)
 
 
 def ports_problem(config: Config) -> str | None:
@@ -131,7 +132,7 @@ def run(config: Config, config_path: Path, logs: LogSettings = DEFAULT_LOGS) -> 
     supervisor = Supervisor(READY_TIMEOUT, reload_note=RELOAD_NOTE.format(path=config_path))
     with supervisor.signals():
         try:
-            if _has_stdio(config):
+            if _has_bridged(config):
                 # ready once each shared stdio server has started (or failed to): before the indexer lists
                 bridge_ready = _http_ready(f"{config.bridge.base_url()}/readyz")
                 bridge_args = ["bridge", "--config", str(config_path), *logs.args()]

@@ -110,7 +110,9 @@ class Backend(Section):
     """A backend MCP server: an HTTP endpoint (`url`), or a stdio server the bridge runs (`command`).
 
     A stdio backend's `url` is not written in the file: `load_config` derives it from the `bridge`
-    section (`bridge_url`), so everything but the bridge reaches it like any HTTP backend.
+    section (`bridge_url`), so everything but the bridge reaches it like any HTTP backend. A legacy
+    SSE backend (`transport: sse`) is served by the bridge too, which keeps one event stream per
+    session: `load_config` moves its endpoint to `sse_url` and points `url` at the bridge.
     """
 
     id: BackendId
@@ -119,6 +121,8 @@ class Backend(Section):
     url: str = Field(default="", validate_default=True)
     # how `url` speaks MCP: Streamable HTTP, or the legacy HTTP+SSE transport (protocol 2024-11-05)
     transport: Literal["streamable_http", "sse"] = "streamable_http"
+    # a legacy SSE endpoint the bridge holds sessions with, `url` being the bridge's (set on loading)
+    sse_url: str | None = None
     args: list[str] = []
     env: dict[str, str] = {}  # merged over a minimal inherited environment; values may hold ${NAME}
     cwd: Path | None = None
@@ -160,12 +164,21 @@ class Backend(Section):
                 raise ValueError(f"{', '.join(given)}: for stdio backends (command) only")
         elif self.transport != "streamable_http":
             raise ValueError("transport: for url backends only (the bridge serves stdio servers)")
+        if self.sse_url is not None:
+            check_http_url(self.sse_url)
+            if self.command is not None or self.transport != "streamable_http":
+                raise ValueError("sse_url: set on loading a transport: sse backend; write url and transport")
         return self
 
     @property
     def stdio(self) -> bool:
         """Whether the bridge runs this backend as a child process."""
         return self.command is not None
+
+    @property
+    def bridged(self) -> bool:
+        """Whether the bridge serves this backend: a stdio server, or a legacy SSE server's sessions."""
+        return self.command is not None or self.transport == "sse" or self.sse_url is not None
 
 
 class CatalogServer(Section):

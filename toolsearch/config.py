@@ -171,7 +171,7 @@ def parse_config(raw: object, path: Path, env: Mapping[str, str] | None = None) 
         )
     except ValidationError as exc:
         raise ConfigError(_format_error(exc, path)) from None
-    return _with_stdio_urls(resolved, base)
+    return _with_bridge_urls(resolved, base)
 
 
 def _add_imported_backends(raw: dict[str, object], path: Path) -> None:
@@ -207,21 +207,24 @@ def _add_imported_backends(raw: dict[str, object], path: Path) -> None:
     raw["backends"] = backends
 
 
-def _with_stdio_urls(config: Config, base: Path) -> Config:
-    """`config` with each stdio backend's cwd resolved and its url pointing at the bridge."""
-    if not any(backend.stdio for backend in config.backends):
+def _bridged(backend: Backend, config: Config, base: Path) -> Backend:
+    """A backend the bridge serves, as the rest of toolsearch reaches it: at the bridge, over
+    Streamable HTTP (a legacy SSE server's endpoint kept in `sse_url`, for the bridge)."""
+    if backend.stdio:
+        cwd = None if backend.cwd is None else _resolve(base, backend.cwd)
+        return backend.model_copy(update={"url": bridge_url(config.bridge, backend.id), "cwd": cwd})
+    if backend.transport == "sse":
+        url = bridge_url(config.bridge, backend.id)
+        return backend.model_copy(update={"url": url, "transport": "streamable_http", "sse_url": backend.url})
+    return backend
+
+
+def _with_bridge_urls(config: Config, base: Path) -> Config:
+    """`config` with each stdio backend's cwd resolved, and each backend the bridge serves (stdio,
+    legacy SSE) reached at the bridge."""
+    if not any(backend.bridged for backend in config.backends):
         return config
-    backends = [
-        backend.model_copy(
-            update={
-                "url": bridge_url(config.bridge, backend.id),
-                "cwd": None if backend.cwd is None else _resolve(base, backend.cwd),
-            }
-        )
-        if backend.stdio
-        else backend
-        for backend in config.backends
-    ]
+    backends = [_bridged(backend, config, base) for backend in config.backends]
     return config.model_copy(update={"backends": backends})
 
 

@@ -8,7 +8,9 @@ Reading it here rather than in the SDK is what bounds memory: an answer over the
 whole, and the connection it came on is dropped instead of drained. Other requests (the SDK's GET
 stream, DELETE), and a POST whose request carries the `STREAMED` extension (a call whose
 notifications are passed on as they arrive), stream through under the same count and raise
-`ResponseTooLarge` past the limit.
+`ResponseTooLarge` past the limit. A transport made `per_event` counts a streamed answer one
+server-sent event at a time instead, for an event stream that lasts as long as a session (the
+bridge's legacy SSE sessions): each event may weigh `limit`, the stream as a whole anything.
 
 Compression would let a small answer grow past the bound after it was counted, so requests ask for
 `identity`; gzip or deflate sent anyway is decoded here and counted decoded, any other encoding is
@@ -25,6 +27,7 @@ import httpx2
 
 # Decompressed bytes produced per step: a small compressed chunk cannot expand all at once.
 _DECODE_STEP = 64 * 1024
+_EVENT_ENDS = (b"\n\n", b"\r\n\r\n", b"\r\r")  # a blank line ends a server-sent event
 STREAMED = "toolsearch.streamed"  # a request extension: stream this POST's answer under the count
 
 
@@ -75,9 +78,10 @@ def _stand_in(message: str) -> httpx2.Response:
 class BoundedTransport(httpx2.AsyncBaseTransport):
     """`inner` with every answer cut at `limit` bytes; `exceeded` is set once one was."""
 
-    def __init__(self, inner: httpx2.AsyncBaseTransport, limit: int) -> None:
+    def __init__(self, inner: httpx2.AsyncBaseTransport, limit: int, per_event: bool = False) -> None:
         self._inner = inner
         self.limit = limit
+        self.per_event = per_event  # a streamed answer's count starts again at each event's end
         self.exceeded = False
 
     def _too_large(self) -> httpx2.Response:
@@ -134,12 +138,19 @@ class _Counted(httpx2.AsyncByteStream):
         self._owner = owner
         self._decoder = decoder
         self._seen = 0
+        self._tail = b""  # the last bytes seen, for an event's end split across chunks
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         limit = self._owner.limit
         async for chunk in self._raw:
             data = chunk if self._decoder is None else self._decoder.decode(chunk, limit - self._seen)
-            self._seen += len(data)
+            if self._owner.per_event:
+                window = self._tail + data
+                ends = [at + len(mark) for mark in _EVENT_ENDS if (at := window.rfind(mark)) >= 0]
+                self._seen = len(window) - max(ends) if ends else self._seen + len(data)
+                self._tail = window[-3:]
+            else:
+                self._seen += len(data)
             if self._seen > limit:
                 self._owner.exceeded = True
                 raise ResponseTooLarge(f"the answer is larger than {limit} bytes")

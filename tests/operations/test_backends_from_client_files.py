@@ -79,7 +79,9 @@ def test_a_claude_desktop_file_becomes_stdio_and_remote_backends(tmp_path: Path)
     assert launch.env["PATH"] == "/usr/bin"
     assert "ghp_secret" not in launch.describe()
     remote = backends["remote"]
-    assert (remote.url, remote.transport, remote.command) == ("https://mcp.example.com/sse", "sse", None)
+    assert (remote.sse_url, remote.command) == ("https://mcp.example.com/sse", None)
+    # a legacy SSE server: the bridge holds its sessions, and everything else reaches it there
+    assert (remote.url, remote.transport) == ("http://127.0.0.1:9300/remote/mcp", "streamable_http")
 
 
 def test_a_vs_code_file_becomes_backends_with_a_header_from_the_environment(tmp_path: Path) -> None:
@@ -193,7 +195,7 @@ def test_files_as_clients_keep_them_are_imported_and_the_client_keys_named_in_on
         45,
     )
     assert backends["time"].timeout == 30  # the default, where the file says none
-    assert (backends["search"].transport, backends["search"].url) == ("sse", "https://search.example.com/sse")
+    assert backends["search"].sse_url == "https://search.example.com/sse"
     lines = {r.getMessage().partition(": ")[0]: r.getMessage() for r in caplog.records}
     assert lines == {
         str(tmp_path / "claude.json"): f"{tmp_path / 'claude.json'}: ignored what only its client acts on: "

@@ -8,7 +8,6 @@ when asked for, a second router in front of the same indexer.
 from __future__ import annotations
 
 import asyncio
-import socket
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -16,17 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from commands.ports import free_port
-from tests.support.processes import start_process
+from tests.support.processes import port_accepts, start_process
 from tests.support.routers import LightStack, another_router, light_stack
 from tests.support.waits import wait_for
 
 ASKING_SERVER = Path(__file__).parent / "asking_server.py"
-
-
-def _accepts(port: int) -> bool:
-    with socket.socket() as probe:
-        probe.settimeout(0.5)
-        return probe.connect_ex(("127.0.0.1", port)) == 0
 
 
 @asynccontextmanager
@@ -38,7 +31,7 @@ async def asking_stack(
     port = free_port()
     server = await asyncio.to_thread(start_process, [sys.executable, str(ASKING_SERVER), str(port)], None)
     try:
-        await wait_for(lambda: _accepts(port) or server.returncode is not None)
+        await wait_for(lambda: port_accepts(port) or server.returncode is not None)
         backend = {"id": "asking", "url": f"http://127.0.0.1:{port}/mcp/", "timeout": timeout}
         async with light_stack(folder, backends=[backend], indexer=indexer) as stack:
             yield stack

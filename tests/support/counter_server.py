@@ -1,30 +1,63 @@
-"""A stateful stdio MCP server made with the SDK's `MCPServer` (FastMCP), as people write them.
+"""A stateful MCP server made with the SDK's `MCPServer` (FastMCP), as people write them.
 
-    python tests/support/counter_server.py
+    python tests/support/counter_server.py            # over stdio
+    python tests/support/counter_server.py sse PORT   # over the legacy HTTP+SSE transport
+    COUNTER_KEY=k python tests/support/counter_server.py sse PORT   # ... asking for X-Api-Key: k
 
-One tool, `increment`, adds one to a counter the process keeps and answers the new count and the
-process id (`{"count": 2, "pid": 4242}`): a caller that shares a process with another sees the
-other's increments, and one whose process was replaced sees its count start again at 1.
+One tool, `increment`, adds one to a counter and answers the new count and the process id
+(`{"count": 2, "pid": 4242}`). Over stdio the process keeps one counter: a caller that shares a
+process with another sees the other's increments, and one whose process was replaced sees its count
+start again at 1. Over SSE each session (each open event stream) keeps its own, as a server that
+holds per-session state does: a caller whose session was replaced sees its count start again at 1.
+With `COUNTER_KEY` set, every request without that `X-Api-Key` is answered 401.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import sys
+from typing import Any
 
-from mcp.server.mcpserver import MCPServer
+import uvicorn
+from mcp.server.mcpserver import Context, MCPServer
+from starlette.datastructures import Headers
+from starlette.responses import PlainTextResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 server = MCPServer("counter")
-count = 0
+counts: dict[str, int] = {}  # one counter for the process (key ""), or one per SSE session
+per_session = False  # whether each session keeps its own
 
 
 @server.tool()
-def increment() -> str:
+def increment(ctx: Context[Any, Any]) -> str:
     """Add one to this process's counter and answer the new count."""
-    global count  # noqa: PLW0603  # the process's state is the point of the server
-    count += 1
-    return json.dumps({"count": count, "pid": os.getpid()})
+    request = ctx.request_context.request
+    # the legacy transport names its session in every POST's query
+    key = request.query_params.get("session_id", "") if per_session and request is not None else ""
+    counts[key] = counts.get(key, 0) + 1
+    return json.dumps({"count": counts[key], "pid": os.getpid()})
+
+
+def keyed(app: ASGIApp, key: str) -> ASGIApp:
+    """`app`, answering 401 to every request without `X-Api-Key: key`."""
+
+    async def guarded(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and Headers(scope=scope).get("x-api-key") != key:
+            await PlainTextResponse("a key, please", 401)(scope, receive, send)
+            return
+        await app(scope, receive, send)
+
+    return guarded
 
 
 if __name__ == "__main__":
-    server.run("stdio")
+    if sys.argv[1:2] == ["sse"]:
+        per_session = True
+        app = server.sse_app()
+        if key := os.environ.get("COUNTER_KEY"):
+            app = keyed(app, key)
+        uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[2]), log_level="warning")
+    else:
+        server.run("stdio")

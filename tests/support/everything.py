@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import socket
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -17,18 +16,12 @@ from typing import Any
 
 from commands.ports import free_port
 from tests.support.bridges import EVERYTHING
-from tests.support.processes import Proc, start_process
+from tests.support.processes import Proc, port_accepts, start_process
 from tests.support.routers import LightStack, light_stack
 from tests.support.waits import WAIT
 
 _OPENED = re.compile(r"Session initialized with ID: (\S+)")
 _ENDED = re.compile(r"Received session termination request for session (\S+)")
-
-
-def _accepts(port: int) -> bool:
-    with socket.socket() as probe:
-        probe.settimeout(0.5)
-        return probe.connect_ex(("127.0.0.1", port)) == 0
 
 
 class Everything:
@@ -42,7 +35,7 @@ class Everything:
     def _start(self) -> Proc:
         proc = start_process(["node", str(EVERYTHING), "streamableHttp"], None, env={"PORT": str(self.port)})
         deadline = time.monotonic() + WAIT
-        while not _accepts(self.port):
+        while not port_accepts(self.port):
             if proc.returncode is not None or time.monotonic() > deadline:
                 proc.stop()
                 raise RuntimeError(f"server-everything did not listen on {self.port}:\n{proc.output()}")

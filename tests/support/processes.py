@@ -18,6 +18,7 @@ import contextlib
 import http.client
 import os
 import signal
+import socket
 import subprocess
 import tempfile
 import time
@@ -102,6 +103,13 @@ class Proc:
         self, kind: type[BaseException] | None, value: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.stop()
+
+
+def port_accepts(port: int) -> bool:
+    """Whether something accepts connections on 127.0.0.1:`port` now."""
+    with socket.socket() as probe:
+        probe.settimeout(0.5)
+        return probe.connect_ex(("127.0.0.1", port)) == 0
 
 
 def url_answers(url: str, timeout: float = 1.0) -> bool:

@@ -196,6 +196,24 @@ async def test_a_declared_or_streamed_answer_over_the_limit_becomes_a_jsonrpc_er
         await read(get, "GET")
 
 
+async def test_an_event_stream_counted_per_event_may_run_long_but_no_event_may_be_large() -> None:
+    def events(*sizes: int) -> httpx2.MockTransport:
+        async def chunks() -> AsyncIterator[bytes]:
+            for size in sizes:  # each event split across two chunks, its blank line too
+                event = b"data: " + b"x" * size + b"\r\n\r\n"
+                yield event[: len(event) - 3]
+                yield event[len(event) - 3 :]
+
+        return httpx2.MockTransport(lambda request: httpx2.Response(200, content=chunks()))
+
+    many = BoundedTransport(events(*[900] * 100), limit=1000, per_event=True)  # 90 kB in all
+    assert len((await read(many, "GET")).content) == 100 * 910
+    one_large = BoundedTransport(events(900, 1200, 900), limit=1000, per_event=True)
+    with pytest.raises(ResponseTooLarge):
+        await read(one_large, "GET")
+    assert one_large.exceeded
+
+
 async def test_compression_is_counted_decompressed() -> None:
     bomb = gzip.compress(b"\0" * 10_000_000)  # 10 MB that travel as about 10 kB
     bounded = BoundedTransport(answering(bomb, **{"content-encoding": "gzip"}), limit=1_000_000)

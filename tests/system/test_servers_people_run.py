@@ -1,9 +1,10 @@
 """The servers people run, through the whole stack: stdio ones behind the bridge, a legacy SSE one.
 
-Real processes on loopback: a bridge running mcp-server-time and a small echo server, a
-server-everything speaking the 2024-11-05 HTTP+SSE transport, and an indexer and a router over a
-small catalog. find_tool finds the stdio servers' tools, call_tool runs them, a stdio server killed
-mid-way is started again and calls recover, and the SSE server's tools are discovered and called.
+Real processes on loopback: a bridge running mcp-server-time and a small echo server and holding
+the sessions of a server-everything speaking the 2024-11-05 HTTP+SSE transport, and an indexer and a
+router over a small catalog. find_tool finds the stdio servers' tools, call_tool runs them, a stdio
+server killed mid-way is started again and calls recover, and the SSE server's tools are discovered
+and called.
 """
 
 from __future__ import annotations
@@ -38,11 +39,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Stack, Bri
     folder = tmp_path_factory.mktemp("people")
     catalog = folder / "catalog.jsonl"
     small_catalog(catalog)
-    stdio = [time_server(id="time"), fake("echo", id="parrot")]
-    path, config = bridge_config(folder, stdio, max_restart_delay=2)
-    url = f"http://{config['bridge']['listen']}"
-    backends: list[dict[str, Any]] = list(stdio)
-    procs = [start_process([*CLI, "bridge", "--config", str(path)], f"{url}/readyz", timeout=90)]
+    backends: list[dict[str, Any]] = [time_server(id="time"), fake("echo", id="parrot")]
+    procs = []
     try:
         if HAVE_EVERYTHING:
             port = free_port()
@@ -51,6 +49,10 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Stack, Bri
             )
             procs.append(sse)
             backends.append({"id": "everything", "url": f"http://127.0.0.1:{port}/sse", "transport": "sse"})
+        # the bridge runs the stdio servers and holds the legacy SSE server's sessions
+        path, config = bridge_config(folder, backends, max_restart_delay=2)
+        url = f"http://{config['bridge']['listen']}"
+        procs.insert(0, start_process([*CLI, "bridge", "--config", str(path)], f"{url}/readyz", timeout=90))
         extra = {"bridge": config["bridge"], "backends": backends}
         with running_stack(folder, catalog=catalog, extra=extra) as running:
             yield running, Bridge(url, procs[0], path)
@@ -126,7 +128,9 @@ def test_the_indexer_judges_stdio_and_sse_backends_as_any_other(stack: tuple[Sta
     status = start_process([*CLI, "status", "--json", "--config", str(running.config_path)], None)
     output = status.wait_exit(30)
     backends = {b["id"]: b for b in json.loads(output[output.index("{") :])["backends"]}
-    expected = {"time": 2, "parrot": 1} | ({"everything": 13} if HAVE_EVERYTHING else {})
+    # the bridge's session offers sampling, elicitation and roots (its callers' requests are relayed),
+    # for which server-everything adds 4 tools to its 13
+    expected = {"time": 2, "parrot": 1} | ({"everything": 17} if HAVE_EVERYTHING else {})
     for backend, tools in expected.items():
         assert backends[backend]["status"] in ("healthy", "degraded"), backends[backend]
         assert backends[backend]["tool_count"] == tools, backends[backend]
