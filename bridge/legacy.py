@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from typing import ClassVar
@@ -32,7 +32,7 @@ from mcp.shared.message import SessionMessage
 
 from bridge.links import Link, Reads, StartFailed, Writes
 from toolsearch.backend_settings import Backend
-from toolsearch.responses import BoundedTransport, ResponseTooLarge, lent_client
+from toolsearch.responses import BoundedTransport, ResponseTooLarge
 
 logger = logging.getLogger(__name__)
 
@@ -142,6 +142,23 @@ class LegacyConnection:
         if not self.ended.is_set():
             self.problem = reason
             self.ended.set()
+
+
+def lent_client(http: httpx2.AsyncClient) -> Callable[..., httpx2.AsyncClient]:
+    """An httpx client factory for the SDK's SSE client that hands it `http` (headers, bound, timeouts).
+
+    The SDK's SSE client builds its own httpx client unless given a factory; lending ours keeps the
+    per-event bound and the session's headers on the stream and its POSTs.
+    """
+
+    def factory(
+        headers: dict[str, str] | None = None,
+        timeout: httpx2.Timeout | None = None,
+        auth: httpx2.Auth | None = None,
+    ) -> httpx2.AsyncClient:
+        return http
+
+    return factory
 
 
 def _leaf(error: BaseException) -> BaseException:

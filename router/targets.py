@@ -28,9 +28,8 @@ class BackendSession(NamedTuple):
 class BackendTarget:
     """One backend as a request reaches it: where, with which credentials, under which bounds.
 
-    `protocol_version` is what the backend spoke at discovery ("" if unknown); `transport` is
-    `streamable_http` or `sse`; `session` is the client session's backend session there, kept in
-    the indexer (None where none is kept yet).
+    `protocol_version` is what the backend spoke at discovery ("" if unknown); `session` is the
+    client session's backend session there, kept in the indexer (None where none is kept yet).
     """
 
     backend_id: str
@@ -39,7 +38,6 @@ class BackendTarget:
     protocol_version: str
     timeout_seconds: float
     max_response_bytes: int
-    transport: str
     session: BackendSession | None
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import zlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 import httpx2
 
@@ -158,20 +158,3 @@ class _Counted(httpx2.AsyncByteStream):
 
     async def aclose(self) -> None:
         await self._raw.aclose()
-
-
-def lent_client(http: httpx2.AsyncClient) -> Callable[..., httpx2.AsyncClient]:
-    """An httpx client factory for the SDK's SSE client that hands it `http` (headers, bound, hooks).
-
-    The SDK's SSE client builds its own httpx client unless given a factory; lending ours keeps the
-    bounded transport and the caller's timeouts on the legacy transport too.
-    """
-
-    def factory(
-        headers: dict[str, str] | None = None,
-        timeout: httpx2.Timeout | None = None,
-        auth: httpx2.Auth | None = None,
-    ) -> httpx2.AsyncClient:
-        return http
-
-    return factory

@@ -125,7 +125,6 @@ def resolved_tool(resolved: ResolvedTool) -> pb.ResolveToolResponse:
         protocol_version=resolved.protocol_version,
         timeout_seconds=backend.timeout,
         max_response_bytes=backend.max_response_bytes,
-        transport=backend.transport,
         backend_session=backend_session(resolved.backend_session),
     )
 
@@ -139,7 +138,6 @@ def reachable_backends(reachable: Iterable[ReachableBackend], naming: Naming) ->
             pb.ReachableBackend(
                 backend_id=entry.backend_id,
                 backend_url=backend.url,
-                transport=backend.transport,
                 protocol_version=entry.protocol_version,
                 auth=auth(backend),
                 timeout_seconds=backend.timeout,

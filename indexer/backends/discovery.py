@@ -5,8 +5,8 @@ the status of every answer; a 401 or 403 becomes `BackendRejected`, which decide
 leaves the backend out or ends. Health probes keep one `ProbeClient` per backend across listings
 and pin the protocol version it answered in (`pinned_mode`). Every answer is read under the
 backend's `max_response_bytes` (toolsearch/responses.py): a larger page leaves the backend out
-instead of filling the indexer's memory. A backend with `transport: sse` is listed over the legacy
-HTTP+SSE transport (the SDK's SSE client), everything else over Streamable HTTP.
+instead of filling the indexer's memory. Every backend is listed over Streamable HTTP (a legacy
+SSE server at the bridge, which speaks its transport).
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from typing import Any
 import anyio
 import httpx2
 from mcp import Client
-from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp_types import Implementation, ServerCapabilities
@@ -27,7 +26,7 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSI
 
 from indexer.errors import BackendRejected, BackendUnavailable
 from indexer.state.listings import Listing, Offers, ServerInfo
-from toolsearch.responses import BoundedTransport, lent_client
+from toolsearch.responses import BoundedTransport
 from toolsearch.settings import DEFAULT_MAX_RESPONSE_BYTES
 
 # A server that pages forever must not hang discovery.
@@ -150,19 +149,14 @@ async def list_tools(
     mode: str = "auto",
     client: ProbeClient | None = None,
     max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
-    mcp_transport: str = "streamable_http",
 ) -> Listing:
     """List every tool of one backend; raises `BackendRejected` or `BackendUnavailable`.
 
     With a `client` (one that `fits` these settings, and that this listing alone uses) its HTTP
     client is used and left open; without one, a client is built for this listing and closed after it.
-    Each answer may weigh `max_response_bytes` at most. `mcp_transport` "sse" speaks the legacy
-    HTTP+SSE transport (the 2024-11-05 handshake, no protocol negotiation); the SDK's SSE client
-    closes the HTTP client it is given, so such a listing never uses a kept `client`.
+    Each answer may weigh `max_response_bytes` at most.
     """
     started = time.perf_counter()
-    if mcp_transport == "sse":
-        client, mode = None, "legacy"
     own: httpx2.AsyncHTTPTransport | None = None
     if client is not None:
         client.recorder.rejected = None
@@ -183,13 +177,7 @@ async def list_tools(
     tools: list[Mapping[str, Any]] = []
     try:
         with anyio.fail_after(timeout):
-            connection = (
-                sse_client(
-                    url, timeout=timeout, sse_read_timeout=timeout, httpx_client_factory=lent_client(http)
-                )
-                if mcp_transport == "sse"
-                else streamable_http_client(url, http_client=http, max_sse_event_size=bounded.limit)
-            )
+            connection = streamable_http_client(url, http_client=http, max_sse_event_size=bounded.limit)
             async with Client(connection, mode=mode) as session:
                 cursor: str | None = None
                 for _ in range(MAX_PAGES):

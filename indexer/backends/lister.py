@@ -94,7 +94,6 @@ class BackendLister:
             min(timeout or self._timeout, backend.timeout),
             transport=self._transport,
             max_response_bytes=backend.max_response_bytes,
-            mcp_transport=backend.transport,
         )
 
     async def probe(self, backend: Backend, timeout: float) -> Listing:
@@ -119,7 +118,6 @@ class BackendLister:
                 timeout,
                 transport=self._transport,
                 max_response_bytes=backend.max_response_bytes,
-                mcp_transport=backend.transport,
             )
         mode = (
             pinned_mode(state.health.protocol_version) if state.health.consecutive_failures == 0 else "auto"
@@ -138,7 +136,6 @@ class BackendLister:
                     self._transport,
                     mode=mode,
                     client=client,
-                    mcp_transport=backend.transport,
                 )
             except BackendUnavailable as refused:
                 left = timeout - (time.perf_counter() - started)
@@ -152,7 +149,6 @@ class BackendLister:
                         left,
                         self._transport,
                         client=client,
-                        mcp_transport=backend.transport,
                     )
                 # the retry was only in case the protocol changed: report what the probe itself met
                 raise refused
@@ -204,7 +200,6 @@ class BackendLister:
                     min(self._timeout, backend.timeout),
                     transport=self._transport,
                     max_response_bytes=backend.max_response_bytes,
-                    mcp_transport=backend.transport,
                 )
             except BackendRejected:
                 registry.record_answer(backend_id, time.perf_counter() - started, "healthy")

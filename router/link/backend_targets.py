@@ -19,8 +19,6 @@ from toolsearch.outgoing import OutgoingAuth
 from toolsearch.settings import DEFAULT_BACKEND_TIMEOUT, DEFAULT_MAX_RESPONSE_BYTES
 from toolsearch.v1 import indexer_pb2 as pb
 
-STREAMABLE_HTTP = "streamable_http"  # how a backend is reached when the indexer does not say
-
 
 def outgoing_auth(auth: pb.BackendAuth) -> OutgoingAuth:
     """A backend's outgoing auth as the indexer sent it."""
@@ -46,7 +44,6 @@ def _target(found: pb.ResolveToolResponse | pb.ReachableBackend) -> BackendTarge
         protocol_version=found.protocol_version,
         timeout_seconds=found.timeout_seconds or DEFAULT_BACKEND_TIMEOUT,
         max_response_bytes=found.max_response_bytes or DEFAULT_MAX_RESPONSE_BYTES,
-        transport=found.transport or STREAMABLE_HTTP,
         session=kept_session(found.backend_session),
     )
 
@@ -106,7 +103,6 @@ def session_targets(found: pb.BackendSessionsResponse | pb.SetLogLevelResponse) 
             protocol_version="",
             timeout_seconds=entry.timeout_seconds or DEFAULT_BACKEND_TIMEOUT,
             max_response_bytes=DEFAULT_MAX_RESPONSE_BYTES,
-            transport=STREAMABLE_HTTP,
             session=BackendSession(entry.backend_session.session_id, entry.backend_session.protocol_version),
         )
         for entry in found.backends

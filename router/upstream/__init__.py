@@ -1,4 +1,4 @@
 """Talking to backends.
 
-Kept backend sessions, one-off SDK connections, relays, and asking several at once.
+Kept backend sessions, 2026-07-28 requests, relays, and asking several at once.
 """

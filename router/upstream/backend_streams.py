@@ -49,8 +49,7 @@ Deliver = Callable[[str, Mapping[str, Any]], Awaitable[None]]
 def _listenable(target: BackendTarget) -> bool:
     session = target.session
     return (
-        target.transport != "sse"
-        and session is not None
+        session is not None
         and bool(session.session_id)
         and session.protocol_version in HANDSHAKE_PROTOCOL_VERSIONS
     )

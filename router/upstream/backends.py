@@ -2,7 +2,7 @@
 
 A call takes its backend as one `BackendTarget` (router/targets.py), read from the indexer's answer
 by the link with the defaults applied: where it is, its auth, its timeout and size bound, its
-transport and protocol, and the client session's backend session there.
+protocol, and the client session's backend session there.
 
 Arguments are checked against the tool's input schema first (`SchemaValidators`, router/handlers/schemas.py),
 so a call the backend would refuse never leaves the router.
@@ -16,12 +16,12 @@ the per-call client is never closed either: the pool is the application's.
 A handshake-era backend is called inside the client session's backend session (router/
 backend_messages.py): opened at the session's first call to it, kept in the indexer, reused by every
 replica, ended by the indexer when the client session ends. A backend that spoke 2026-07-28 at
-discovery is called with one stamped request of the router's own (router/upstream/modern.py), and a
-legacy `sse` backend in a session of its own per call, through the SDK's client
-(router/upstream/sdk_calls.py). Every result comes back as the backend sent it: only its being a
-JSON object is checked (router/handlers/passthrough.py carries it to the client). Requests other
-than tools/call (`request`: resources, prompts, completions; router/upstream/backend_requests.py)
-take the very same ways; which of them a request takes is router/upstream/exchanges.py's choice.
+discovery is called with one stamped request of the router's own (router/upstream/modern.py); a
+legacy SSE backend is a handshake-era one at the bridge, which holds its sessions. Every result
+comes back as the backend sent it: only its being a JSON object is checked
+(router/handlers/passthrough.py carries it to the client). Requests other than tools/call
+(`request`: resources, prompts, completions; router/upstream/backend_requests.py) take the very
+same ways; which of them a request takes is router/upstream/exchanges.py's choice.
 """
 
 from __future__ import annotations
@@ -45,12 +45,6 @@ from router.upstream.backend_messages import BackendMessenger
 from router.upstream.exchanges import Exchanges, OnOpen, translated
 from router.upstream.pools import BackendPools
 from router.upstream.relays import NotificationRelay
-from router.upstream.sdk_calls import (
-    SdkLink,
-    StatusRecorder,
-    call_by_sdk,
-    request_by_sdk,
-)
 from toolsearch.outgoing import AuthSettings, OutgoingAuthError, auth_headers
 from toolsearch.responses import BoundedTransport
 
@@ -104,16 +98,12 @@ class BackendCaller:
 
     def _client(
         self, backend_id: str, headers: Mapping[str, str], timeout_seconds: float, max_response_bytes: int
-    ) -> tuple[httpx2.AsyncClient, BoundedTransport, StatusRecorder]:
-        recorder = StatusRecorder()
+    ) -> tuple[httpx2.AsyncClient, BoundedTransport]:
         bounded = BoundedTransport(self._pools.for_backend(backend_id), max_response_bytes)
         http = httpx2.AsyncClient(
-            transport=bounded,
-            headers=dict(headers),
-            timeout=httpx2.Timeout(timeout_seconds),
-            event_hooks={"response": [recorder]},
+            transport=bounded, headers=dict(headers), timeout=httpx2.Timeout(timeout_seconds)
         )
-        return http, bounded, recorder
+        return http, bounded
 
     def stream_client(self, target: BackendTarget, headers: Mapping[str, str]) -> httpx2.AsyncClient:
         """A client for a long-lived stream from `target` (a backend session's standalone stream):
@@ -141,7 +131,7 @@ class BackendCaller:
         A handshake-era Streamable HTTP backend is called inside `target.session`, the client session's
         backend session (one POST); without one, or when the backend forgot it (404, once), a new
         one is opened first, and the outcome names it for the caller to keep. A 2026-07-28 backend
-        gets one request and an `sse` backend a session of its own, both without a kept session.
+        gets one request, without a kept session.
         With a `relay`, the backend gets the client's progress token, and its progress and log
         notifications during the call go to the relay as they arrive. `call_id` is the id the call
         goes to a kept session with (`backend_request_id`), for `cancel` to name. `on_open` is given
@@ -155,9 +145,6 @@ class BackendCaller:
         401/403, `BackendTooLarge` for an answer over its `max_response_bytes`, and
         `BackendUnavailable` or `BackendError` for anything else that keeps a result from coming back.
         """
-        if target.transport == "sse":
-            link = self._sdk_link(target, headers)
-            return CallOutcome(without_meta_stamp(await call_by_sdk(link, name, arguments, relay)), None)
         wire: dict[str, Any] = {**(retry or {}), "name": name, "arguments": dict(arguments)}
         if relay is not None and relay.progress_token is not None:
             wire["_meta"] = {"progressToken": relay.progress_token}
@@ -180,12 +167,9 @@ class BackendCaller:
 
         The same ways to the backend as `call_tool`, and the same errors: inside the client
         session's backend session for a handshake-era backend (a new one opened when there is none
-        or it was forgotten), in a connection of its own for a 2026-07-28 or `sse` backend (but
-        see router/upstream/exchanges.py).
+        or it was forgotten), in a connection of its own for a 2026-07-28 backend (but see
+        router/upstream/exchanges.py).
         """
-        if target.transport == "sse":
-            link = self._sdk_link(target, headers)
-            return RequestOutcome(without_meta_stamp(await request_by_sdk(link, method, params)), None)
         messenger = self._messenger(target, headers, declared=declared)
         answer, kept, replaced = await self._exchanges.send(
             messenger, target, method, params, None, None, on_open
@@ -256,24 +240,8 @@ class BackendCaller:
         """A messenger to `target`, under its own bounds unless others are given."""
         timeout = target.timeout_seconds if timeout is None else timeout
         limit = target.max_response_bytes if max_response_bytes is None else max_response_bytes
-        http, bounded, _ = self._client(target.backend_id, headers, timeout, limit)
+        http, bounded = self._client(target.backend_id, headers, timeout, limit)
         return BackendMessenger(target.backend_id, target.url, http, bounded, declared)
-
-    def _sdk_link(self, target: BackendTarget, headers: Mapping[str, str]) -> SdkLink:
-        """The SDK's way to an `sse` target: a session per call."""
-        http, bounded, recorder = self._client(
-            target.backend_id, headers, target.timeout_seconds, target.max_response_bytes
-        )
-        return SdkLink(
-            http,
-            bounded,
-            recorder,
-            target.backend_id,
-            target.url,
-            target.protocol_version,
-            target.transport,
-            target.timeout_seconds,
-        )
 
 
 def without_meta_stamp(result: dict[str, Any]) -> dict[str, Any]:

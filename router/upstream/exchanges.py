@@ -90,12 +90,7 @@ class Exchanges:
         needs_session = bool(declared.answers_on_stream) or (
             method in _IN_SESSION_ONLY and declared.handshake_era
         )
-        return (
-            needs_session
-            and target.transport != "sse"
-            and target.session is None
-            and target.backend_id not in self._sessionless
-        )
+        return needs_session and target.session is None and target.backend_id not in self._sessionless
 
     async def _open_handshake(
         self, messenger: BackendMessenger, target: BackendTarget, on_open: OnOpen | None

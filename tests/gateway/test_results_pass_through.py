@@ -86,7 +86,6 @@ def target(protocol_version: str) -> BackendTarget:
         protocol_version,
         10.0,
         1_000_000,
-        "streamable_http",
         None,
     )
 

@@ -592,7 +592,6 @@ class ResolveToolResponse(_message.Message):
     PROTOCOL_VERSION_FIELD_NUMBER: _builtins.int
     TIMEOUT_SECONDS_FIELD_NUMBER: _builtins.int
     MAX_RESPONSE_BYTES_FIELD_NUMBER: _builtins.int
-    TRANSPORT_FIELD_NUMBER: _builtins.int
     BACKEND_SESSION_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     original_name: _builtins.str
@@ -606,8 +605,6 @@ class ResolveToolResponse(_message.Message):
     """the backend's call timeout"""
     max_response_bytes: _builtins.int
     """the most a call result may weigh (0: the router's default)"""
-    transport: _builtins.str
-    """streamable_http | sse: how the backend is reached"""
     @_builtins.property
     def auth(self) -> Global___BackendAuth: ...
     @_builtins.property
@@ -629,12 +626,11 @@ class ResolveToolResponse(_message.Message):
         protocol_version: _builtins.str = ...,
         timeout_seconds: _builtins.float = ...,
         max_response_bytes: _builtins.int = ...,
-        transport: _builtins.str = ...,
         backend_session: Global___BackendSession | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["auth", b"auth", "backend_session", b"backend_session", "version", b"version"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["auth", b"auth", "backend_id", b"backend_id", "backend_session", b"backend_session", "backend_url", b"backend_url", "input_schema_json", b"input_schema_json", "max_response_bytes", b"max_response_bytes", "name", b"name", "original_name", b"original_name", "protocol_version", b"protocol_version", "timeout_seconds", b"timeout_seconds", "transport", b"transport", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["auth", b"auth", "backend_id", b"backend_id", "backend_session", b"backend_session", "backend_url", b"backend_url", "input_schema_json", b"input_schema_json", "max_response_bytes", b"max_response_bytes", "name", b"name", "original_name", b"original_name", "protocol_version", b"protocol_version", "timeout_seconds", b"timeout_seconds", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1102,7 +1098,6 @@ class ReachableBackend(_message.Message):
 
     BACKEND_ID_FIELD_NUMBER: _builtins.int
     BACKEND_URL_FIELD_NUMBER: _builtins.int
-    TRANSPORT_FIELD_NUMBER: _builtins.int
     PROTOCOL_VERSION_FIELD_NUMBER: _builtins.int
     AUTH_FIELD_NUMBER: _builtins.int
     TIMEOUT_SECONDS_FIELD_NUMBER: _builtins.int
@@ -1113,8 +1108,6 @@ class ReachableBackend(_message.Message):
     COMPLETIONS_FIELD_NUMBER: _builtins.int
     backend_id: _builtins.str
     backend_url: _builtins.str
-    transport: _builtins.str
-    """streamable_http | sse"""
     protocol_version: _builtins.str
     """what the backend spoke at discovery ("" if unknown)"""
     timeout_seconds: _builtins.float
@@ -1136,7 +1129,6 @@ class ReachableBackend(_message.Message):
         *,
         backend_id: _builtins.str = ...,
         backend_url: _builtins.str = ...,
-        transport: _builtins.str = ...,
         protocol_version: _builtins.str = ...,
         auth: Global___BackendAuth | None = ...,
         timeout_seconds: _builtins.float = ...,
@@ -1148,7 +1140,7 @@ class ReachableBackend(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["auth", b"auth", "backend_session", b"backend_session"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["auth", b"auth", "backend_id", b"backend_id", "backend_session", b"backend_session", "backend_url", b"backend_url", "completions", b"completions", "max_response_bytes", b"max_response_bytes", "prompts", b"prompts", "protocol_version", b"protocol_version", "resources", b"resources", "timeout_seconds", b"timeout_seconds", "transport", b"transport"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["auth", b"auth", "backend_id", b"backend_id", "backend_session", b"backend_session", "backend_url", b"backend_url", "completions", b"completions", "max_response_bytes", b"max_response_bytes", "prompts", b"prompts", "protocol_version", b"protocol_version", "resources", b"resources", "timeout_seconds", b"timeout_seconds"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
