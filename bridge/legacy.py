@@ -17,7 +17,6 @@ stream that ends, or stays silent past the read timeout, ends the link with the 
 from __future__ import annotations
 
 import contextlib
-import logging
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
@@ -33,8 +32,6 @@ from mcp.shared.message import SessionMessage
 from bridge.links import Link, Reads, StartFailed, Writes
 from toolsearch.backend_settings import Backend
 from toolsearch.responses import BoundedTransport, ResponseTooLarge
-
-logger = logging.getLogger(__name__)
 
 IDLE_MARGIN = 60.0  # seconds a stream may stay silent beyond the longest wait a session allows
 
@@ -123,6 +120,8 @@ class LegacyConnection:
                     tasks.cancel_scope.cancel()
         finally:
             connection._end(connection.problem or "closed its event stream")
+            to_session.close()
+            from_stream.close()
             await transport.aclose()
 
     async def _relay(self, incoming: Reads, out: MemoryObjectSendStream[SessionMessage | Exception]) -> None:
