@@ -7,6 +7,10 @@ and after), the tuned model folder (`models/<name>/`, made from the tuning as `t
 prepare` makes it) and the recipe of its ONNX export (`indexer/embedder/recipes/<name>/`), so a
 fresh machine prepares it without torch. Nothing of the run's duration goes into a file: the same
 corpus, base, settings, thread count and torch build make the same bytes.
+
+`--keep-changes` trains nothing: it merges the tuning's own changes again at `--merge` (its training
+settings otherwise kept) and writes the rest as a training would, in minutes instead of a quarter
+of an hour, so a merge share can be tried without the training's machine and torch build.
 """
 
 from __future__ import annotations
@@ -43,14 +47,35 @@ def _measured(model_dir: Path, corpus: Corpus, threads: int) -> tuple[dict[str, 
     return {"strong": bands.strong, "possible": bands.possible}, check_recall(vectors)
 
 
+def kept_settings(out: Path, merge: float) -> TrainSettings:
+    """The settings the tuning in `out` was trained with, merged at `merge`; its changes verified."""
+    from indexer.embedder.files import file_sha256
+    from indexer.embedder.tuning import TuningError, read_tuning
+
+    tuning = read_tuning(out)
+    if tuning is None or not (out / LOW_RANK).is_file():
+        raise TuningError(f"{out} holds no tuning whose changes could be kept: train one first")
+    if file_sha256(out / LOW_RANK) != tuning.low_rank_sha256:
+        raise TuningError(f"{out / LOW_RANK} is not the file its tuning records: reinstall toolsearch")
+    recorded = dict(tuning.training.get("settings", {}))
+    try:
+        return replace(TrainSettings(**recorded), merge=merge)
+    except TypeError as exc:
+        raise TuningError(
+            f"{out / TUNING} records training settings this version cannot read: {exc}"
+        ) from None
+
+
 def train_tuning(
     models_dir: Path,
     corpus_dir: Path,
     settings: TrainSettings,
     tunings: Path = TUNINGS,
     recipes: Path = RECIPES,
+    keep_changes: bool = False,
 ) -> Tuning:
-    """Train, then write the tuning, the tuned model folder and its export's recipe; returns the tuning."""
+    """Train (or, with `keep_changes`, take the tuning's own changes at `settings.merge`), then write
+    the tuning, the tuned model folder and its export's recipe; returns the tuning."""
     from safetensors.numpy import save_file
 
     from commands.corpus import read_corpus
@@ -64,14 +89,17 @@ def train_tuning(
 
     base_dir = prepare_default_model(models_dir)
     corpus = read_corpus(corpus_dir)
-    base = load_embedder("onnx", base_dir, threads=settings.threads)
-    changes = fit_low_rank(base_dir, corpus, settings, base.count_tokens, base.max_tokens)
     out = tunings / TUNED_MODEL_NAME
-    out.mkdir(parents=True, exist_ok=True)
-    save_file(changes, str(out / LOW_RANK))
-    (out / LOW_RANK).chmod(0o644)
+    if keep_changes:
+        settings = kept_settings(out, settings.merge)
+    else:
+        base = load_embedder("onnx", base_dir, threads=settings.threads)
+        changes = fit_low_rank(base_dir, corpus, settings, base.count_tokens, base.max_tokens)
+        out.mkdir(parents=True, exist_ok=True)
+        save_file(changes, str(out / LOW_RANK))
+        (out / LOW_RANK).chmod(0o644)
     with tempfile.TemporaryDirectory(prefix=".train-", dir=models_dir) as scratch:
-        weights_sha256 = write_tuned_files(base_dir, out / LOW_RANK, Path(scratch))
+        weights_sha256 = write_tuned_files(base_dir, out / LOW_RANK, Path(scratch), settings.merge)
         bands, after = _measured(Path(scratch), corpus, settings.threads)
     _, before = _measured(base_dir, corpus, settings.threads)
     tuning = Tuning(
@@ -81,6 +109,7 @@ def train_tuning(
         low_rank_sha256=file_sha256(out / LOW_RANK),
         weights_sha256=weights_sha256,
         bands=bands,
+        merge=settings.merge,
         training={
             "corpus_sha256": corpus.digest,
             "settings": settings.to_json(),
@@ -126,6 +155,17 @@ def add_train_parser(actions: argparse._SubParsersAction[argparse.ArgumentParser
     train.add_argument("--steps", type=int, default=defaults.steps, help=f"default {defaults.steps}")
     train.add_argument("--rank", type=int, default=defaults.rank, help=f"default {defaults.rank}")
     train.add_argument(
+        "--merge",
+        type=float,
+        default=defaults.merge,
+        help=f"the share of the learned change merged into the published weights (default {defaults.merge})",
+    )
+    train.add_argument(
+        "--keep-changes",
+        action="store_true",
+        help="train nothing: merge the tuning's own changes again at --merge (its settings otherwise kept)",
+    )
+    train.add_argument(
         "--threads",
         type=int,
         default=defaults.threads,
@@ -138,8 +178,16 @@ def run_train(args: argparse.Namespace) -> int:
     if min(args.steps, args.threads, args.rank) < 1:
         print("toolsearch model train: --steps, --rank and --threads must be at least 1", file=sys.stderr)
         return 2
+    if not 0 < args.merge <= 1:
+        print("toolsearch model train: --merge is a share of the change: above 0, at most 1", file=sys.stderr)
+        return 2
     settings = replace(
-        TrainSettings(), seed=args.seed, steps=args.steps, rank=args.rank, threads=args.threads
+        TrainSettings(),
+        seed=args.seed,
+        steps=args.steps,
+        rank=args.rank,
+        threads=args.threads,
+        merge=args.merge,
     )
     from commands.corpus import CorpusError
     from commands.model import ModelError
@@ -147,13 +195,16 @@ def run_train(args: argparse.Namespace) -> int:
 
     started = time.perf_counter()
     try:
-        tuning = train_tuning(args.models_dir, args.corpus, settings, args.tunings, args.recipes)
+        tuning = train_tuning(
+            args.models_dir, args.corpus, settings, args.tunings, args.recipes, args.keep_changes
+        )
     except (ModelError, EmbedderError, CorpusError, OSError) as exc:
         print(f"toolsearch model train: {exc}", file=sys.stderr)
         return 1
     check = tuning.training["check_recall_at_5"]
     print(
-        f"{tuning.name}: trained in {time.perf_counter() - started:.0f} s; corpus check part R@5 "
+        f"{tuning.name}: {'merged' if args.keep_changes else 'trained'} in "
+        f"{time.perf_counter() - started:.0f} s; corpus check part R@5 "
         f"{check['base']} -> {check['tuned']}; bands {tuning.bands}; "
         f"{LOW_RANK} sha256 {tuning.low_rank_sha256}"
     )

@@ -7,12 +7,15 @@ in `tunings/<name>/`: `low_rank.safetensors` (each layer's `<weight>.up` and `<w
 calibrated for the tuned vectors, how it was trained and what that bought on the corpus's check part).
 
 `apply_tuning` makes the tuned model folder from the base one: the base's files, and weights with
-each change added in. The sum is taken in float64 one rank at a time with numpy's elementwise
-operations, each rounded as IEEE 754 says, then rounded once to float32: no BLAS kernel, whose
-summation order varies with the CPU, decides a bit, so every machine makes the same bytes, and
-they are checked against the recorded sha256. The folder also holds `tuning.json`, so it says what
-it is and which bands fit its vectors (`read_tuning`); its ONNX export then comes from the shipped
-recipe for its digest (`indexer.embedder.recipe`), without torch.
+each change added in, scaled by the tuning's `merge` share (weight-space ensembling: the served
+weights lie that share of the way from the published model's to the fine-tuned ones, which keeps
+more of what the published model knows of text nobody trained on; docs/retrieval.md). The sum is
+taken in float64 one rank at a time with numpy's elementwise operations, each rounded as IEEE 754
+says, then rounded once to float32: no BLAS kernel, whose summation order varies with the CPU,
+decides a bit, so every machine makes the same bytes, and they are checked against the recorded
+sha256. The folder also holds `tuning.json`, so it says what it is and which bands fit its vectors
+(`read_tuning`); its ONNX export then comes from the shipped recipe for its digest
+(`indexer.embedder.recipe`), without torch.
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ class TrainSettings:
     max_tokens: int = 64  # the training window; the tuned model serves with the base's own
     scale: float = 20.0  # cosine times this is the logit
     threads: int = 2
+    merge: float = 0.75  # the share of the learned change merged into the published weights
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -68,6 +72,7 @@ class Tuning:
     weights_sha256: str  # of the tuned folder's model.safetensors
     bands: dict[str, float]  # "strong" and "possible": `indexer.retrieval.search.Bands`
     training: dict[str, Any] = field(default_factory=dict)
+    merge: float = 1.0  # the share of the low-rank change added to the base weights
     folder: Path | None = None  # where it was read from; None for one being written
 
     def to_json(self) -> dict[str, Any]:
@@ -78,6 +83,7 @@ class Tuning:
             "base_digest": self.base_digest,
             "low_rank_sha256": self.low_rank_sha256,
             "weights_sha256": self.weights_sha256,
+            "merge": self.merge,
             "bands": self.bands,
             "training": self.training,
         }
@@ -101,6 +107,7 @@ def read_tuning(folder: Path) -> Tuning | None:
             weights_sha256=str(raw["weights_sha256"]),
             bands=bands,
             training=dict(raw.get("training", {})),
+            merge=float(raw.get("merge", 1.0)),
             folder=folder,
         )
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -115,8 +122,9 @@ def shipped_tunings(root: Path = TUNINGS) -> list[Tuning]:
     return [tuning for tuning in found if tuning is not None]
 
 
-def merged_weights(base: dict[str, Any], low_rank: dict[str, Any]) -> dict[str, Any]:
-    """`base`'s tensors with each low-rank change added in, as float32, the same bits on every CPU."""
+def merged_weights(base: dict[str, Any], low_rank: dict[str, Any], merge: float = 1.0) -> dict[str, Any]:
+    """`base`'s tensors with each low-rank change added in, `merge` times it, as float32, the same
+    bits on every CPU."""
     import numpy as np
 
     merged = dict(base)
@@ -128,15 +136,16 @@ def merged_weights(base: dict[str, Any], low_rank: dict[str, Any]) -> dict[str, 
         if up.shape != (weight.shape[0], down.shape[0]) or down.shape[1] != weight.shape[1]:
             raise TuningError(f"the low-rank change {name!r} does not fit a weight of shape {weight.shape}")
         total = weight.astype(np.float64)
-        up64, down64 = up.astype(np.float64), down.astype(np.float64)
+        up64, down64 = up.astype(np.float64) * merge, down.astype(np.float64)
         for rank in range(down.shape[0]):  # elementwise, rank by rank: no BLAS summation order
             total = total + np.multiply.outer(up64[:, rank], down64[rank])
         merged[name] = total.astype(np.float32)
     return merged
 
 
-def write_tuned_files(base_dir: Path, low_rank_path: Path, folder: Path) -> str:
-    """Write the base's files into `folder`, its weights with the changes in `low_rank_path` added in.
+def write_tuned_files(base_dir: Path, low_rank_path: Path, folder: Path, merge: float = 1.0) -> str:
+    """Write the base's files into `folder`, its weights with the changes in `low_rank_path` added in
+    (`merge` times each).
 
     Returns the sha256 of the weights written. The caller checks both inputs.
     """
@@ -150,7 +159,7 @@ def write_tuned_files(base_dir: Path, low_rank_path: Path, folder: Path) -> str:
         copy(path, folder / path.name)
     with safe_open(str(base_dir / WEIGHTS), framework="numpy") as handle:
         metadata = handle.metadata()
-    merged = merged_weights(load_file(str(base_dir / WEIGHTS)), load_file(str(low_rank_path)))
+    merged = merged_weights(load_file(str(base_dir / WEIGHTS)), load_file(str(low_rank_path)), merge)
     save_file(merged, str(folder / WEIGHTS), metadata=metadata)
     (folder / WEIGHTS).chmod(0o644)  # safetensors writes 0600, which would hide it from a service's user
     return file_sha256(folder / WEIGHTS)
@@ -178,7 +187,8 @@ def apply_tuning(base_dir: Path, tuning: Tuning, target: Path) -> Path:
     staging = Path(tempfile.mkdtemp(prefix=TEMP_PREFIX, dir=target.parent))
     try:
         staging.chmod(0o755)
-        if (made := write_tuned_files(base_dir, low_rank_path, staging)) != tuning.weights_sha256:
+        made = write_tuned_files(base_dir, low_rank_path, staging, tuning.merge)
+        if made != tuning.weights_sha256:
             raise TuningError(
                 f"the tuning {tuning.name} made weights of sha256 {made}, not the recorded "
                 f"{tuning.weights_sha256}: refusing them"

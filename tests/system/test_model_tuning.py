@@ -24,6 +24,7 @@ import pytest
 from commands.cli import main
 from commands.corpus import Corpus, read_corpus
 from commands.model import prepare_default_model, prepare_tuned_models
+from commands.train_command import kept_settings
 from commands.training import fit_low_rank
 from indexer.embedder import load_embedder
 from indexer.embedder.files import file_sha256, read_manifest
@@ -177,6 +178,22 @@ def test_changes_are_added_in_exactly_and_a_change_that_does_not_fit_is_refused(
         merged_weights({"w": weight}, {"w.up": up})
 
 
+def test_a_merge_share_adds_that_share_of_each_change_and_none_leaves_the_weights_as_they_were() -> None:
+    rng = np.random.default_rng(5)
+    weight = rng.standard_normal((6, 3)).astype(np.float32)
+    up, down = rng.standard_normal((6, 2)).astype(np.float32), rng.standard_normal((2, 3)).astype(np.float32)
+    changes = {"w.up": up, "w.down": down}
+    share = merged_weights({"w": weight}, changes, merge=0.75)["w"]
+    total = weight.astype(np.float64)
+    for rank in range(2):  # the share taken of each up half, then added rank by rank, as every CPU does
+        total = total + np.outer(up[:, rank].astype(np.float64) * 0.75, down[rank].astype(np.float64))
+    assert np.array_equal(share, total.astype(np.float32))
+    whole = merged_weights({"w": weight}, changes)["w"]
+    assert not np.array_equal(share, whole)
+    assert np.allclose(share - weight, 0.75 * (whole - weight), atol=1e-5)
+    assert np.array_equal(merged_weights({"w": weight}, changes, merge=0.0)["w"], weight)
+
+
 def test_each_model_brings_its_own_bands(base: Path, tmp_path: Path) -> None:
     (tuning,) = shipped_tunings()
     assert model_bands(base) == UNTRAINED_BANDS
@@ -192,3 +209,29 @@ def test_each_model_brings_its_own_bands(base: Path, tmp_path: Path) -> None:
 def test_train_refuses_settings_that_train_nothing(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["model", "train", "--steps", "0"]) == 2
     assert "--steps, --rank and --threads must be at least 1" in capsys.readouterr().err
+    for share in ("0", "1.5"):
+        assert main(["model", "train", "--merge", share]) == 2
+        assert "--merge is a share of the change: above 0, at most 1" in capsys.readouterr().err
+
+
+def test_keeping_the_changes_keeps_their_training_settings_and_refuses_changes_not_recorded(
+    tmp_path: Path,
+) -> None:
+    (tuning,) = shipped_tunings()
+    assert tuning.folder is not None
+    kept = kept_settings(tuning.folder, 0.5)
+    recorded = tuning.training["settings"]
+    assert (kept.seed, kept.steps, kept.rank, kept.learning_rate) == (
+        recorded["seed"],
+        recorded["steps"],
+        recorded["rank"],
+        recorded["learning_rate"],
+    )
+    assert kept.merge == 0.5
+    copy = tmp_path / TUNED_MODEL_NAME
+    shutil.copytree(tuning.folder, copy)
+    _tamper(copy / "low_rank.safetensors")
+    with pytest.raises(TuningError, match="is not the file its tuning records"):
+        kept_settings(copy, 0.5)
+    with pytest.raises(TuningError, match="holds no tuning whose changes could be kept"):
+        kept_settings(tmp_path / "nothing", 0.5)
