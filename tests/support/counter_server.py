@@ -4,12 +4,14 @@
     python tests/support/counter_server.py sse PORT   # over the legacy HTTP+SSE transport
     COUNTER_KEY=k python tests/support/counter_server.py sse PORT   # ... asking for X-Api-Key: k
 
-One tool, `increment`, adds one to a counter and answers the new count and the process id
+The tool `increment` adds one to a counter and answers the new count and the process id
 (`{"count": 2, "pid": 4242}`). Over stdio the process keeps one counter: a caller that shares a
 process with another sees the other's increments, and one whose process was replaced sees its count
 start again at 1. Over SSE each session (each open event stream) keeps its own, as a server that
 holds per-session state does: a caller whose session was replaced sees its count start again at 1.
-With `COUNTER_KEY` set, every request without that `X-Api-Key` is answered 401.
+The tool `ask` asks the client's model a question (`sampling/createMessage`) and answers
+`answered: <its text>`. With `COUNTER_KEY` set, every request without that `X-Api-Key` is answered
+401.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import os
 import sys
 from typing import Any
 
+import mcp_types as types
 import uvicorn
 from mcp.server.mcpserver import Context, MCPServer
 from starlette.datastructures import Headers
@@ -38,6 +41,17 @@ def increment(ctx: Context[Any, Any]) -> str:
     key = request.query_params.get("session_id", "") if per_session and request is not None else ""
     counts[key] = counts.get(key, 0) + 1
     return json.dumps({"count": counts[key], "pid": os.getpid()})
+
+
+@server.tool()
+async def ask(ctx: Context[Any, Any]) -> str:
+    """Ask the client's model a question and answer what it said."""
+    question = types.SamplingMessage(role="user", content=types.TextContent(type="text", text="hello?"))
+    said = await ctx.session.create_message(
+        [question], max_tokens=5, related_request_id=ctx.request_context.request_id
+    )
+    text = said.content.text if isinstance(said.content, types.TextContent) else repr(said.content)
+    return f"answered: {text}"
 
 
 def keyed(app: ASGIApp, key: str) -> ASGIApp:

@@ -7,6 +7,7 @@ the whole path, an indexer and a router that reach it at the bridge like any bac
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 from collections.abc import AsyncIterator, Iterator
@@ -32,6 +33,7 @@ INITIALIZE = {
     "method": "initialize",
     "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": CLIENT},
 }
+SAMPLED = {"role": "assistant", "content": {"type": "text", "text": "a haiku"}, "model": "the client's"}
 ACCEPT = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 
 
@@ -81,13 +83,28 @@ async def test_each_client_session_keeps_its_own_legacy_session_through_the_rout
     assert again == 4
 
 
+async def test_a_legacy_servers_request_of_its_client_reaches_the_client_through_the_router(
+    stack: LightStack,
+) -> None:
+    async with httpx2.AsyncClient(timeout=30) as http:
+        client = RawClient(http)
+        await client.initialize(stack.mcp_url, {"sampling": {}})
+        async with asyncio.timeout(20):
+            result, asked = await client.call_answering(
+                stack.mcp_url, "ask", {}, stack.mcp_url, lambda _: SAMPLED
+            )
+    assert [r["method"] for r in asked] == ["sampling/createMessage"]
+    assert asked[0]["params"]["messages"][0]["content"]["text"] == "hello?"  # as the server asked it
+    assert result["content"][0]["text"] == "answered: a haiku", result
+
+
 async def test_a_bridge_session_is_one_event_stream_opened_at_initialize_and_closed_at_its_end(
     counter: tuple[Bridge, Proc],
 ) -> None:
     bridge, _ = counter
     async with mcp_client(bridge.mcp_url("counter"), mode="legacy") as client:
         tools = await client.list_tools()
-        assert [t.name for t in tools.tools] == ["increment"]
+        assert sorted(t.name for t in tools.tools) == ["ask", "increment"]
         result = await client.call_tool("increment", {})
         assert json.loads(result.content[0].text)["count"] == 1
         assert bridge.health()["counter"]["sessions"] == 1
@@ -149,4 +166,4 @@ async def test_a_legacy_server_that_goes_away_ends_its_sessions_and_a_new_one_op
                 status, answers = await client.request(endpoint, "tools/list", {})
     finally:
         proc.stop()
-    assert status == 200 and answers[-1]["result"]["tools"][0]["name"] == "increment"
+    assert status == 200 and {t["name"] for t in answers[-1]["result"]["tools"]} == {"ask", "increment"}
