@@ -78,7 +78,8 @@ class Notifications:
     async def _tools_changed(self, caller: Caller, backend_id: str) -> None:
         """Have the indexer list a backend again; once per `TELL_GAP` however many streams say so."""
         now = time.monotonic()
-        if now - self._told.get(backend_id, -TELL_GAP) < TELL_GAP:
+        last = self._told.get(backend_id)
+        if last is not None and now - last < TELL_GAP:
             return
         self._told[backend_id] = now
         try:
