@@ -18,6 +18,7 @@ import httpx2
 import pytest
 
 from commands.ports import free_port
+from commands.up import listen_addresses
 from tests.support.bridges import Bridge, mcp_client, poll_until, running_bridge
 from tests.support.clients import RawClient
 from tests.support.processes import Proc, port_accepts, start_process
@@ -142,6 +143,11 @@ def test_a_legacy_backend_is_reached_at_the_bridge_which_keeps_its_endpoint(tmp_
     # what the loading made is a valid configuration in turn (the parts pass it on as they read it)
     again = parse_config({"bridge": raw["bridge"], "backends": [backend.model_dump()]}, tmp_path / "t.yaml")
     assert again.backends[0] == backend
+    # `toolsearch up` starts the bridge for it, and for no file without such a backend
+    assert ("bridge", "bridge.listen", "127.0.0.1:9300") in listen_addresses(again)
+    modern = {"id": "new", "url": "http://127.0.0.1:3002/mcp"}
+    plain = parse_config({"backends": [modern]}, tmp_path / "p.yaml")
+    assert [part for part, _, _ in listen_addresses(plain)] == ["indexer", "router"]
 
 
 async def test_a_legacy_server_that_goes_away_ends_its_sessions_and_a_new_one_opens_once_it_is_back(
