@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
 from mcp_types import (
+    METHOD_NOT_FOUND,
     PaginatedRequestParams,
     ReadResourceRequestParams,
     SubscribeRequestParams,
@@ -23,7 +24,7 @@ from mcp_types import (
 )
 
 from router.error_answers import mcp_error
-from router.errors import RouterError
+from router.errors import BackendAnswered, RouterError
 from router.handlers.offerings import Ambiguous, Offering, Target, ambiguity, namespaced, resolve
 from router.handlers.passthrough import PassedThrough
 from router.targets import ReachableTarget
@@ -53,9 +54,9 @@ async def catalogue(reach: Reach, resources: bool = True, templates: bool = True
 
     async def ask(backend: ReachableTarget) -> Listed:
         # one after the other: the first may open the backend session the second then uses
-        found = await reach.list_all(backend, "resources/list", "resources") if resources else []
+        found = await _listing(reach, backend, "resources/list", "resources") if resources else []
         shapes = (
-            await reach.list_all(backend, "resources/templates/list", "resourceTemplates")
+            await _listing(reach, backend, "resources/templates/list", "resourceTemplates")
             if templates
             else []
         )
@@ -75,6 +76,17 @@ async def catalogue(reach: Reach, resources: bool = True, templates: bool = True
             template=True,
         ),
     )
+
+
+async def _listing(reach: Reach, backend: ReachableTarget, method: str, field: str) -> list[dict[str, Any]]:
+    """A backend's whole listing; none from a backend that does not know the method (a server with
+    resources and no templates, the common case, answers `resources/templates/list` so)."""
+    try:
+        return await reach.list_all(backend, method, field)
+    except BackendAnswered as exc:
+        if exc.code != METHOD_NOT_FOUND:
+            raise
+        return []
 
 
 def _not_found(uri: str) -> MCPError:
