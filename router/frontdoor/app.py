@@ -32,6 +32,7 @@ from mcp_types import (
     ReadResourceRequestParams,
     SetLevelRequestParams,
     SubscribeRequestParams,
+    SubscriptionsListenRequestParams,
     UnsubscribeRequestParams,
 )
 from starlette.applications import Starlette
@@ -52,6 +53,7 @@ from router.frontdoor.server import ShutdownGuard, router_server
 from router.frontdoor.session_layer import SessionLayer
 from router.frontdoor.standalone import StandaloneStreams, Stopping
 from router.handlers.client_answers import ClientAnswers
+from router.handlers.listens import Listens
 from router.handlers.log_levels import LogLevels
 from router.handlers.meta_tools import MetaTools
 from router.handlers.notifications import Notifications
@@ -63,6 +65,7 @@ from router.observe.access_log import AccessInterceptor, AccessLog
 from router.observe.latency_window import FindToolLatency
 from router.observe.metrics import RequestObserver, RouterMetrics
 from router.observe.status_page import StatusPage
+from router.upstream.backend_listens import BackendListens
 from router.upstream.backend_requests import BackendRequests
 from router.upstream.backend_streams import BackendStreams
 from router.upstream.backends import BackendCaller
@@ -90,11 +93,12 @@ def build_server(
     resources: Resources | None = None,
     prompts: Prompts | None = None,
     logs: LogLevels | None = None,
+    listens: Listens | None = None,
 ) -> Server[Any]:
     """The MCP server behind `/mcp`: `tools/list` and `tools/call` answered by the meta-tools, and,
     with `resources` and `prompts`, the resource, prompt and completion methods over the session's
-    backends, with `logs`, `logging/setLevel` (each of which the SDK then advertises in the
-    initialize answer's capabilities).
+    backends, with `logs`, `logging/setLevel`, and with `listens`, 2026-07-28 `subscriptions/listen`
+    (each of which the SDK then advertises in its capabilities).
 
     With `metrics`, every `tools/call` is counted and timed.
     """
@@ -138,6 +142,8 @@ def build_server(
         server.add_request_handler("completion/complete", CompleteRequestParams, prompts.complete)
     if logs is not None:
         server.add_request_handler("logging/setLevel", SetLevelRequestParams, logs.set_level)
+    if listens is not None:
+        server.add_request_handler("subscriptions/listen", SubscriptionsListenRequestParams, listens.listen)
     return server
 
 
@@ -228,8 +234,18 @@ def create_app(
         requests = BackendRequests(indexer, caller, secrets)
         answers = ClientAnswers(indexer, caller, requests.credentials)
         streams = BackendStreams(indexer, caller, requests.credentials)
-        standalone = StandaloneStreams(Notifications(requests, streams), stopping)
-        server = build_server(tools, metrics, Resources(requests), Prompts(requests), LogLevels(requests))
+        notifications = Notifications(requests, streams)
+        standalone = StandaloneStreams(notifications, stopping)
+        listens = Listens(
+            requests,
+            BackendListens(caller, requests.credentials),
+            notifications,
+            settings.pinned,
+            standalone.stopping.wait,
+        )
+        server = build_server(
+            tools, metrics, Resources(requests), Prompts(requests), LogLevels(requests), listens
+        )
         manager = StreamableHTTPSessionManager(
             server, stateless=True, json_response=True, max_request_body_size=settings.max_body_bytes
         )

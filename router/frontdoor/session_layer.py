@@ -66,6 +66,7 @@ SESSION_METHODS = frozenset(
         "prompts/list",
         "prompts/get",
         "completion/complete",
+        "subscriptions/listen",
     }
 )
 
@@ -136,8 +137,8 @@ class SessionLayer:
                 await self.standalone.serve(scope, receive, send, caller)
                 return
             else:
-                # 2026-07-28 has no standalone stream to open with GET (subscriptions/listen is
-                # not served)
+                # 2026-07-28 has no standalone stream to open with GET: its client listens with a
+                # `subscriptions/listen` request (router/handlers/listens.py)
                 response = Response(status_code=405, headers={"Allow": "POST, DELETE"})
         except BodyTooLarge as exc:
             response = jsonrpc_error_response(413, INVALID_REQUEST, str(exc), request_id)

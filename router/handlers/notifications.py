@@ -71,11 +71,11 @@ class Notifications:
                 if renamed is not None:
                     await write(renamed)
             elif method == TOOLS_CHANGED:
-                await self._tools_changed(caller, backend_id)
+                await self.tools_changed(caller, backend_id)
 
         await self.streams.listen(caller, deliver)
 
-    async def _tools_changed(self, caller: Caller, backend_id: str) -> None:
+    async def tools_changed(self, caller: Caller, backend_id: str) -> None:
         """Have the indexer list a backend again; once per `TELL_GAP` however many streams say so."""
         now = time.monotonic()
         last = self._told.get(backend_id)

@@ -99,21 +99,37 @@ class BackendStreams:
         except RouterError as exc:
             logger.debug("backend %s: not listened to: %s", target.backend_id, exc)
             return
-        http = self.backends.stream_client(target, headers)
-        asked = {
-            "Accept": "text/event-stream",
-            SESSION_HEADER: session.session_id,
-            VERSION_HEADER: session.protocol_version,
-        }
-        try:
-            async with http.stream("GET", target.url, headers=asked) as response:
-                if response.status_code != 200:
-                    logger.debug(
-                        "backend %s: no standalone stream (HTTP %d)", target.backend_id, response.status_code
-                    )
-                    return
-                async for message in events(response, target.max_response_bytes):
-                    if isinstance(message, dict) and "method" in message and "id" not in message:
-                        await deliver(target.backend_id, message)
-        except (httpx2.HTTPError, ValueError) as exc:
-            logger.debug("backend %s: its standalone stream ended: %r", target.backend_id, exc)
+        await read_standalone(self.backends.stream_client(target, headers), target, session, deliver)
+
+
+async def read_standalone(
+    http: httpx2.AsyncClient,
+    target: BackendTarget,
+    session: BackendSession,
+    deliver: Deliver,
+    on_open: Callable[[], None] = lambda: None,
+) -> bool:
+    """Pass each notification of a backend session's standalone stream to `deliver` until the stream
+    ends, calling `on_open` once it is open; whether it was open at all (False: the backend offers
+    none, or failed; logged at debug)."""
+    asked = {
+        "Accept": "text/event-stream",
+        SESSION_HEADER: session.session_id,
+        VERSION_HEADER: session.protocol_version,
+    }
+    opened = False
+    try:
+        async with http.stream("GET", target.url, headers=asked) as response:
+            if response.status_code != 200:
+                logger.debug(
+                    "backend %s: no standalone stream (HTTP %d)", target.backend_id, response.status_code
+                )
+                return False
+            opened = True
+            on_open()
+            async for message in events(response, target.max_response_bytes):
+                if isinstance(message, dict) and "method" in message and "id" not in message:
+                    await deliver(target.backend_id, message)
+    except (httpx2.HTTPError, ValueError) as exc:
+        logger.debug("backend %s: its standalone stream ended: %r", target.backend_id, exc)
+    return opened

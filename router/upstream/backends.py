@@ -27,7 +27,8 @@ same ways; which of them a request takes is router/upstream/exchanges.py's choic
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
 from typing import Any, NamedTuple
 
 import anyio
@@ -51,6 +52,7 @@ from toolsearch.responses import BoundedTransport
 logger = logging.getLogger(__name__)
 
 _NOTICE_BYTES = 65_536  # the most an answer to a notification or a DELETE may weigh
+_END_WITHIN = 2.0  # seconds an unkept session's DELETE may take
 
 
 def outgoing_headers(
@@ -228,6 +230,21 @@ class BackendCaller:
         messenger = self._messenger(target, headers, timeout, _NOTICE_BYTES)
         with anyio.move_on_after(timeout):
             await messenger.terminate(session)
+
+    @asynccontextmanager
+    async def own_session(
+        self, target: BackendTarget, headers: Mapping[str, str]
+    ) -> AsyncIterator[BackendSession]:
+        """A handshake session at `target` that nobody keeps: opened (`initialize`), and ended
+        (DELETE, best effort, bounded) when the block ends. Raises the router's backend errors."""
+        messenger = self._messenger(target, headers)
+        with translated(messenger, target.timeout_seconds):
+            session = await messenger.initialize()
+        try:
+            yield session
+        finally:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(_END_WITHIN):
+                await messenger.terminate(session)
 
     def _messenger(
         self,

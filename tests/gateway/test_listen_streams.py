@@ -1,0 +1,201 @@
+"""A 2026-07-28 client's `subscriptions/listen` through the router: its backends' changes reach it on
+the listen's own stream, from backends of either era.
+
+The router in the test's process, an indexer in its loop; two backends as processes: the asking
+server (tests/support/asking_server.py: the handshake era only, a subscribable note) and the
+listening server (tests/support/listening_server.py: both eras, a 2026-07-28 listen of its own).
+The SDK's 2026-07-28 client listens through the router; another client tells the backends to
+change, directly, as anything else might.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp import Client
+from mcp.client.subscriptions import Subscription
+from mcp.shared.exceptions import MCPError
+from mcp.shared.subscriptions import (
+    PromptsListChanged,
+    ResourcesListChanged,
+    ResourceUpdated,
+    ServerEvent,
+    ToolsListChanged,
+)
+from mcp_types import INVALID_PARAMS
+
+from commands.ports import free_port
+from router.handlers.listens import MAX_RESOURCES
+from tests.support.clients import until
+from tests.support.processes import port_accepts, start_process
+from tests.support.routers import LightStack, light_stack
+from tests.support.waits import WAIT, wait_for
+
+SUPPORT = Path(__file__).parents[1] / "support"
+NOTE = "asking://note"
+
+
+class Backends:
+    """The two backends' processes and MCP URLs."""
+
+    def __init__(self) -> None:
+        self.asking_port, self.listening_port = free_port(), free_port()
+        self.asking = start_process(
+            [sys.executable, str(SUPPORT / "asking_server.py"), str(self.asking_port)], None
+        )
+        self.listening = start_process(
+            [sys.executable, str(SUPPORT / "listening_server.py"), str(self.listening_port)], None
+        )
+
+    @property
+    def asking_url(self) -> str:
+        return f"http://127.0.0.1:{self.asking_port}/mcp/"
+
+    @property
+    def listening_url(self) -> str:
+        return f"http://127.0.0.1:{self.listening_port}/mcp"
+
+    def stop(self) -> None:
+        self.asking.stop()
+        self.listening.stop()
+
+
+@asynccontextmanager
+async def listening_stack(
+    folder: Path, router: dict[str, Any] | None = None
+) -> AsyncIterator[tuple[LightStack, Backends]]:
+    backends = await asyncio.to_thread(Backends)
+    try:
+        await wait_for(lambda: port_accepts(backends.asking_port) and port_accepts(backends.listening_port))
+        entries = [
+            {"id": "asking", "url": backends.asking_url, "timeout": 10},
+            {"id": "listening", "url": backends.listening_url, "timeout": 10},
+        ]
+        async with light_stack(folder, router=router, backends=entries) as stack:
+            yield stack, backends
+    finally:
+        backends.stop()
+
+
+@pytest.fixture
+async def stack(tmp_path: Path) -> AsyncIterator[tuple[LightStack, Backends]]:
+    async with listening_stack(tmp_path) as found:
+        yield found
+
+
+async def touched(direct: Client) -> str:
+    """What the asking server answers `touch`: how many sessions it told of the note's change."""
+    return str((await direct.call_tool("touch", {})).content[0].text)  # type: ignore[union-attr]
+
+
+async def next_event(subscription: Subscription) -> ServerEvent:
+    async with asyncio.timeout(WAIT):
+        return await anext(subscription)
+
+
+async def test_a_listen_hears_a_2026_backends_resource_update_and_list_changes(
+    stack: tuple[LightStack, Backends],
+) -> None:
+    gateway, backends = stack
+    async with Client(gateway.mcp_url) as client, Client(backends.listening_url) as direct:
+        wanted = {"resource_subscriptions": ["notes://a"], "resources_list_changed": True}
+        async with client.listen(prompts_list_changed=True, **wanted) as subscription:  # type: ignore[arg-type]
+            assert subscription.honored.resource_subscriptions == ["notes://a"]
+            assert subscription.honored.resources_list_changed and subscription.honored.prompts_list_changed
+            await direct.call_tool("edit", {"uri": "notes://b"})  # not named: not heard
+            await direct.call_tool("edit", {"uri": "notes://a"})
+            assert await next_event(subscription) == ResourceUpdated(uri="notes://a")
+            await direct.call_tool("file", {})
+            assert await next_event(subscription) == ResourcesListChanged()
+            await direct.call_tool("reword", {})
+            assert await next_event(subscription) == PromptsListChanged()
+
+
+async def test_a_listen_hears_a_handshake_backends_update_in_a_session_of_its_own(
+    stack: tuple[LightStack, Backends],
+) -> None:
+    gateway, backends = stack
+    async with Client(gateway.mcp_url) as client, Client(backends.asking_url, mode="legacy") as direct:
+        async with client.listen(resource_subscriptions=[NOTE]) as subscription:
+            assert subscription.honored.resource_subscriptions == [NOTE]
+
+            # acknowledged once the listen's own backend session subscribed and listens
+            assert await touched(direct) == "told 1"
+            assert await next_event(subscription) == ResourceUpdated(uri=NOTE)
+
+        # the listen's end ended its backend session, and the subscription in it
+        async def untold() -> bool:
+            return await touched(direct) == "told 0"
+
+        await until(untold, "the listen's backend session ended")
+
+
+async def test_a_listen_hears_the_tool_list_change_of_a_backend_whose_tools_are_pinned(
+    tmp_path: Path,
+) -> None:
+    async with (
+        listening_stack(tmp_path, router={"pinned": ["listening/*"]}) as (gateway, backends),
+        Client(gateway.mcp_url) as client,
+        Client(backends.listening_url) as direct,
+        client.listen(tools_list_changed=True) as subscription,
+    ):
+        assert subscription.honored.tools_list_changed
+        await direct.call_tool("grow", {})
+        assert await next_event(subscription) == ToolsListChanged()
+
+
+async def test_a_resource_is_found_at_a_backend_that_offers_no_templates_beside_another(
+    stack: tuple[LightStack, Backends],
+) -> None:
+    gateway, _ = stack
+    async with Client(gateway.mcp_url) as client:
+        # with two backends of resources, the router finds the URI's backend in their listings;
+        # the asking server answers resources/templates/list with -32601, which lists none
+        read = await client.read_resource(NOTE)
+    assert [content.uri for content in read.contents] == [NOTE]
+
+
+async def test_a_listen_honors_only_what_a_backend_can_deliver(stack: tuple[LightStack, Backends]) -> None:
+    gateway, _ = stack
+    async with (
+        Client(gateway.mcp_url) as client,
+        client.listen(
+            tools_list_changed=True, resource_subscriptions=["nowhere://x", "notes://b"]
+        ) as subscription,
+    ):
+        # nothing is pinned, so the client's tools never change; no backend serves nowhere://x
+        assert subscription.honored.tools_list_changed is None
+        assert subscription.honored.resource_subscriptions == ["notes://b"]
+
+
+async def test_a_listen_naming_too_many_resources_is_refused_saying_to_split_it(
+    stack: tuple[LightStack, Backends],
+) -> None:
+    gateway, _ = stack
+    async with Client(gateway.mcp_url) as client:
+        uris = [f"notes://{i}" for i in range(MAX_RESOURCES + 1)]
+        with pytest.raises(MCPError) as refused:
+            async with client.listen(resource_subscriptions=uris):
+                pass
+        assert refused.value.error.code == INVALID_PARAMS
+        assert "split them" in refused.value.error.message
+
+
+async def test_a_listen_ends_gracefully_when_a_backend_it_reads_goes_away(
+    stack: tuple[LightStack, Backends],
+) -> None:
+    gateway, backends = stack
+    async with (
+        Client(gateway.mcp_url) as client,
+        client.listen(resource_subscriptions=["notes://a"]) as subscription,
+    ):
+        await asyncio.to_thread(backends.listening.stop)
+        async with asyncio.timeout(WAIT):
+            heard = [event async for event in subscription]  # ends without SubscriptionLost
+        assert heard == []
