@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import httpx2
@@ -20,17 +21,34 @@ def is_stream(response: httpx2.Response) -> bool:
     return content_type == "text/event-stream"
 
 
-class _Events:
-    """SSE lines in, the JSON-RPC message of each complete event out."""
+@dataclass
+class StreamPosition:
+    """Where a backend's SSE stream got to: the id of its last event with one ("" if none had an id)
+    and the reconnection delay it asked for (`retry:`, milliseconds; None if it asked none), from
+    which a stream the backend closed early is resumed (`Last-Event-ID`)."""
 
-    def __init__(self) -> None:
+    last_id: str = ""
+    retry_ms: int | None = None
+
+
+class _Events:
+    """SSE lines in, the JSON-RPC message of each complete event out; ids and delays to `position`."""
+
+    def __init__(self, position: StreamPosition | None = None) -> None:
         self._data: list[str] = []
+        self.position = position if position is not None else StreamPosition()
 
     def line(self, line: str) -> Any | None:
         """Take one line; returns the event's message when the line ends an event that has one."""
         if line:
-            if line.startswith("data:"):
-                self._data.append(line[5:].removeprefix(" "))
+            field, _, value = line.partition(":")
+            value = value.removeprefix(" ")
+            if field == "data":
+                self._data.append(value)
+            elif field == "id" and "\0" not in value:
+                self.position.last_id = value
+            elif field == "retry" and value.isdigit():
+                self.position.retry_ms = int(value)
             return None
         payload, self._data = "\n".join(self._data).strip(), []
         # an event without data (a priming event, which only carries an id) holds no message
@@ -46,13 +64,13 @@ def messages_of(response: httpx2.Response) -> list[Any]:
     return [message for message in found if message is not None]
 
 
-async def streamed(response: httpx2.Response) -> AsyncIterator[Any]:
-    """The JSON-RPC messages of an answer as they arrive."""
+async def streamed(response: httpx2.Response, position: StreamPosition | None = None) -> AsyncIterator[Any]:
+    """The JSON-RPC messages of an answer as they arrive; with `position`, where its stream got to."""
     if not is_stream(response):
         await response.aread()
         yield response.json()
         return
-    events = _Events()
+    events = _Events(position)
     async for line in response.aiter_lines():
         if (message := events.line(line)) is not None:
             yield message

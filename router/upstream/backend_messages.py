@@ -36,7 +36,15 @@ from router.errors import (
     CapabilityMissing,
 )
 from router.targets import BackendSession
-from router.upstream.backend_answers import answered, error_body, forgot, messages_of, streamed
+from router.upstream.backend_answers import (
+    StreamPosition,
+    answered,
+    error_body,
+    forgot,
+    is_stream,
+    messages_of,
+    streamed,
+)
 from router.upstream.relays import NotificationRelay
 from toolsearch.outgoing import ROUTER_CLIENT_NAME, SESSION_HEADER, VERSION_HEADER, client_info
 from toolsearch.responses import STREAMED, BoundedTransport
@@ -44,6 +52,8 @@ from toolsearch.responses import STREAMED, BoundedTransport
 logger = logging.getLogger(__name__)
 
 ABANDON_TIMEOUT = 2.0  # seconds to tell a backend its requests of the client go unanswered, at most
+MAX_RESUMES = 20  # times one call's stream is resumed after its backend closed it early
+MAX_RESUME_DELAY_MS = 5000  # the longest `retry:` delay honoured before a resumption
 _ACCEPT = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 
 
@@ -155,8 +165,16 @@ class BackendMessenger:
         relay: NotificationRelay | None,
         asked: list[str | int],
     ) -> dict[str, Any]:
-        """`request`'s POST and the reading of its answer; the requests passed on go to `asked`."""
-        request_id = message["id"]
+        """`request`'s POST and the reading of its answer; the requests passed on go to `asked`.
+
+        A backend may close a call's stream before the result and have it resumed (SSE polling,
+        SEP-1699): its events carry ids, and a `GET` inside the session with the last one as
+        `Last-Event-ID` goes on where it stopped. The router does that itself, after the delay the
+        backend asked for (`retry:`, at most `MAX_RESUME_DELAY`), up to `MAX_RESUMES` times, all
+        within the call's deadline; the client sees one stream.
+        """
+        position = StreamPosition()
+        lacked: dict[str, Any] = {}  # capabilities the backend asked for and the client lacks
         try:
             async with self.http.stream(
                 "POST", self.url, json=message, headers=headers, extensions={STREAMED: True}
@@ -164,26 +182,66 @@ class BackendMessenger:
                 if response.status_code >= 400:
                     await response.aread()
                 self._checked(response, session)
-                lacked: dict[str, Any] = {}  # capabilities the backend asked for and the client lacks
-                async for answer in streamed(response):
-                    if not isinstance(answer, dict):
-                        continue
-                    if answer.get("id") == request_id and "method" not in answer:
-                        if lacked:
-                            raise self._lacking(lacked)
-                        return self._result(answer)
-                    if "method" in answer and "id" in answer:
-                        if await self._pass_on(answer, relay):
-                            asked.append(answer["id"])
-                        elif lacks := await self._refuse(answer, session):
-                            lacked[lacks] = {}
-                    elif relay is not None:
-                        await relay.forward(answer)
+                answer = await self._read(response, message["id"], session, relay, asked, lacked, position)
+            for _ in range(MAX_RESUMES):
+                if answer is not None or not position.last_id or session is None or not session.session_id:
+                    break
+                await anyio.sleep(min(position.retry_ms or 0, MAX_RESUME_DELAY_MS) / 1000)
+                resume = {
+                    **self._headers(session),
+                    "Accept": "text/event-stream",
+                    "Last-Event-ID": position.last_id,
+                }
+                resume.pop("Content-Type", None)
+                async with self.http.stream(
+                    "GET", self.url, headers=resume, extensions={STREAMED: True}
+                ) as response:
+                    if response.status_code >= 400:
+                        await response.aread()
+                    self._checked(response, session)
+                    if not is_stream(response):
+                        raise BackendUnavailable(
+                            self.backend_id,
+                            f"answered the resumption of a call's stream with HTTP {response.status_code}",
+                        )
+                    answer = await self._read(
+                        response, message["id"], session, relay, asked, lacked, position
+                    )
         except httpx2.ConnectError:
             raise BackendUnavailable(self.backend_id, "refused the connection") from None
         except ValueError:
             raise BackendError(self.backend_id, "answered with something that is not JSON-RPC") from None
-        raise BackendUnavailable(self.backend_id, "closed the connection without answering")
+        if answer is None:
+            raise BackendUnavailable(self.backend_id, "closed the connection without answering")
+        return answer
+
+    async def _read(
+        self,
+        response: httpx2.Response,
+        request_id: Any,
+        session: BackendSession | None,
+        relay: NotificationRelay | None,
+        asked: list[str | int],
+        lacked: dict[str, Any],
+        position: StreamPosition,
+    ) -> dict[str, Any] | None:
+        """Read one answer (a whole body, or a stream until it ends): the request's result, or None
+        when the stream ended before it."""
+        async for answer in streamed(response, position):
+            if not isinstance(answer, dict):
+                continue
+            if answer.get("id") == request_id and "method" not in answer:
+                if lacked:
+                    raise self._lacking(lacked)
+                return self._result(answer)
+            if "method" in answer and "id" in answer:
+                if await self._pass_on(answer, relay):
+                    asked.append(answer["id"])
+                elif lacks := await self._refuse(answer, session):
+                    lacked[lacks] = {}
+            elif relay is not None:
+                await relay.forward(answer)
+        return None
 
     async def _pass_on(self, request: Mapping[str, Any], relay: NotificationRelay | None) -> bool:
         """Pass a backend's request of its client on to the client, if the client can answer it."""

@@ -186,6 +186,7 @@ TOOLS: list[dict[str, Any]] = [
     _tool("test_logging_tool", "Sends three log messages during the call"),
     _tool("test_tool_with_progress", "Reports progress 0, 50 and 100 of 100"),
     _tool("test_missing_capability", "Needs the client's sampling capability"),
+    _tool("test_reconnection", "Closes the call's stream before its result, to be resumed"),
     _tool("test_sampling", "Asks the client's model", prompt="The prompt to send to the LLM"),
     _tool("test_elicitation", "Asks the user", message="The message to show the user"),
     _tool("test_elicitation_sep1034_defaults", "Asks the user, with defaults for every primitive type"),

@@ -5,10 +5,12 @@
 
 What each one does is what the suite's server scenarios (`@modelcontextprotocol/conformance`) ask
 of it: content of every type, logs and progress during a call, requests of the client (sampling,
-elicitation, roots) on a 2025-11-25 call's stream, and 2026-07-28 input-required results with
-integrity-protected request state. Built on the `mcp` SDK's lowlevel server, which serves both eras
-on one endpoint (`/mcp`), with a session per 2025-11-25 client; or, with `stdio`, one 2025-11-25
-client on its stdin and stdout (for the bridge).
+elicitation, roots) on a 2025-11-25 call's stream, 2026-07-28 input-required results with
+integrity-protected request state, and SSE polling (`test_reconnection` closes its call's stream
+before the result, which its event store replays to a client that resumes with Last-Event-ID).
+Built on the `mcp` SDK's lowlevel server, which serves both eras on one endpoint (`/mcp`), with a
+session per 2025-11-25 client; or, with `stdio`, one 2025-11-25 client on its stdin and stdout (for
+the bridge).
 """
 
 from __future__ import annotations
@@ -46,8 +48,10 @@ from tests.support.conformance_content import (
     template_contents,
 )
 from tests.support.conformance_rounds import input_required, text
+from tests.support.event_store import MemoryEventStore
 
 _ASK_TIMEOUT = 30.0  # seconds a request of the client may take
+RETRY_MS = 100  # the reconnection delay asked of a client whose stream was closed early
 _LEVELS = ["debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"]
 _session_levels: dict[str, str] = {}  # logging/setLevel by session id
 # what each request of the client is answered with (a plain Result would drop its fields)
@@ -118,6 +122,12 @@ async def call_tool(ctx: ServerRequestContext[Any], params: types.CallToolReques
                     token, step, 100, f"Completed step {step} of 100", related_request_id=ctx.request_id
                 )
         return text(str(token if token is not None else 0))
+    if name == "test_reconnection":
+        # SSE polling (SEP-1699): the call's stream ends here, and the result is replayed to the
+        # client that resumes it with Last-Event-ID (over stdio there is no stream to close)
+        if ctx.close_sse_stream is not None:
+            await ctx.close_sse_stream()
+        return text("Reconnection test completed")
     if name == "test_missing_capability":
         declared = (ctx.meta or {}).get(types.CLIENT_CAPABILITIES_META_KEY) or {}
         if not isinstance(declared, dict) or "sampling" not in declared:
@@ -242,7 +252,13 @@ def main(port: int) -> None:
         allowed_hosts=hosts,
         allowed_origins=[f"http://{host}" for host in hosts],
     )
-    manager = StreamableHTTPSessionManager(build(), json_response=False, security_settings=security)
+    manager = StreamableHTTPSessionManager(
+        build(),
+        json_response=False,
+        security_settings=security,
+        event_store=MemoryEventStore(),
+        retry_interval=RETRY_MS,
+    )
     routes = [Route("/mcp", StreamableHTTPASGIApp(manager)), Route("/healthz", _healthy)]
     app = Starlette(routes=routes, lifespan=lambda app: manager.run())
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")

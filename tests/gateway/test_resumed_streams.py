@@ -1,0 +1,110 @@
+"""A backend that closes a call's stream before its result (SSE polling, SEP-1699) is followed: the
+router resumes the stream with `Last-Event-ID` and the call gets its result.
+
+The router's backend caller, in process, against the conformance test server as a process
+(tests/support/conformance_server.py: its `test_reconnection` tool closes the call's stream at once
+and leaves the result to a resumption; its event store replays what came after the last event id),
+and against a backend of canned SSE answers over an ASGI transport for what can go wrong.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import httpx2
+import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from commands.ports import free_port
+from router.errors import BackendUnavailable
+from router.targets import BackendTarget
+from router.upstream.backends import BackendCaller
+from router.upstream.pools import BackendPools
+from tests.support.processes import start_process
+from tests.support.stack import ROOT
+from toolsearch.outgoing import OutgoingAuth
+
+
+@pytest.fixture(scope="module")
+def conformance_url() -> Iterator[str]:
+    port = free_port()
+    args = [sys.executable, "-m", "tests.support.conformance_server", str(port)]
+    with start_process(args, f"http://127.0.0.1:{port}/healthz", cwd=ROOT):
+        yield f"http://127.0.0.1:{port}/mcp"
+
+
+HANDSHAKE = "2025-11-25"
+
+
+def target(url: str) -> BackendTarget:
+    return BackendTarget("conf", url, OutgoingAuth(), HANDSHAKE, 10.0, 1_000_000, None)
+
+
+async def test_a_call_whose_stream_the_backend_closes_early_is_resumed_to_its_result(
+    conformance_url: str,
+) -> None:
+    caller = BackendCaller(BackendPools(4))
+    outcome = await caller.call_tool(target(conformance_url), "test_reconnection", {}, {})
+    assert outcome.result["content"] == [{"type": "text", "text": "Reconnection test completed"}]
+
+
+def polling_backend(resumption: Response | None, ids: bool = True) -> Starlette:
+    """A backend whose calls' streams end after a priming event (with an id when `ids`), and whose
+    resuming GET is answered `resumption` (a 405 when None)."""
+
+    async def mcp(request: Request) -> Response:
+        if request.method == "GET":
+            assert request.headers["last-event-id"] == "s/1"
+            return resumption or Response(status_code=405)
+        message = json.loads(await request.body())
+        if "id" not in message:
+            return Response(status_code=202)
+        if message["method"] == "initialize":
+            answer = {"protocolVersion": HANDSHAKE, "capabilities": {}, "serverInfo": {"name": "b"}}
+            return JSONResponse(
+                {"jsonrpc": "2.0", "id": message["id"], "result": answer}, headers={"mcp-session-id": "s"}
+            )
+        priming = "id: s/1\nretry: 10\ndata: \n\n" if ids else ": no id\n\n"
+        return Response(priming, media_type="text/event-stream")
+
+    return Starlette(routes=[Route("/mcp", mcp, methods=["GET", "POST", "DELETE"])])
+
+
+def sse(message: dict[str, Any]) -> Response:
+    return Response(f"id: s/2\ndata: {json.dumps(message)}\n\n", media_type="text/event-stream")
+
+
+async def test_a_resumed_stream_carries_the_notifications_and_the_result_the_backend_replays() -> None:
+    result = {"content": [{"type": "text", "text": "done"}]}
+    # the call is the messenger's first request after initialize: its id is 2
+    backend = polling_backend(sse({"jsonrpc": "2.0", "id": 2, "result": result}))
+    caller = BackendCaller(BackendPools(4, shared=httpx2.ASGITransport(backend)))
+    outcome = await caller.call_tool(target("http://canned/mcp"), "slow", {}, {})
+    assert outcome.result == result
+
+
+@pytest.mark.parametrize(
+    ("resumption", "ids", "why"),
+    [
+        (None, True, "answered HTTP 405"),
+        (
+            JSONResponse({"unexpected": True}),
+            True,
+            "answered the resumption of a call's stream with HTTP 200",
+        ),
+        (None, False, "closed the connection without answering"),
+    ],
+)
+async def test_a_stream_that_cannot_be_resumed_is_a_clear_failure(
+    resumption: Response | None, ids: bool, why: str
+) -> None:
+    backend = polling_backend(resumption, ids)
+    caller = BackendCaller(BackendPools(4, shared=httpx2.ASGITransport(backend)))
+    with pytest.raises(BackendUnavailable, match=why):
+        await caller.call_tool(target("http://canned/mcp"), "slow", {}, {})
