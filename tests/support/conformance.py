@@ -97,6 +97,23 @@ async def run_suite(url: str, requirements: str, folder: Path) -> dict[str, Outc
     return _collected(folder, required, output)
 
 
+async def run_scenario(url: str, scenario: str, spec_version: str, folder: Path) -> Outcome:
+    """One server scenario against `url`, whichever suite it is in (a pending one, too)."""
+    output = await _node(
+        "server",
+        "--url",
+        url,
+        "--scenario",
+        scenario,
+        "--spec-version",
+        spec_version,
+        "-o",
+        str(folder),
+        timeout=RUN_TIMEOUT,
+    )
+    return _collected(folder, [scenario], output)[scenario]
+
+
 def _collected(folder: Path, required: list[str], output: str) -> dict[str, Outcome]:
     outcomes: dict[str, Outcome] = {}
     for name in required:
