@@ -133,8 +133,10 @@ def run(config: Config, config_path: Path, logs: LogSettings = DEFAULT_LOGS) -> 
     with supervisor.signals():
         try:
             if _has_bridged(config):
-                # ready once each shared stdio server has started (or failed to): before the indexer lists
-                bridge_ready = _http_ready(f"{config.bridge.base_url()}/readyz")
+                # listening is enough: the indexer starts beside the stdio servers' own starts, and
+                # its first listing of one still starting waits in the bridge, under the indexer's
+                # one rule for a slow part (docs/health.md), not the bridge's too
+                bridge_ready = _http_ready(f"{config.bridge.base_url()}/healthz")
                 bridge_args = ["bridge", "--config", str(config_path), *logs.args()]
                 supervisor.start("bridge", bridge_args, bridge_ready)
             for n, server in enumerate(config.catalog_servers):
