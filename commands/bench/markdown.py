@@ -144,6 +144,27 @@ def kept_session(results: dict[str, Any]) -> list[str]:
     ]
 
 
+def stdio(results: dict[str, Any]) -> list[str]:
+    """A stdio server's tool through toolsearch beside the server over stdio; the gateway's start."""
+    found = results["stdio"]
+    hop, start = found["hop"], found["start"]
+    return [
+        "",
+        "## stdio servers, through the bridge (ms, p50 / p99)",
+        "",
+        row("path", "latency"),
+        rule("l", "r"),
+        row("call_tool through the router and the bridge", ms(hop["router"])),
+        row("the server over stdio directly, one client session kept open", ms(hop["stdio_direct"])),
+        "",
+        f"Through toolsearch / the server's own time over stdio, p50: {hop['router_over_stdio_p50']}x.",
+        "",
+        f"`toolsearch up` to the stdio tool's first answer through the router: "
+        f"{start['seconds_to_first_call']} s alone, {start['seconds_to_first_call_beside_a_stuck_server']} s "
+        f"beside a stdio server that never answers initialize ({start['beside_over_alone']}x).",
+    ]
+
+
 def embedders(results: dict[str, Any]) -> list[str]:
     """The floor and find_tool of each embedder, side by side (a run with more than one)."""
     figures = results.get("embedders", {})
@@ -291,7 +312,7 @@ def failures(results: dict[str, Any]) -> list[str]:
 def markdown(results: dict[str, Any]) -> str:
     """The whole report; a section whose part failed says so instead of its figures."""
     lines = header(results)
-    for section in (find_tool, embedders, sessions, reindex_memory):
+    for section in (find_tool, embedders, sessions, reindex_memory, stdio):
         try:
             lines += section(results)
         except (KeyError, IndexError, TypeError) as exc:

@@ -35,6 +35,7 @@ class Plan:
     # queueing behind them (docs/performance.md); the runs probe once in ten minutes instead.
     health_interval: float = 600.0
     memory_sessions: int = 10_000
+    first_run: bool = True  # `make run` from a clean clone (minutes, and downloads): full runs only
 
 
 FULL = Plan(
@@ -64,4 +65,5 @@ QUICK = Plan(
     idle_seconds=2.0,
     reindex_sessions=(1, 10, 100),
     memory_sessions=30,
+    first_run=False,
 )

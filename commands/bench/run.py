@@ -20,6 +20,7 @@ from typing import Any
 from commands.bench.catalogs import Catalogs, advertised, call_target, started
 from commands.bench.common import CatalogFile, CpuMeter, QueryPool
 from commands.bench.embedding import cold_build, restart_in_process
+from commands.bench.first_run import make_run_from_clone
 from commands.bench.latency import (
     call_tool_latency,
     describe,
@@ -32,9 +33,11 @@ from commands.bench.plan import CONCURRENCY, QUERY_SETS, Plan
 from commands.bench.reindex import reindex
 from commands.bench.sessions import cold_open, open_many
 from commands.bench.stack import CatalogSpec, Stack, secret
+from commands.bench.stdio import stdio_part
 from indexer.embedder import Embedder
 from toolsearch.indexer_settings import Health
 
+CHECKOUT = Path(__file__).resolve().parents[2]  # the project's folder, when run from a checkout
 FLOOR_WARMUP = 5  # model calls before the floor's clock starts: the first ones of a process are slow
 # a cold open embeds a whole catalog inside initialize: far past the router's default deadlines
 COLD_TIMEOUT = {"indexer_timeout": 1800.0, "open_session_timeout": 1800.0}
@@ -223,6 +226,17 @@ class Run:
         finally:
             stack.close()
 
+    async def stdio(self) -> None:
+        """Part 8: a stdio server's tool through the bridge, and the gateway's start beside a stuck one."""
+        self.out["stdio"] = await stdio_part(
+            lambda name: self._stack(name, []), self.plan.call_tool_calls, self.progress
+        )
+
+    async def first_run(self) -> None:
+        """Part 9: `make run` from a clean clone of the checkout the benchmark runs in."""
+        self.progress("first run: make run from a clean clone")
+        self.out["first_run"] = await asyncio.to_thread(make_run_from_clone, CHECKOUT, self.work)
+
     async def warm_opens(self, stack: Stack, size: str, catalog: CatalogFile) -> None:
         """Part 4, warm."""
         self.progress(f"session open: warm, {size} catalog")
@@ -361,6 +375,9 @@ class Run:
             ("kept sessions", self.kept_sessions()),
             ("cold open, small", self.cold("small", steady_queries=2_000)),
             ("cold open, large", self.cold("large", steady_queries=None)),
+            ("stdio servers", self.stdio()),
         ):
             await self.guarded(part, step)
+        if self.plan.first_run:
+            await self.guarded("first run", self.first_run())
         return self.out

@@ -191,7 +191,8 @@ class Stack:
     def pids(self) -> dict[str, int]:
         return {name: proc.pid for name, proc in self.procs.items() if proc.popen.poll() is None}
 
-    def _start(self, name: str, args: list[str], env: dict[str, str] | None = None) -> Proc:
+    def launch(self, name: str, args: list[str], env: dict[str, str] | None = None) -> Proc:
+        """Start one process of the stack, its output in the stack's folder."""
         proc = Proc(name, args, self.folder / f"{name}.log", env)
         self.procs[name] = proc
         return proc
@@ -206,7 +207,7 @@ class Stack:
                 env[variable] = spec.secret
             if spec.sessions:
                 args.append("--sessions")
-            proc = self._start(f"catalog-{spec.name}", args, env)
+            proc = self.launch(f"catalog-{spec.name}", args, env)
             await wait_for(functools.partial(http_answers, f"{spec.url}/healthz"), 60, proc)
 
     def variant(self, name: str, indexer: dict[str, Any]) -> Path:
@@ -221,11 +222,11 @@ class Stack:
         """Start the indexer (on `config`, default the stack's); returns the seconds until it serves."""
         self.stop("indexer")  # a restart: the log file goes on
         path = config or self.config_path
-        proc = self._start("indexer", [*CLI, "indexer", "--config", str(path)])
+        proc = self.launch("indexer", [*CLI, "indexer", "--config", str(path)])
         return await wait_for(lambda: grpc_serving(self.indexer_address), timeout, proc)
 
     async def start_router(self) -> None:
-        proc = self._start("router", [*CLI, "router", "--config", str(self.config_path)])
+        proc = self.launch("router", [*CLI, "router", "--config", str(self.config_path)])
         await wait_for(lambda: http_answers(f"http://127.0.0.1:{self.router_port}/readyz"), 120, proc)
 
     def stop(self, name: str) -> None:
