@@ -72,6 +72,17 @@ class Interest:
         return wire
 
 
+@dataclass(frozen=True, slots=True)
+class _Listen:
+    """One backend's part of one listen: where, with which headers, what for, and to whom."""
+
+    target: BackendTarget
+    headers: Mapping[str, str]
+    interest: Interest
+    deliver: Deliver
+    on_open: Callable[[], None]
+
+
 class BackendListens:
     """Reads what backends send a listen: one backend at a time, for as long as the caller awaits."""
 
@@ -92,26 +103,21 @@ class BackendListens:
         was open at all (False: the backend offers none, or failed to open one; logged at debug)."""
         try:
             headers = await self.credentials.headers(target, caller.identity)
+            one = _Listen(target, headers, interest, deliver, on_open)
             if target.protocol_version in MODERN_PROTOCOL_VERSIONS:
-                return await self._modern(target, headers, interest, deliver, on_open)
-            return await self._in_session(target, headers, interest, deliver, on_open)
+                return await self._modern(one)
+            return await self._in_session(one)
         except RouterError as exc:
             logger.debug("backend %s: not listened to: %s", target.backend_id, exc)
             return False
 
-    async def _modern(
-        self,
-        target: BackendTarget,
-        headers: Mapping[str, str],
-        interest: Interest,
-        deliver: Deliver,
-        on_open: Callable[[], None],
-    ) -> bool:
+    async def _modern(self, one: _Listen) -> bool:
+        target, interest = one.target, one.interest
         params, stamp = modern_request(
             "subscriptions/listen", {"notifications": interest.filter()}, target.protocol_version, None, {}
         )
         message = {"jsonrpc": "2.0", "id": LISTEN_ID, "method": "subscriptions/listen", "params": params}
-        http = self.backends.stream_client(target, headers)
+        http = self.backends.stream_client(target, one.headers)
         opened = False
         try:
             asked = {**stamp, "Accept": _ACCEPT}
@@ -132,22 +138,15 @@ class BackendListens:
                     if each.get("id") == LISTEN_ID:  # the result or error that ends the stream
                         break
                     if each.get("method") == ACKNOWLEDGED:
-                        on_open()
+                        one.on_open()
                     elif each.get("method") in LISTEN_STREAM_METHODS and "id" not in each:
-                        await deliver(target.backend_id, each)
+                        await one.deliver(target.backend_id, each)
         except (httpx2.HTTPError, ValueError) as exc:
             logger.debug("backend %s: its listen stream ended: %r", target.backend_id, exc)
-
         return opened
 
-    async def _in_session(
-        self,
-        target: BackendTarget,
-        headers: Mapping[str, str],
-        interest: Interest,
-        deliver: Deliver,
-        on_open: Callable[[], None],
-    ) -> bool:
+    async def _in_session(self, one: _Listen) -> bool:
+        target, headers, interest = one.target, one.headers, one.interest
         async with self.backends.own_session(target, headers) as session:
             own = replace(target, session=session)
             subscribed: list[str] = []
@@ -156,7 +155,7 @@ class BackendListens:
                     await self.backends.request(own, "resources/subscribe", {"uri": uri}, headers)
                     subscribed.append(uri)
                 http = self.backends.stream_client(target, headers)
-                return await read_standalone(http, own, session, deliver, on_open)
+                return await read_standalone(http, own, session, one.deliver, one.on_open)
             finally:
                 # said before the session ends, for a server that keeps subscriptions past it
                 with anyio.CancelScope(shield=True), anyio.move_on_after(UNSUBSCRIBE_WITHIN):

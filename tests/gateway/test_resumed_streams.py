@@ -10,7 +10,6 @@ and against a backend of canned SSE answers over an ASGI transport for what can 
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -21,22 +20,18 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from commands.ports import free_port
 from router.errors import BackendUnavailable
 from router.targets import BackendTarget
 from router.upstream.backends import BackendCaller
 from router.upstream.pools import BackendPools
-from tests.support.processes import start_process
-from tests.support.stack import ROOT
+from tests.support.conformance import conformance_server
 from toolsearch.outgoing import OutgoingAuth
 
 
 @pytest.fixture(scope="module")
 def conformance_url() -> Iterator[str]:
-    port = free_port()
-    args = [sys.executable, "-m", "tests.support.conformance_server", str(port)]
-    with start_process(args, f"http://127.0.0.1:{port}/healthz", cwd=ROOT):
-        yield f"http://127.0.0.1:{port}/mcp"
+    with conformance_server() as url:
+        yield url
 
 
 HANDSHAKE = "2025-11-25"

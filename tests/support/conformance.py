@@ -14,9 +14,13 @@ import asyncio
 import contextlib
 import json
 import shutil
+import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from commands.ports import free_port
+from tests.support.processes import start_process
 from tests.support.stack import ROOT
 
 SUITE = (
@@ -31,6 +35,16 @@ SUITE = (
 )
 REQUIREMENTS = ("2025-11-25", "2026-07-28")
 RUN_TIMEOUT = 600.0  # seconds for one requirement set's run; each scenario has the suite's own 30 s
+
+
+@contextlib.contextmanager
+def conformance_server(host: str = "127.0.0.1") -> Iterator[str]:
+    """The project's conformance test server (tests/support/conformance_server.py) as a process on
+    loopback: its MCP URL, under `host` (it answers to 127.0.0.1 and localhost)."""
+    port = free_port()
+    args = [sys.executable, "-m", "tests.support.conformance_server", str(port)]
+    with start_process(args, f"http://127.0.0.1:{port}/healthz", cwd=ROOT):
+        yield f"http://{host}:{port}/mcp"
 
 
 def missing() -> str | None:

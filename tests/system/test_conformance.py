@@ -34,7 +34,9 @@ from tests.support.conformance import (
     run_suite,
     server_scenarios,
 )
-from tests.support.processes import start_process
+from tests.support.conformance import (
+    conformance_server as running_conformance_server,
+)
 from tests.support.redis import running_redis
 from tests.support.split_proxy import SplitProxy, split_proxy
 from tests.support.stack import ROOT, Stack, running_stack
@@ -153,11 +155,9 @@ Results = dict[tuple[str, str], dict[str, Outcome]]  # (target, requirements) ->
 
 @pytest.fixture(scope="module")
 def conformance_server() -> Iterator[str]:
-    port = free_port()
-    args = [sys.executable, "-m", "tests.support.conformance_server", str(port)]
-    with start_process(args, f"http://127.0.0.1:{port}/healthz", cwd=ROOT):
-        # the suite's DNS-rebinding scenario wants a localhost URL, which the server allows
-        yield f"http://localhost:{port}/mcp"
+    # the suite's DNS-rebinding scenario wants a localhost URL, which the server allows
+    with running_conformance_server("localhost") as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
