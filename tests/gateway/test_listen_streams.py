@@ -1,9 +1,10 @@
 """A 2026-07-28 client's `subscriptions/listen` through the router: its backends' changes reach it on
 the listen's own stream, from backends of either era.
 
-The router in the test's process, an indexer in its loop; two backends as processes: the asking
-server (tests/support/asking_server.py: the handshake era only, a subscribable note) and the
-listening server (tests/support/listening_server.py: both eras, a 2026-07-28 listen of its own).
+The router in the test's process (a process of its own where its stop is the subject), an indexer
+in its loop; two backends as processes: the asking server (tests/support/asking_server.py: the
+handshake era only, a subscribable note) and the listening server
+(tests/support/listening_server.py: both eras, a 2026-07-28 listen of its own).
 The SDK's 2026-07-28 client listens through the router; another client tells the backends to
 change, directly, as anything else might.
 """
@@ -11,6 +12,7 @@ change, directly, as anything else might.
 from __future__ import annotations
 
 import asyncio
+import signal
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -68,7 +70,7 @@ class Backends:
 
 @asynccontextmanager
 async def listening_stack(
-    folder: Path, router: dict[str, Any] | None = None
+    folder: Path, router: dict[str, Any] | None = None, router_process: bool = False
 ) -> AsyncIterator[tuple[LightStack, Backends]]:
     backends = await asyncio.to_thread(Backends)
     try:
@@ -77,7 +79,9 @@ async def listening_stack(
             {"id": "asking", "url": backends.asking_url, "timeout": 10},
             {"id": "listening", "url": backends.listening_url, "timeout": 10},
         ]
-        async with light_stack(folder, router=router, backends=entries) as stack:
+        async with light_stack(
+            folder, router=router, backends=entries, router_process=router_process
+        ) as stack:
             yield stack, backends
     finally:
         backends.stop()
@@ -196,6 +200,18 @@ async def test_a_listen_ends_gracefully_when_a_backend_it_reads_goes_away(
         client.listen(resource_subscriptions=["notes://a"]) as subscription,
     ):
         await asyncio.to_thread(backends.listening.stop)
+        async with asyncio.timeout(WAIT):
+            heard = [event async for event in subscription]  # ends without SubscriptionLost
+        assert heard == []
+
+
+async def test_a_listen_ends_gracefully_when_the_router_begins_to_stop(tmp_path: Path) -> None:
+    async with (
+        listening_stack(tmp_path, router_process=True) as (gateway, _),
+        Client(gateway.mcp_url) as client,
+        client.listen(resource_subscriptions=["notes://a"]) as subscription,
+    ):
+        await asyncio.to_thread(gateway.router.send_signal, signal.SIGTERM)
         async with asyncio.timeout(WAIT):
             heard = [event async for event in subscription]  # ends without SubscriptionLost
         assert heard == []
