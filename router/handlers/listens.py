@@ -140,7 +140,7 @@ class Listens:
         counted = "" if caller.shared else caller.session_id
         self._admit(counted)
         try:
-            plan = await self._plan(await self.requests.reach_from(ctx), params.notifications)
+            plan = await self.plan(await self.requests.reach_from(ctx), params.notifications)
             meta: dict[str, Any] = {SUBSCRIPTION_ID_META_KEY: subscription_id}
             await self._run(ctx, caller, plan, meta)
             return SubscriptionsListenResult(_meta=meta)
@@ -169,7 +169,8 @@ class Listens:
             if left:
                 self._by_session[session_id] = left
 
-    async def _plan(self, reach: Reach, wanted: SubscriptionFilter) -> Plan:
+    async def plan(self, reach: Reach, wanted: SubscriptionFilter) -> Plan:
+        """What a listen asks of which of the session's backends, and what it can honour."""
         plan = Plan()
         honored_uris: list[str] = []
         for uri in wanted.resource_subscriptions or []:
@@ -203,6 +204,8 @@ class Listens:
             )
             for backend_id in left_out:
                 del plan.interests[backend_id]
+            kept = {name for (backend_id, _), name in plan.names.items() if backend_id in plan.interests}
+            honored_uris = [uri for uri in honored_uris if uri in kept]  # the ack says what is heard
         plan.honored = SubscriptionFilter(
             tools_list_changed=True if tools else None,
             prompts_list_changed=True if wanted.prompts_list_changed else None,

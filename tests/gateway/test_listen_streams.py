@@ -30,14 +30,18 @@ from mcp.shared.subscriptions import (
     ServerEvent,
     ToolsListChanged,
 )
-from mcp_types import INVALID_PARAMS
+from mcp_types import INVALID_PARAMS, SubscriptionFilter
 
 from commands.ports import free_port
-from router.handlers.listens import MAX_RESOURCES
+from router.caller import Caller, Identity, Principal
+from router.handlers.listens import MAX_BACKENDS, MAX_RESOURCES, Listens
+from router.targets import BackendTarget, ReachableTarget, ReachableTargets
+from router.upstream.backend_requests import Reach
 from tests.support.clients import until
 from tests.support.processes import port_accepts, start_process
 from tests.support.routers import LightStack, light_stack
 from tests.support.waits import WAIT, wait_for
+from toolsearch.outgoing import OutgoingAuth
 
 SUPPORT = Path(__file__).parents[1] / "support"
 NOTE = "asking://note"
@@ -215,3 +219,22 @@ async def test_a_listen_ends_gracefully_when_the_router_begins_to_stop(tmp_path:
         async with asyncio.timeout(WAIT):
             heard = [event async for event in subscription]  # ends without SubscriptionLost
         assert heard == []
+
+
+def target(backend_id: str) -> BackendTarget:
+    return BackendTarget(backend_id, "http://b/mcp", OutgoingAuth(), "", 5.0, 1000, None)
+
+
+async def test_a_listen_over_more_backends_than_its_bound_reads_only_as_many() -> None:
+    targets = tuple(
+        ReachableTarget(
+            BackendTarget(f"b{n:02}", "http://b/mcp", OutgoingAuth(), "", 5.0, 1000, None), prompts=True
+        )
+        for n in range(MAX_BACKENDS + 8)
+    )
+    caller = Caller(Identity(Principal(), None), "session")
+    listens = Listens(None, None, None, (), asyncio.Event().wait)  # type: ignore[arg-type]
+    reach = Reach(None, caller, ReachableTargets(targets))  # type: ignore[arg-type]
+    plan = await listens.plan(reach, SubscriptionFilter(prompts_list_changed=True))
+    assert sorted(plan.interests) == [f"b{n:02}" for n in range(MAX_BACKENDS)]  # the first by id
+    assert plan.honored.prompts_list_changed
