@@ -198,7 +198,14 @@ class BackendMessenger:
                 ) as response:
                     if response.status_code >= 400:
                         await response.aread()
-                    self._checked(response, session)
+                    try:
+                        self._checked(response, session)
+                    except BackendSessionGone as gone:
+                        # not a session to open again and send the call in: the call has run, or
+                        # runs still, in the session the backend forgot
+                        raise BackendUnavailable(
+                            self.backend_id, f"{gone.reason} while the call's stream was resumed"
+                        ) from None
                     if not is_stream(response):
                         raise BackendUnavailable(
                             self.backend_id,

@@ -49,9 +49,11 @@ async def test_a_call_whose_stream_the_backend_closes_early_is_resumed_to_its_re
     assert outcome.result["content"] == [{"type": "text", "text": "Reconnection test completed"}]
 
 
-def polling_backend(resumption: Response | None, ids: bool = True) -> Starlette:
+def polling_backend(
+    resumption: Response | None, ids: bool = True, calls: list[str] | None = None
+) -> Starlette:
     """A backend whose calls' streams end after a priming event (with an id when `ids`), and whose
-    resuming GET is answered `resumption` (a 405 when None)."""
+    resuming GET is answered `resumption` (a 405 when None); each request's method goes to `calls`."""
 
     async def mcp(request: Request) -> Response:
         if request.method == "GET":
@@ -65,6 +67,8 @@ def polling_backend(resumption: Response | None, ids: bool = True) -> Starlette:
             return JSONResponse(
                 {"jsonrpc": "2.0", "id": message["id"], "result": answer}, headers={"mcp-session-id": "s"}
             )
+        if calls is not None:
+            calls.append(message["method"])
         priming = "id: s/1\nretry: 10\ndata: \n\n" if ids else ": no id\n\n"
         return Response(priming, media_type="text/event-stream")
 
@@ -103,3 +107,13 @@ async def test_a_stream_that_cannot_be_resumed_is_a_clear_failure(
     caller = BackendCaller(BackendPools(4, shared=httpx2.ASGITransport(backend)))
     with pytest.raises(BackendUnavailable, match=why):
         await caller.call_tool(target("http://canned/mcp"), "slow", {}, {})
+
+
+async def test_a_session_forgotten_during_a_resumption_fails_the_call_without_running_it_again() -> None:
+    calls: list[str] = []
+    backend = polling_backend(Response(status_code=404), calls=calls)
+    caller = BackendCaller(BackendPools(4, shared=httpx2.ASGITransport(backend)))
+    resumed = r"forgot its session .* while the call's stream was resumed"
+    with pytest.raises(BackendUnavailable, match=resumed):
+        await caller.call_tool(target("http://canned/mcp"), "slow", {}, {})
+    assert calls == ["tools/call"]  # not sent again in a new session: it ran, or runs, in the old one
