@@ -100,6 +100,7 @@ async def _bound_server(
         indexer.config.indexer.naming,
         indexer.lister.backend_tokens,
         indexer.tools_changed,
+        indexer.state.rounds,
     )
     indexer_pb2_grpc.add_IndexerServicer_to_server(service, server)
     health = HealthServicer()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import re
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
@@ -46,6 +47,7 @@ from indexer.retrieval.embeddings import Embeddings
 from indexer.retrieval.tools import advertise
 from indexer.sessions.manager import SessionManager
 from indexer.state import BackendSession, StateUnavailable
+from indexer.state.rounds import LocalRounds, RoundStore
 from toolsearch.backend_settings import Backend
 from toolsearch.indexer_settings import Naming
 from toolsearch.trailers import ERROR_KEY, RETRY_AFTER_KEY, SUGGESTIONS_KEY, ErrorKind
@@ -57,6 +59,9 @@ logger = logging.getLogger(__name__)
 _Req = TypeVar("_Req")
 _Resp = TypeVar("_Resp")
 
+_MAX_ROUND_BYTES = 1 << 20  # an input round's record: the backend's requests of the client, or the result
+_MAX_ROUND_TTL = 3600.0  # seconds an input round may be kept: a call's timeout, and some
+_ROUND_TOKEN = re.compile(r"[A-Za-z0-9_-]{16,64}")  # the router's tokens: url-safe random
 _MAX_SESSION_ID = 1024  # characters of a backend session id or protocol version the state keeps
 _STATUS: dict[type, tuple[grpc.StatusCode, ErrorKind]] = {
     SessionNotFound: (grpc.StatusCode.NOT_FOUND, ErrorKind.SESSION_NOT_FOUND),
@@ -108,6 +113,16 @@ def translated(
     return wrapper
 
 
+def _check_round(token: str, record: str, ttl: float) -> None:
+    """Raise `InvalidRequest` for an input round the router would not make."""
+    if not _ROUND_TOKEN.fullmatch(token):
+        raise InvalidRequest("an input round's token is 16 to 64 url-safe characters")
+    if len(record.encode()) > _MAX_ROUND_BYTES:
+        raise InvalidRequest(f"an input round's record is at most {_MAX_ROUND_BYTES} bytes")
+    if not 0 < ttl <= _MAX_ROUND_TTL:
+        raise InvalidRequest(f"an input round is kept for more than 0 and at most {_MAX_ROUND_TTL:g} seconds")
+
+
 class IndexerService(pb_grpc.IndexerServicer):
     """Answers the router: sessions, searches, resolutions and status."""
 
@@ -120,8 +135,10 @@ class IndexerService(pb_grpc.IndexerServicer):
         naming: Naming | None = None,
         tokens: BackendTokens | None = None,
         tools_changed: Callable[[str], Awaitable[None]] | None = None,
+        rounds: RoundStore | None = None,
     ) -> None:
         self._sessions = sessions
+        self._rounds = rounds or LocalRounds()  # calls waiting for their client's input
         # has a backend whose tools changed listed again soon (Indexer.tools_changed)
         self._tools_changed = tools_changed
         self._tokens = tokens  # the tokens of token_exchange backends (ExchangeToken)
@@ -222,6 +239,24 @@ class IndexerService(pb_grpc.IndexerServicer):
         if self._tools_changed is not None:
             await self._tools_changed(request.backend_id)
         return pb.ToolsChangedResponse()
+
+    @translated
+    async def KeepInputRound(
+        self, request: pb.KeepInputRoundRequest, context: grpc.aio.ServicerContext
+    ) -> pb.KeepInputRoundResponse:
+        await self._sessions.get(request.session_id, principal_of(request.principal))
+        _check_round(request.token, request.record_json, request.ttl_seconds)
+        await self._rounds.put(request.session_id, request.token, request.record_json, request.ttl_seconds)
+        return pb.KeepInputRoundResponse()
+
+    @translated
+    async def ReadInputRound(
+        self, request: pb.ReadInputRoundRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ReadInputRoundResponse:
+        await self._sessions.get(request.session_id, principal_of(request.principal))
+        _check_round(request.token, "", 1.0)
+        record = await self._rounds.get(request.session_id, request.token)
+        return pb.ReadInputRoundResponse(found=record is not None, record_json=record or "")
 
     def _kept(self, sessions: Mapping[str, BackendSession]) -> dict[str, tuple[Backend, BackendSession]]:
         """The backend sessions a router can reach: of configured backends, with a session id."""

@@ -47,6 +47,7 @@ from indexer.state.redis import Keys, RedisCatalogs, RedisEmbeddings, RedisHealt
 from indexer.state.redis_connection import RedisTarget
 from indexer.state.redis_lease import RedisEvents, RedisLease
 from indexer.state.redis_sessions import RedisSessions
+from indexer.state.rounds import LocalRounds, RedisRounds, RoundStore
 from indexer.state.tokens import LocalTokens, RedisTokens, TokenStore
 
 __all__ = [
@@ -67,6 +68,7 @@ __all__ = [
     "Principal",
     "Room",
     "RoomFull",
+    "RoundStore",
     "SessionRecord",
     "SessionStore",
     "Shared",
@@ -108,6 +110,7 @@ class State:
     check: Callable[[], Awaitable[None]] | None = None  # raises `StateUnavailable` when unreachable
     leadership: Leadership = field(init=False)  # over the shared state's lease, if there is one
     tokens: TokenStore = field(default_factory=LocalTokens)  # tokens exchanged for backends
+    rounds: RoundStore = field(default_factory=LocalRounds)  # calls waiting for their client's input
 
     def __post_init__(self) -> None:
         self.leadership = Leadership(self.shared.lease if self.shared is not None else None)
@@ -175,4 +178,12 @@ def make_state(
         await target.check(client)
 
     embeddings = RedisEmbeddings(target.sync_client(), keys, identity)
-    return State(sessions, embeddings, shared, target.description, check, RedisTokens(client, keys))
+    return State(
+        sessions,
+        embeddings,
+        shared,
+        target.description,
+        check,
+        RedisTokens(client, keys),
+        RedisRounds(client, keys),
+    )

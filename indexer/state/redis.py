@@ -68,6 +68,10 @@ class Keys:
         """A token exchanged for a backend, under a digest of the backend's settings and the principal."""
         return f"{self.prefix}token:{key}"
 
+    def round(self, session_id: str, token: str) -> str:
+        """A call of the session waiting for its client's input, under the router's token for it."""
+        return f"{self.prefix}round:{session_id}:{token}"
+
     def embeddings(self, identity: str) -> str:
         return f"{self.prefix}embeddings:{hashlib.sha256(identity.encode()).hexdigest()[:16]}"
 

@@ -5,8 +5,9 @@ of router/link/channels.py, which fail over between indexer addresses.
 
 from __future__ import annotations
 
+import json
 import secrets
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import grpc
@@ -158,6 +159,36 @@ class IndexerClient:
             session_id=session_id, principal=_principal(principal), backend_id=backend_id
         )
         await self.channels.call(lambda stub: stub.ToolsChanged, request)
+
+    async def keep_input_round(
+        self, session_id: str, principal: Principal, token: str, record: Mapping[str, Any], ttl: float
+    ) -> None:
+        """Keep a call's input round with the session under `token` for `ttl` seconds (docs/gateway.md);
+        raises `SessionNotFound`."""
+        request = pb.KeepInputRoundRequest(
+            session_id=session_id,
+            principal=_principal(principal),
+            token=token,
+            record_json=json.dumps(record, separators=(",", ":")),
+            ttl_seconds=ttl,
+        )
+        await self.channels.call(lambda stub: stub.KeepInputRound, request)
+
+    async def read_input_round(
+        self, session_id: str, principal: Principal, token: str
+    ) -> dict[str, Any] | None:
+        """The input round kept with the session under `token`, or None (expired, or not this
+        session's); raises `SessionNotFound`."""
+        request = pb.ReadInputRoundRequest(
+            session_id=session_id, principal=_principal(principal), token=token
+        )
+        response: pb.ReadInputRoundResponse = await self.channels.call(
+            lambda stub: stub.ReadInputRound, request
+        )
+        if not response.found:
+            return None
+        record = json.loads(response.record_json)
+        return record if isinstance(record, dict) else None
 
     async def reachable_backends(self, session_id: str, principal: Principal) -> ReachableTargets:
         """The session's advertised backends that offer resources, prompts or completions."""

@@ -105,6 +105,16 @@ class IndexerStub:
                 request_serializer=toolsearch_dot_v1_dot_indexer__pb2.ToolsChangedRequest.SerializeToString,
                 response_deserializer=toolsearch_dot_v1_dot_indexer__pb2.ToolsChangedResponse.FromString,
                 _registered_method=True)
+        self.KeepInputRound = channel.unary_unary(
+                '/toolsearch.v1.Indexer/KeepInputRound',
+                request_serializer=toolsearch_dot_v1_dot_indexer__pb2.KeepInputRoundRequest.SerializeToString,
+                response_deserializer=toolsearch_dot_v1_dot_indexer__pb2.KeepInputRoundResponse.FromString,
+                _registered_method=True)
+        self.ReadInputRound = channel.unary_unary(
+                '/toolsearch.v1.Indexer/ReadInputRound',
+                request_serializer=toolsearch_dot_v1_dot_indexer__pb2.ReadInputRoundRequest.SerializeToString,
+                response_deserializer=toolsearch_dot_v1_dot_indexer__pb2.ReadInputRoundResponse.FromString,
+                _registered_method=True)
 
 
 class IndexerServicer:
@@ -215,6 +225,24 @@ class IndexerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def KeepInputRound(self, request, context):
+        """A call waiting for its 2026-07-28 client's input (a handshake-era backend asked the client
+        something during it), kept with the session under a token for `ttl_seconds`, so the replica the
+        client's retry reaches can pass the answers on and read what the call came to. INVALID_ARGUMENT
+        for a record over 1 MiB or a token that is not one the router makes.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReadInputRound(self, request, context):
+        """The record kept under a token of the session; `found` false when there is none (it expired, or
+        the token is not this session's).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_IndexerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -282,6 +310,16 @@ def add_IndexerServicer_to_server(servicer, server):
                     servicer.ToolsChanged,
                     request_deserializer=toolsearch_dot_v1_dot_indexer__pb2.ToolsChangedRequest.FromString,
                     response_serializer=toolsearch_dot_v1_dot_indexer__pb2.ToolsChangedResponse.SerializeToString,
+            ),
+            'KeepInputRound': grpc.unary_unary_rpc_method_handler(
+                    servicer.KeepInputRound,
+                    request_deserializer=toolsearch_dot_v1_dot_indexer__pb2.KeepInputRoundRequest.FromString,
+                    response_serializer=toolsearch_dot_v1_dot_indexer__pb2.KeepInputRoundResponse.SerializeToString,
+            ),
+            'ReadInputRound': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReadInputRound,
+                    request_deserializer=toolsearch_dot_v1_dot_indexer__pb2.ReadInputRoundRequest.FromString,
+                    response_serializer=toolsearch_dot_v1_dot_indexer__pb2.ReadInputRoundResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -641,6 +679,60 @@ class Indexer:
             '/toolsearch.v1.Indexer/ToolsChanged',
             toolsearch_dot_v1_dot_indexer__pb2.ToolsChangedRequest.SerializeToString,
             toolsearch_dot_v1_dot_indexer__pb2.ToolsChangedResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def KeepInputRound(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/toolsearch.v1.Indexer/KeepInputRound',
+            toolsearch_dot_v1_dot_indexer__pb2.KeepInputRoundRequest.SerializeToString,
+            toolsearch_dot_v1_dot_indexer__pb2.KeepInputRoundResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReadInputRound(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/toolsearch.v1.Indexer/ReadInputRound',
+            toolsearch_dot_v1_dot_indexer__pb2.ReadInputRoundRequest.SerializeToString,
+            toolsearch_dot_v1_dot_indexer__pb2.ReadInputRoundResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -84,6 +84,16 @@ class IndexerStub:
     list_changed): the replica that probes the backends lists it again soon, rather than at its next
     probe. INVALID_ARGUMENT for a backend that is not configured.
     """
+    KeepInputRound: _grpc.UnaryUnaryMultiCallable[_indexer_pb2.KeepInputRoundRequest, _indexer_pb2.KeepInputRoundResponse]
+    """A call waiting for its 2026-07-28 client's input (a handshake-era backend asked the client
+    something during it), kept with the session under a token for `ttl_seconds`, so the replica the
+    client's retry reaches can pass the answers on and read what the call came to. INVALID_ARGUMENT
+    for a record over 1 MiB or a token that is not one the router makes.
+    """
+    ReadInputRound: _grpc.UnaryUnaryMultiCallable[_indexer_pb2.ReadInputRoundRequest, _indexer_pb2.ReadInputRoundResponse]
+    """The record kept under a token of the session; `found` false when there is none (it expired, or
+    the token is not this session's).
+    """
 
 @_typing.type_check_only
 class IndexerAsyncStub(IndexerStub):
@@ -136,6 +146,16 @@ class IndexerAsyncStub(IndexerStub):
     """A backend told one of the session's clients that its tools changed (notifications/tools/
     list_changed): the replica that probes the backends lists it again soon, rather than at its next
     probe. INVALID_ARGUMENT for a backend that is not configured.
+    """
+    KeepInputRound: _aio.UnaryUnaryMultiCallable[_indexer_pb2.KeepInputRoundRequest, _indexer_pb2.KeepInputRoundResponse]  # type: ignore[assignment]
+    """A call waiting for its 2026-07-28 client's input (a handshake-era backend asked the client
+    something during it), kept with the session under a token for `ttl_seconds`, so the replica the
+    client's retry reaches can pass the answers on and read what the call came to. INVALID_ARGUMENT
+    for a record over 1 MiB or a token that is not one the router makes.
+    """
+    ReadInputRound: _aio.UnaryUnaryMultiCallable[_indexer_pb2.ReadInputRoundRequest, _indexer_pb2.ReadInputRoundResponse]  # type: ignore[assignment]
+    """The record kept under a token of the session; `found` false when there is none (it expired, or
+    the token is not this session's).
     """
 
 class IndexerServicer(metaclass=_abc_1.ABCMeta):
@@ -264,6 +284,28 @@ class IndexerServicer(metaclass=_abc_1.ABCMeta):
         """A backend told one of the session's clients that its tools changed (notifications/tools/
         list_changed): the replica that probes the backends lists it again soon, rather than at its next
         probe. INVALID_ARGUMENT for a backend that is not configured.
+        """
+
+    @_abc_1.abstractmethod
+    def KeepInputRound(
+        self,
+        request: _indexer_pb2.KeepInputRoundRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_indexer_pb2.KeepInputRoundResponse, _abc.Awaitable[_indexer_pb2.KeepInputRoundResponse]]:
+        """A call waiting for its 2026-07-28 client's input (a handshake-era backend asked the client
+        something during it), kept with the session under a token for `ttl_seconds`, so the replica the
+        client's retry reaches can pass the answers on and read what the call came to. INVALID_ARGUMENT
+        for a record over 1 MiB or a token that is not one the router makes.
+        """
+
+    @_abc_1.abstractmethod
+    def ReadInputRound(
+        self,
+        request: _indexer_pb2.ReadInputRoundRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_indexer_pb2.ReadInputRoundResponse, _abc.Awaitable[_indexer_pb2.ReadInputRoundResponse]]:
+        """The record kept under a token of the session; `found` false when there is none (it expired, or
+        the token is not this session's).
         """
 
 def add_IndexerServicer_to_server(servicer: IndexerServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

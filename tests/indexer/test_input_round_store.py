@@ -1,0 +1,68 @@
+"""Input rounds kept with a session: read in that session only, forgotten when their time is up, and
+bounded in memory; the same in Redis, where every replica reads them (docs/gateway.md)."""
+
+from __future__ import annotations
+
+import redis.asyncio as aredis
+
+from indexer.state.redis import Keys
+from indexer.state.rounds import LocalRounds, RedisRounds
+from tests.support.clients import until
+from tests.support.redis import RedisServer
+
+TOKEN = "a-token-of-the-routers-own"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def test_a_round_is_read_in_its_own_session_only() -> None:
+    rounds = LocalRounds()
+    await rounds.put("one", TOKEN, '{"state":"asked"}', 30)
+    assert await rounds.get("one", TOKEN) == '{"state":"asked"}'
+    assert await rounds.get("two", TOKEN) is None
+    assert await rounds.get("one", "another-token-altogether") is None
+
+
+async def test_a_round_is_forgotten_when_its_time_is_up_and_a_rewrite_keeps_it_longer() -> None:
+    clock = Clock()
+    rounds = LocalRounds(clock=clock)
+    await rounds.put("one", TOKEN, "asked", 10)
+    clock.now = 9.0
+    await rounds.put("one", TOKEN, "done", 10)  # the outcome, kept as long again
+    clock.now = 15.0
+    assert await rounds.get("one", TOKEN) == "done"
+    clock.now = 19.5
+    assert await rounds.get("one", TOKEN) is None
+    assert len(rounds) == 0
+
+
+async def test_memory_keeps_at_most_its_limit_the_oldest_dropped_first() -> None:
+    rounds = LocalRounds(limit=2)
+    for n in range(3):
+        await rounds.put("one", f"{TOKEN}-{n}", str(n), 30)
+    assert len(rounds) == 2
+    assert await rounds.get("one", f"{TOKEN}-0") is None
+    assert await rounds.get("one", f"{TOKEN}-2") == "2"
+
+
+async def test_redis_rounds_are_shared_by_session_and_expire_by_themselves(redis_server: RedisServer) -> None:
+    client = aredis.Redis.from_url(redis_server.url)
+    try:
+        one, other = RedisRounds(client, Keys("rounds-test:")), RedisRounds(client, Keys("rounds-test:"))
+        await one.put("session", TOKEN, '{"state":"asked"}', 0.3)
+        assert await other.get("session", TOKEN) == '{"state":"asked"}'  # another replica reads it
+        assert await other.get("another session", TOKEN) is None
+        assert 0 < await client.pttl(f"rounds-test:round:session:{TOKEN}") <= 300
+
+        async def expired() -> bool:
+            return await other.get("session", TOKEN) is None
+
+        await until(expired, "the round expired in Redis", timeout=10)
+    finally:
+        await client.aclose()
