@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, TypedDict
 
+import anyio
 import httpx2
 from mcp.server.caching import CacheHint
 from mcp.server.lowlevel.server import Server
@@ -69,6 +70,7 @@ from router.upstream.backend_listens import BackendListens
 from router.upstream.backend_requests import BackendRequests
 from router.upstream.backend_streams import BackendStreams
 from router.upstream.backends import BackendCaller
+from router.upstream.input_rounds import InputRounds
 from router.upstream.pools import BackendPools
 from toolsearch.config import Config
 from toolsearch.outgoing import VERSION
@@ -265,8 +267,12 @@ def create_app(
             standalone,
         )
         try:
-            async with manager.run(), streaming.run():
+            async with manager.run(), streaming.run(), anyio.create_task_group() as rounds:
+                # where the calls a backend may ask a 2026-07-28 client something run; they end
+                # with the app (router/upstream/input_rounds.py)
+                tools.rounds = InputRounds(indexer, caller, requests.credentials, rounds)
                 yield {"indexer": indexer, "sessions": sessions}
+                rounds.cancel_scope.cancel()
         finally:
             await pools.aclose()
             await indexer.close()

@@ -25,6 +25,7 @@ from router.link.indexer_client import IndexerClient
 from router.upstream.backend_messages import backend_request_id
 from router.upstream.backend_requests import caller_of
 from router.upstream.backends import BackendCaller
+from router.upstream.input_rounds import InputRounds
 from router.upstream.relays import NotificationRelay
 from toolsearch.answers import Answer, AnswerServer, AnswerTool, render_answer
 from toolsearch.indexer_settings import Search
@@ -149,6 +150,9 @@ class MetaTools:
         self.max_limit = search.max_limit
         self.compact = search.compact
         self.calls = ToolCalls(indexer, backends, secrets, max_arguments_bytes)
+        # a 2026-07-28 client's calls that a handshake-era backend may ask something (the app's
+        # lifespan sets it, with the task group the calls run in); None: such requests are refused
+        self.rounds: InputRounds | None = None
         self.schemas = {FIND_TOOL: find_tool_input_schema(search), CALL_TOOL: CALL_TOOL_INPUT_SCHEMA}
         self.tools = [
             types.Tool(
@@ -211,12 +215,12 @@ class MetaTools:
             # the backend's result is answered as it came (router/handlers/passthrough.py)
             retry = _retry(params)
             if params.name == CALL_TOOL:
-                return PassedThrough(await self.calls.run(caller, params.arguments, relay, call_id, retry))
+                return PassedThrough(await self._run(caller, params.arguments, relay, call_id, retry))
             if self.pinned:
                 # a pinned tool called by its own name: the same path as call_tool, health included
                 arguments = {"tool_name": params.name, "parameters": params.arguments or {}}
                 try:
-                    return PassedThrough(await self.calls.run(caller, arguments, relay, call_id, retry))
+                    return PassedThrough(await self._run(caller, arguments, relay, call_id, retry))
                 except BackendAnswered as exc:
                     # called as the client would call its backend, it gets the backend's JSON-RPC
                     # error as one too (a refused request state, say), not a tool result
@@ -228,6 +232,27 @@ class MetaTools:
             f"{params.name}, call call_tool with tool_name {json.dumps(params.name)}.",
             is_error=True,
         )
+
+    async def _run(
+        self,
+        caller: Caller,
+        arguments: Mapping[str, Any] | None,
+        relay: NotificationRelay | None,
+        call_id: str | None,
+        retry: Mapping[str, Any],
+    ) -> dict[str, Any]:
+        """One call, as an input round where its backend may ask a 2026-07-28 client something, and
+        a client's retry of a round the router made answered from that round."""
+        rounds = self.rounds
+        if rounds is not None:
+            resumed = await rounds.resume(caller, retry)  # never sent to the backend: its state is ours
+            if resumed is not None:
+                return resumed
+            if rounds.applies(caller):
+                return await rounds.run(
+                    caller, lambda asker: self.calls.run(caller, arguments, relay, call_id, retry, asker)
+                )
+        return await self.calls.run(caller, arguments, relay, call_id, retry)
 
     async def find_tool(self, caller: Caller, arguments: Mapping[str, Any] | None) -> dict[str, Any]:
         """Search the caller's session; the answer is the same JSON as structured content and as text."""

@@ -26,7 +26,7 @@ from router.upstream.backend_messages import backend_request_id
 from router.upstream.backend_notices import BackendNotices
 from router.upstream.backends import BackendCaller, CallOutcome
 from router.upstream.credentials import OutgoingCredentials
-from router.upstream.relays import NotificationRelay
+from router.upstream.relays import ClientAsker, NotificationRelay
 from router.upstream.running_calls import RunningCalls
 from router.upstream.session_keeping import SessionKeeper
 from router.upstream.session_notes import noted_call
@@ -59,10 +59,12 @@ class ToolCalls:
         relay: NotificationRelay | None = None,
         call_id: str | None = None,
         retry: Mapping[str, Any] | None = None,
+        asker: ClientAsker | None = None,
     ) -> dict[str, Any]:
         """call_tool: resolve the name in the caller's session, check the arguments, call the backend;
         the backend's result as it came (with a note when its backend session was replaced).
-        `retry` is what a retried input-required call carries back to its backend."""
+        `retry` is what a retried input-required call carries back to its backend; `asker` asks a
+        2026-07-28 client what a handshake-era backend asks it (router/upstream/input_rounds.py)."""
         args = parse_call_tool(arguments, self.max_arguments_bytes)
         # resolved with the session check from the same `tool_name`, unless it did not resolve there
         tool = caller.resolved or await self.indexer.resolve_tool(
@@ -80,7 +82,7 @@ class ToolCalls:
         headers = await self.credentials.headers(target, caller.identity)
         try:
             outcome, keeper = await self._call(
-                caller, target, name, args.parameters, headers, relay, call_id, retry
+                caller, target, name, args.parameters, headers, relay, call_id, retry, asker
             )
         except BackendRejected as exc:
             if exc.status != 401 or target.auth.type != "token_exchange":
@@ -89,7 +91,7 @@ class ToolCalls:
             # refused, the call did not run; one fresh exchange, and one more try.
             headers = await self.credentials.headers(target, caller.identity, renew=True)
             outcome, keeper = await self._call(
-                caller, target, name, args.parameters, headers, relay, call_id, retry
+                caller, target, name, args.parameters, headers, relay, call_id, retry, asker
             )
         return noted_call(outcome.result, keeper.note(outcome.replaced))
 
@@ -103,6 +105,7 @@ class ToolCalls:
         relay: NotificationRelay | None,
         call_id: str | None,
         retry: Mapping[str, Any] | None,
+        asker: ClientAsker | None,
     ) -> tuple[CallOutcome, SessionKeeper]:
         """One call in the backend session the keeper keeps; a client's cancellation ends it here."""
         keeper = SessionKeeper(self.indexer, self.backends, caller, target, headers)
@@ -118,6 +121,7 @@ class ToolCalls:
                     on_open=keeper,
                     declared=caller.declared,
                     retry=retry,
+                    asker=asker,
                 )
         finally:
             await keeper.close()

@@ -45,7 +45,7 @@ from router.upstream.backend_answers import (
     messages_of,
     streamed,
 )
-from router.upstream.relays import NotificationRelay
+from router.upstream.relays import ClientAsker, NotificationRelay
 from toolsearch.outgoing import ROUTER_CLIENT_NAME, SESSION_HEADER, VERSION_HEADER, client_info
 from toolsearch.responses import STREAMED, BoundedTransport
 
@@ -75,12 +75,16 @@ class BackendMessenger:
         http: httpx2.AsyncClient,
         bounded: BoundedTransport,
         declared: Declared = NOTHING_DECLARED,
+        asker: ClientAsker | None = None,
+        timeout: float = 30.0,
     ) -> None:
         self.backend_id = backend_id
         self.url = url
         self.http = http
         self.bounded = bounded
         self.declared = declared  # what the client said of itself: its capabilities, its log level
+        self.asker = asker  # how a 2026-07-28 client is asked what the backend asks it; None: it is not
+        self.timeout = timeout  # the call's deadline: as long as a backend's request of the client waits
         self._next_id = 0
 
     def _headers(self, session: BackendSession | None) -> dict[str, str]:
@@ -242,7 +246,7 @@ class BackendMessenger:
                     raise self._lacking(lacked)
                 return self._result(answer)
             if "method" in answer and "id" in answer:
-                if await self._pass_on(answer, relay):
+                if await self._pass_on(answer, relay, session):
                     asked.append(answer["id"])
                 elif lacks := await self._refuse(answer, session):
                     lacked[lacks] = {}
@@ -250,12 +254,19 @@ class BackendMessenger:
                 await relay.forward(answer)
         return None
 
-    async def _pass_on(self, request: Mapping[str, Any], relay: NotificationRelay | None) -> bool:
-        """Pass a backend's request of its client on to the client, if the client can answer it."""
+    async def _pass_on(
+        self, request: Mapping[str, Any], relay: NotificationRelay | None, session: BackendSession | None
+    ) -> bool:
+        """Pass a backend's request of its client on to the client, if the client can answer it: on
+        the call's stream (a handshake-era client), or as an input round (a 2026-07-28 one)."""
         needs = ANSWERABLE.get(str(request.get("method", "")))
-        if relay is None or needs is None or needs not in self.declared.answers_on_stream:
+        if needs is None:
             return False
-        return await relay.ask(self.backend_id, request)
+        if relay is not None and needs in self.declared.answers_on_stream:
+            return await relay.ask(self.backend_id, request)
+        if self.asker is not None and session is not None and needs in self.declared.answers_in_results:
+            return await self.asker.ask(self.backend_id, session, request, self.timeout)
+        return False
 
     async def _abandon(self, asked: list[str | int], session: BackendSession | None) -> None:
         """Tell the backend that its requests passed on to the client will not be answered through
@@ -314,8 +325,10 @@ class BackendMessenger:
         """Open a backend session: `initialize`, then `notifications/initialized` inside it."""
         params = {
             "protocolVersion": LATEST_HANDSHAKE_VERSION,
-            # what the client can answer, so a backend asks only what will be answered
-            "capabilities": self.declared.answers_on_stream,
+            # what the client can answer, so a backend asks only what will be answered: on the
+            # call's stream, or as an input round when the call can ask its client so
+            "capabilities": self.declared.answers_on_stream
+            or (self.declared.answers_in_results if self.asker is not None else {}),
             "clientInfo": client_info(ROUTER_CLIENT_NAME),
         }
         self._next_id += 1

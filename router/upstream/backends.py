@@ -45,7 +45,7 @@ from router.targets import BackendSession, BackendTarget
 from router.upstream.backend_messages import BackendMessenger
 from router.upstream.exchanges import Exchanges, OnOpen, translated
 from router.upstream.pools import BackendPools
-from router.upstream.relays import NotificationRelay
+from router.upstream.relays import ClientAsker, NotificationRelay
 from toolsearch.outgoing import AuthSettings, OutgoingAuthError, auth_headers
 from toolsearch.responses import BoundedTransport
 
@@ -127,6 +127,7 @@ class BackendCaller:
         on_open: OnOpen | None = None,
         declared: Declared = NOTHING_DECLARED,
         retry: Mapping[str, Any] | None = None,
+        asker: ClientAsker | None = None,
     ) -> CallOutcome:
         """Run `name` on the backend `target` names and return its result as it came.
 
@@ -141,7 +142,8 @@ class BackendCaller:
         `declared` is what the client said of itself: a session opened gets its log level, and a
         backend that asks it for a capability it did not declare gets `CapabilityMissing` raised.
         `retry` is what a 2026-07-28 client's retry of an input-required call carries back to the
-        backend (`inputResponses`, `requestState`), sent as it came.
+        backend (`inputResponses`, `requestState`), sent as it came. With an `asker`, what a
+        handshake-era backend asks a 2026-07-28 client goes to it (router/upstream/input_rounds.py).
 
         Raises `BackendTimeout` after the target's `timeout_seconds`, `BackendRejected` on HTTP
         401/403, `BackendTooLarge` for an answer over its `max_response_bytes`, and
@@ -150,7 +152,7 @@ class BackendCaller:
         wire: dict[str, Any] = {**(retry or {}), "name": name, "arguments": dict(arguments)}
         if relay is not None and relay.progress_token is not None:
             wire["_meta"] = {"progressToken": relay.progress_token}
-        messenger = self._messenger(target, headers, declared=declared)
+        messenger = self._messenger(target, headers, declared=declared, asker=asker)
         answer, session, replaced = await self._exchanges.send(
             messenger, target, "tools/call", wire, relay, call_id, on_open
         )
@@ -253,12 +255,13 @@ class BackendCaller:
         timeout: float | None = None,
         max_response_bytes: int | None = None,
         declared: Declared = NOTHING_DECLARED,
+        asker: ClientAsker | None = None,
     ) -> BackendMessenger:
         """A messenger to `target`, under its own bounds unless others are given."""
         timeout = target.timeout_seconds if timeout is None else timeout
         limit = target.max_response_bytes if max_response_bytes is None else max_response_bytes
         http, bounded = self._client(target.backend_id, headers, timeout, limit)
-        return BackendMessenger(target.backend_id, target.url, http, bounded, declared)
+        return BackendMessenger(target.backend_id, target.url, http, bounded, declared, asker, timeout)
 
 
 def without_meta_stamp(result: dict[str, Any]) -> dict[str, Any]:

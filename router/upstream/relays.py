@@ -26,13 +26,14 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping
-from typing import Any, get_args
+from typing import Any, Protocol, get_args
 
 import mcp_types as types
 from mcp.server.context import ServerRequestContext
 from pydantic import ValidationError
 
 from router.caller import ClientStream
+from router.targets import BackendSession
 
 logger = logging.getLogger(__name__)
 
@@ -77,6 +78,18 @@ def relayed_from(client_id: object) -> tuple[str, str | int] | None:
     if not isinstance(request_id, str | int):
         return None
     return backend_id, request_id
+
+
+class ClientAsker(Protocol):
+    """How a call asks a 2026-07-28 client what its handshake-era backend asks on the call's stream:
+    an input-required round (router/upstream/input_rounds.py)."""
+
+    async def ask(
+        self, backend_id: str, session: BackendSession, request: Mapping[str, Any], within: float
+    ) -> bool:
+        """Ask the client `request`, which waits in the backend `session` for at most `within`
+        seconds; False when it cannot go."""
+        ...
 
 
 class NotificationRelay:

@@ -1,0 +1,259 @@
+"""A handshake-era backend's request of a 2026-07-28 client, as input-required rounds, through any replica.
+
+A 2026-07-28 client takes no request on a stream: a server asks it for something (sampling,
+elicitation, roots) by answering the call with an input-required result, and the client calls again
+with its answers. A handshake-era backend asks on the call's stream instead, and waits there for the
+answer. The router joins the two:
+
+1. A 2026-07-28 client's call that may be asked (it declared what answers a backend's request) runs
+   in a task of the router's own (`InputRounds.run`), not the client's request: the backend's
+   session is offered the client's capabilities, and the call's stream is read there.
+2. When the backend asks, the replica running the call keeps a record of the round with the client
+   session in the indexer (`KeepInputRound`: the backend, its session, its request's id), under a
+   token of its own, and answers the client's request with an input-required result carrying the
+   backend's request as it came and `toolsearch:<token>` as its request state. The call goes on in
+   its task, waiting for the backend as before.
+3. The client calls again with its answers and that state, on whichever replica (`resume`). That
+   replica reads the round (`ReadInputRound`: a token of another session, or made up, finds none,
+   and the call is refused saying so), posts each answer to the backend inside the backend session
+   the round names, where the backend waits for it, and reads the round again until the replica
+   running the call wrote what the call came to: its result, or the next round, whose record was
+   kept first. It answers the client with that.
+
+Nothing but the indexer is shared between replicas. Bounds: at most `MAX_RUNNING` such calls in tasks
+on one replica (beyond, a backend's request of such a client is refused, as one from a client that
+cannot answer it); one request of the backend's at a time (another while a round is open is
+refused); every round lasts at most as long as the call may (the backend's `timeout`), and a client
+that never answers costs the backend a refusal at that timeout and holds nothing after it.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import replace
+from typing import Any
+
+import anyio
+from anyio.abc import TaskGroup
+from mcp.shared.exceptions import MCPError
+
+from router.caller import Caller
+from router.error_answers import tool_result_for
+from router.errors import InvalidRequest, RouterError
+from router.link.indexer_client import IndexerClient
+from router.targets import BackendSession
+from router.upstream.backends import BackendCaller
+from router.upstream.credentials import OutgoingCredentials
+
+logger = logging.getLogger(__name__)
+
+STATE_PREFIX = "toolsearch:"  # the request state of a round the router made, before its token
+MAX_RUNNING = 256  # calls of 2026-07-28 clients that may be asked, running in tasks on one replica
+KEPT_AFTER = 60.0  # seconds a round outlives its call's timeout, for the client's last retry to read
+POLL_FIRST, POLL_LAST = 0.02, 0.25  # seconds between two reads of a round waiting for its outcome
+ANSWER_WITHIN = 10.0  # seconds a backend may take to take a client's answer, at most
+
+Call = Callable[["RoundAsker | None"], Awaitable[dict[str, Any]]]
+
+
+def input_required(token: str, key: str, request: Mapping[str, Any]) -> dict[str, Any]:
+    """The input-required result that asks the client the backend's `request` under `key`."""
+    asked = {"method": request.get("method"), "params": request.get("params") or {}}
+    return {
+        "resultType": "input_required",
+        "inputRequests": {key: asked},
+        "requestState": STATE_PREFIX + token,
+    }
+
+
+class RoundAsker:
+    """One call's way to ask its client: rounds kept in the indexer, the first answered at once."""
+
+    def __init__(self, rounds: InputRounds, caller: Caller) -> None:
+        self._rounds = rounds
+        self._caller = caller
+        self._ttl = KEPT_AFTER  # the call's timeout and more, once a backend asks within it
+        self.first: anyio.Event = anyio.Event()  # set once the client's request has its answer
+        self.answer: dict[str, Any] | None = None  # that answer, when it is a round's
+        self._open = ""  # the token of the round the client has yet to answer; "" when none
+
+    async def ask(
+        self, backend_id: str, session: BackendSession, request: Mapping[str, Any], within: float
+    ) -> bool:
+        """Ask the client the backend's `request`, which waits in `session` for at most `within`
+        seconds (the call's timeout); False when it cannot go now (a round is open already)."""
+        request_id = request.get("id")
+        if self._open or not isinstance(request_id, str | int) or isinstance(request_id, bool):
+            return False
+        token = secrets.token_urlsafe(24)
+        self._ttl = within + KEPT_AFTER
+        record = {
+            "state": "asked",
+            "backend": backend_id,
+            "session": [session.session_id, session.protocol_version],
+            "requests": {"0": request_id},
+            "within": within,
+        }
+        caller = self._caller
+        try:
+            await self._rounds.indexer.keep_input_round(
+                caller.session_id, caller.identity.principal, token, record, self._ttl
+            )
+            asked = input_required(token, "0", request)
+            if self.first.is_set():  # a later round: the client's retry reads it as the last one's outcome
+                await self.done(asked)
+            else:
+                self.answer = asked
+                self.first.set()
+        except RouterError as exc:
+            logger.info("backend %s: its request of a 2026-07-28 client was not kept: %s", backend_id, exc)
+            return False
+        self._open = token
+        return True
+
+    async def done(self, outcome: Mapping[str, Any]) -> None:
+        """Write what the open round came to, for the retry that waits for it (best effort)."""
+        token, self._open = self._open, ""
+        if not token:
+            return
+        caller = self._caller
+        record = {"state": "done", "outcome": dict(outcome)}
+        try:
+            await self._rounds.indexer.keep_input_round(
+                caller.session_id, caller.identity.principal, token, record, self._ttl
+            )
+        except RouterError as exc:
+            logger.info("a call's outcome could not be kept for its client's retry: %s", exc)
+
+
+class InputRounds:
+    """Runs the calls of 2026-07-28 clients that a handshake-era backend may ask, in `group`."""
+
+    def __init__(
+        self,
+        indexer: IndexerClient,
+        backends: BackendCaller,
+        credentials: OutgoingCredentials,
+        group: TaskGroup,
+    ) -> None:
+        self.indexer = indexer
+        self.backends = backends
+        self.credentials = credentials
+        self._group = group
+        self.running = 0
+
+    @staticmethod
+    def applies(caller: Caller) -> bool:
+        """Whether a caller's calls run as rounds: a 2026-07-28 client that can answer something."""
+        return not caller.declared.handshake_era and bool(caller.declared.answers_in_results)
+
+    async def run(self, caller: Caller, call: Call) -> dict[str, Any]:
+        """`call` in a task of its own: its result, or the first round's input-required result when
+        the backend asks the client first (the call then goes on in its task)."""
+        if self.running >= MAX_RUNNING:
+            return await call(None)  # asked nothing: the backend's request is refused, as before
+        asker = RoundAsker(self, caller)
+        failure: list[BaseException] = []
+        scope = anyio.CancelScope()
+
+        async def body() -> None:
+            self.running += 1
+            try:
+                with scope:
+                    try:
+                        result = await call(asker)
+                    except RouterError as exc:
+                        if not asker.first.is_set():
+                            failure.append(exc)
+                            return
+                        result = _tool_result(exc)
+                    if asker.first.is_set():
+                        await asker.done(result)
+                    else:
+                        asker.answer = result
+            except Exception as exc:  # the client's request gets it, as it would without the task
+                if not asker.first.is_set():
+                    failure.append(exc)
+                else:
+                    logger.exception("a call waiting for its client's input failed")
+            finally:
+                self.running -= 1
+                asker.first.set()
+
+        self._group.start_soon(body)
+        try:
+            await asker.first.wait()
+        except BaseException:
+            if asker.answer is None:
+                scope.cancel()  # the client went before anything was asked: so does the call
+            raise
+        if failure:
+            raise failure[0]
+        assert asker.answer is not None
+        return asker.answer
+
+    async def resume(self, caller: Caller, retry: Mapping[str, Any]) -> dict[str, Any] | None:
+        """A client's retry of a round the router made: the answers passed on, and what the call came
+        to; None when its request state is not the router's. Raises `InvalidRequest`."""
+        state = retry.get("requestState")
+        if not isinstance(state, str) or not state.startswith(STATE_PREFIX):
+            return None
+        token = state[len(STATE_PREFIX) :]
+        record = await self._read(caller, token)
+        within = record.get("within")
+        if record.get("state") == "asked":
+            await self._answer(caller, record, retry.get("inputResponses"))
+        with anyio.move_on_after((within if isinstance(within, int | float) else 0.0) + KEPT_AFTER):
+            wait = POLL_FIRST
+            while record.get("state") != "done":
+                await anyio.sleep(wait)
+                wait = min(wait * 2, POLL_LAST)
+                record = await self._read(caller, token)
+            outcome = record.get("outcome")
+            if isinstance(outcome, dict):
+                return outcome
+        raise InvalidRequest("the call waiting for these answers did not finish in time: call the tool again")
+
+    async def _read(self, caller: Caller, token: str) -> dict[str, Any]:
+        record = await self.indexer.read_input_round(caller.session_id, caller.identity.principal, token)
+        if record is None:
+            raise InvalidRequest(
+                "requestState names no call that waits for input in this session (it ended, it is "
+                "another session's, or it was altered): call the tool again without it"
+            )
+        return record
+
+    async def _answer(self, caller: Caller, record: Mapping[str, Any], responses: object) -> None:
+        """Post the client's answers to the backend's requests, inside the session they wait in."""
+        requests = record.get("requests")
+        backend_id = record.get("backend")
+        session = record.get("session")
+        if not isinstance(requests, dict) or not isinstance(backend_id, str) or not isinstance(session, list):
+            raise InvalidRequest("requestState names a round this router cannot read: call the tool again")
+        if not isinstance(responses, dict):
+            raise InvalidRequest("a retry with requestState carries inputResponses: the answers asked for")
+        missing = [key for key in requests if key not in responses]
+        if missing:
+            raise InvalidRequest(
+                f"inputResponses lacks the answer to {', '.join(missing)}: answer each request"
+            )
+        reach = await self.indexer.reachable_backends(caller.session_id, caller.identity.principal)
+        backend = next((b for b in reach.backends if b.backend_id == backend_id), None)
+        if backend is None:
+            raise InvalidRequest(f"backend {backend_id} is not reachable now: call the tool again later")
+        target = replace(backend.target, session=BackendSession(str(session[0]), str(session[1])))
+        headers = await self.credentials.headers(target, caller.identity)
+        timeout = min(target.timeout_seconds, ANSWER_WITHIN)
+        for key, request_id in requests.items():
+            answer = {"jsonrpc": "2.0", "id": request_id, "result": responses[key]}
+            await self.backends.respond(target, headers, answer, timeout)
+
+
+def _tool_result(exc: RouterError) -> dict[str, Any]:
+    """What a call that failed after its first round comes to, for the client's retry."""
+    try:
+        return tool_result_for(exc)
+    except MCPError:  # an error the router answers as JSON-RPC: the retry gets a tool error instead
+        return {"content": [{"type": "text", "text": str(exc)}], "isError": True}

@@ -1,0 +1,166 @@
+"""A handshake-era backend's request of a 2026-07-28 client reaches it as an input-required round,
+through any replica, and the client's answer reaches the backend.
+
+The asking server (tests/support/asking_server.py: the handshake era only; its tool `ask` sends
+`sampling/createMessage` on the call's stream and answers with what came back) as a process, an
+indexer in the test's loop, one router in the test's process and a second as a process. The SDK's
+2026-07-28 client answers the round with its sampling callback, its requests going to the two
+routers in turn, so the call starts on one replica and the retry carrying the answer reaches the
+other; a raw client tries what the SDK would not (an altered request state, an answer too late).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx2
+import mcp_types as types
+import pytest
+import yaml
+from mcp import Client
+from mcp.client.session import ClientRequestContext
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.inbound import MCP_METHOD_HEADER, MCP_NAME_HEADER
+
+from router.caller import Principal
+from router.errors import InvalidRequest
+from router.link.indexer_client import IndexerClient
+from tests.support.asking import asking_replicas
+from tests.support.clients import Alternating, until
+from tests.support.routers import LightStack
+
+MODERN = "2026-07-28"
+ASK = {"tool_name": "ask", "parameters": {}}
+SAID = "a sampled answer"
+
+
+@pytest.fixture
+async def replicas(tmp_path: Path) -> AsyncIterator[tuple[LightStack, str]]:
+    async with asking_replicas(tmp_path, timeout=5) as found:
+        yield found
+
+
+async def sample(
+    context: ClientRequestContext, params: types.CreateMessageRequestParams
+) -> types.CreateMessageResult:
+    return types.CreateMessageResult(
+        role="assistant", content=types.TextContent(type="text", text=SAID), model="a model"
+    )
+
+
+def port(url: str) -> int:
+    found = urlsplit(url).port
+    assert found is not None
+    return found
+
+
+async def call(http: httpx2.AsyncClient, url: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """call_tool of the asking server's `ask`, as a raw 2026-07-28 request that declares sampling."""
+    meta = {
+        "io.modelcontextprotocol/protocolVersion": MODERN,
+        "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "1"},
+        "io.modelcontextprotocol/clientCapabilities": {"sampling": {}},
+    }
+    params = {"name": "call_tool", "arguments": ASK, "_meta": meta, **(extra or {})}
+    headers = {
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": MODERN,
+        MCP_METHOD_HEADER: "tools/call",
+        MCP_NAME_HEADER: "call_tool",
+    }
+    message = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params}
+    response = await http.post(url, json=message, headers=headers)
+    assert response.status_code == 200, response.text
+    answer: dict[str, Any] = response.json()
+    return answer["result"]
+
+
+async def test_a_backends_request_reaches_a_2026_client_as_a_round_answered_through_the_other_replica(
+    replicas: tuple[LightStack, str],
+) -> None:
+    stack, other = replicas
+    alternating = Alternating([port(stack.mcp_url), port(other)])
+    async with httpx2.AsyncClient(transport=alternating, timeout=30) as http:
+        transport = streamable_http_client(stack.mcp_url, http_client=http)
+        async with Client(transport, sampling_callback=sample) as client:
+            assert client.session.protocol_version == MODERN
+            result = await client.call_tool("call_tool", ASK)
+    text = result.content[0].text  # type: ignore[union-attr]
+    assert not result.is_error and text.startswith("answered:") and SAID in text, text
+    assert set(alternating.used) == {port(stack.mcp_url), port(other)}
+
+
+async def test_a_round_carries_the_backends_request_as_it_came_and_the_router_s_request_state(
+    replicas: tuple[LightStack, str],
+) -> None:
+    stack, other = replicas
+    async with httpx2.AsyncClient(timeout=30) as http:
+        first = await call(http, stack.mcp_url)
+        assert first["resultType"] == "input_required", first
+        [(key, asked)] = first["inputRequests"].items()
+        assert asked["method"] == "sampling/createMessage"
+        assert asked["params"]["messages"][0]["content"]["text"] == "hello?"
+        assert first["requestState"].startswith("toolsearch:")
+        answer = {"role": "assistant", "content": {"type": "text", "text": SAID}, "model": "m"}
+        retry = {"inputResponses": {key: answer}, "requestState": first["requestState"]}
+        done = await call(http, other, retry)
+    assert not done.get("isError") and SAID in done["content"][0]["text"], done
+
+
+async def test_an_altered_request_state_is_refused_and_reaches_no_backend(
+    replicas: tuple[LightStack, str],
+) -> None:
+    stack, other = replicas
+    async with httpx2.AsyncClient(timeout=30) as http:
+        first = await call(http, stack.mcp_url)
+        state = first["requestState"]
+        altered = state[:-2] + ("AA" if not state.endswith("AA") else "BB")
+        answer = {"role": "assistant", "content": {"type": "text", "text": SAID}, "model": "m"}
+        refused = await call(http, other, {"inputResponses": {"0": answer}, "requestState": altered})
+        assert refused.get("isError"), refused
+        assert "requestState names no call that waits for input" in refused["content"][0]["text"]
+        # the real round is still open, and answered as it should be
+        done = await call(http, stack.mcp_url, {"inputResponses": {"0": answer}, "requestState": state})
+    assert SAID in done["content"][0]["text"], done
+
+
+async def test_a_round_nobody_answers_ends_at_the_backends_timeout_and_says_so_to_a_late_retry(
+    replicas: tuple[LightStack, str],
+) -> None:
+    stack, other = replicas
+    async with httpx2.AsyncClient(timeout=30) as http:
+        first = await call(http, stack.mcp_url)
+
+        async def ended() -> dict[str, Any] | None:
+            # a retry without the answers finds the round open until the call ends (5 s, the timeout)
+            late = await call(http, other, {"requestState": first["requestState"]})
+            return None if "carries inputResponses" in json.dumps(late) else late
+
+        late = await until(ended, "the call's timeout ended the round")
+    assert late.get("isError") and "did not answer within 5s" in late["content"][0]["text"], late
+
+
+@pytest.mark.parametrize(
+    ("token", "record", "ttl", "why"),
+    [
+        ("not a token!", {}, 10.0, "16 to 64 url-safe characters"),
+        ("a-token-of-the-routers-own", {"big": "x" * (1 << 20)}, 10.0, "at most 1048576 bytes"),
+        ("a-token-of-the-routers-own", {}, 0.0, "more than 0 and at most 3600 seconds"),
+    ],
+)
+async def test_the_indexer_keeps_no_round_the_router_would_not_make(
+    replicas: tuple[LightStack, str], token: str, record: dict[str, Any], ttl: float, why: str
+) -> None:
+    stack, _ = replicas
+    address = yaml.safe_load(stack.config_path.read_text())["router"]["indexer"][0]
+    indexer = IndexerClient([address], 10.0)
+    try:
+        opened = await indexer.open_session(Principal(), None)
+        with pytest.raises(InvalidRequest, match=why):
+            await indexer.keep_input_round(opened.session_id, Principal(), token, record, ttl)
+    finally:
+        await indexer.close()
