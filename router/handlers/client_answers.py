@@ -9,6 +9,10 @@ replica that has the answer asks the indexer for the session's backend sessions 
 and posts the answer in the one at the backend named, under the backend's own id. The backend goes
 on with the call, and the replica running it reads the rest from the backend's stream.
 
+A 2026-07-28 backend keeps no session to post an answer in: what it asked came in an input-required
+result, and the replica running the call waits for the answers in the indexer, where this replica
+keeps each (router/upstream/input_rounds.py).
+
 An answer can only reach the backend sessions of the session it is posted in: one naming another
 session's request reaches that backend in this session, where no such request waits, and the
 backend drops it. An answer that names no backend of the session is refused (400).
@@ -24,6 +28,7 @@ from router.errors import InvalidRequest
 from router.link.indexer_client import IndexerClient
 from router.upstream.backends import BackendCaller
 from router.upstream.credentials import OutgoingCredentials
+from router.upstream.input_rounds import InputRounds
 from router.upstream.relays import relayed_from
 
 PASS_ON_TIMEOUT = 10.0  # seconds a backend may take to take a client's answer, at most
@@ -38,6 +43,8 @@ class ClientAnswers:
         self.indexer = indexer
         self.backends = backends
         self.credentials = credentials
+        # where an answer to a 2026-07-28 backend's round goes (the app's lifespan sets it)
+        self.rounds: InputRounds | None = None
 
     async def deliver(self, caller: Caller, answer: Mapping[str, Any]) -> bool:
         """Pass `answer` on if it answers a relayed request (True), else leave it (False).
@@ -49,6 +56,8 @@ class ClientAnswers:
         if origin is None or not caller.session_id:
             return False
         backend_id, request_id = origin
+        if self.rounds is not None and await self.rounds.answered(caller, backend_id, request_id, answer):
+            return True  # kept for the replica running the call (router/upstream/input_rounds.py)
         found = await self.indexer.backend_sessions(caller.session_id, caller.identity.principal)
         target = next((t for t in found if t.backend_id == backend_id), None)
         if target is None:

@@ -252,6 +252,8 @@ class MetaTools:
                 return await rounds.run(
                     caller, lambda asker: self.calls.run(caller, arguments, relay, call_id, retry, asker)
                 )
+            asker = rounds.on_stream(caller, relay)
+            return await self.calls.run(caller, arguments, relay, call_id, retry, asker)
         return await self.calls.run(caller, arguments, relay, call_id, retry)
 
     async def find_tool(self, caller: Caller, arguments: Mapping[str, Any] | None) -> dict[str, Any]:

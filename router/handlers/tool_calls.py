@@ -63,8 +63,8 @@ class ToolCalls:
     ) -> dict[str, Any]:
         """call_tool: resolve the name in the caller's session, check the arguments, call the backend;
         the backend's result as it came (with a note when its backend session was replaced).
-        `retry` is what a retried input-required call carries back to its backend; `asker` asks a
-        2026-07-28 client what a handshake-era backend asks it (router/upstream/input_rounds.py)."""
+        `retry` is what a retried input-required call carries back to its backend; `asker` asks the
+        client what a backend of the other era asks it (router/upstream/input_rounds.py)."""
         args = parse_call_tool(arguments, self.max_arguments_bytes)
         # resolved with the session check from the same `tool_name`, unless it did not resolve there
         tool = caller.resolved or await self.indexer.resolve_tool(

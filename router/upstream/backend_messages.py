@@ -83,7 +83,7 @@ class BackendMessenger:
         self.http = http
         self.bounded = bounded
         self.declared = declared  # what the client said of itself: its capabilities, its log level
-        self.asker = asker  # how a 2026-07-28 client is asked what the backend asks it; None: it is not
+        self.asker = asker  # how the client is asked what the backend asks it in the other era; None: not
         self.timeout = timeout  # the call's deadline: as long as a backend's request of the client waits
         self._next_id = 0
 

@@ -143,7 +143,9 @@ class BackendCaller:
         backend that asks it for a capability it did not declare gets `CapabilityMissing` raised.
         `retry` is what a 2026-07-28 client's retry of an input-required call carries back to the
         backend (`inputResponses`, `requestState`), sent as it came. With an `asker`, what a
-        handshake-era backend asks a 2026-07-28 client goes to it (router/upstream/input_rounds.py).
+        handshake-era backend asks a 2026-07-28 client goes to it, and what a 2026-07-28 backend
+        asks a handshake-era client in an input-required result is asked through it, the call sent
+        again with the answers (router/upstream/input_rounds.py).
 
         Raises `BackendTimeout` after the target's `timeout_seconds`, `BackendRejected` on HTTP
         401/403, `BackendTooLarge` for an answer over its `max_response_bytes`, and

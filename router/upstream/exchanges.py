@@ -46,6 +46,7 @@ logger = logging.getLogger(__name__)
 OnOpen = Callable[[BackendSession], Awaitable[BackendSession]]
 # requests that live in a handshake session: a 2026-07-28 backend takes them in one only
 _IN_SESSION_ONLY = frozenset({"resources/subscribe", "resources/unsubscribe"})
+MAX_ROUNDS = 16  # input-required results of one request answered for a handshake-era client
 
 
 class Exchanges:
@@ -130,11 +131,35 @@ async def _once(
     relay: NotificationRelay | None,
     call_id: str | None,
 ) -> dict[str, Any]:
-    """One 2026-07-28 request, stamped as that protocol has it (router/upstream/modern.py)."""
-    offered = messenger.declared.answers_in_results
-    stamped, headers = modern_request(method, params, target.protocol_version, relay, offered)
+    """One 2026-07-28 request, stamped as that protocol has it (router/upstream/modern.py).
+
+    With the messenger's `asker` and a handshake-era client that answers on the call's stream, the
+    backend is offered what that client can answer, and each input-required result it gives is
+    asked of the client there (`collect`) and the request sent again with the answers and the
+    backend's request state, up to `MAX_ROUNDS` times, all within the backend's timeout.
+    """
+    declared, asker = messenger.declared, messenger.asker
+    offered = declared.answers_in_results or (declared.answers_on_stream if asker is not None else {})
     with translated(messenger, target.timeout_seconds):
-        return await messenger.request(method, stamped, None, relay, call_id, headers)
+        stamped, headers = modern_request(method, params, target.protocol_version, relay, offered)
+        result = await messenger.request(method, stamped, None, relay, call_id, headers)
+        for _ in range(MAX_ROUNDS):
+            requests = result.get("inputRequests")
+            if (
+                asker is None
+                or result.get("resultType") != "input_required"
+                or not isinstance(requests, dict)
+            ):
+                break
+            answers = await asker.collect(messenger.backend_id, requests, target.timeout_seconds)
+            if answers is None:
+                break  # not asked: the result goes to the client as it came
+            again = {**params, "inputResponses": answers}
+            if "requestState" in result:
+                again["requestState"] = result["requestState"]
+            stamped, headers = modern_request(method, again, target.protocol_version, relay, offered)
+            result = await messenger.request(method, stamped, None, relay, call_id, headers)
+        return result
 
 
 async def _in_session(

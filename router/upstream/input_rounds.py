@@ -20,6 +20,9 @@ answer. The router joins the two:
    running the call wrote what the call came to: its result, or the next round, whose record was
    kept first. It answers the client with that.
 
+The other way round, a 2026-07-28 backend's input-required result for a handshake-era client, is
+router/upstream/stream_rounds.py's.
+
 Nothing but the indexer is shared between replicas. Bounds: at most `MAX_RUNNING` such calls in tasks
 on one replica (beyond, a backend's request of such a client is refused, as one from a client that
 cannot answer it); one request of the backend's at a time (another while a round is open is
@@ -46,13 +49,13 @@ from router.link.indexer_client import IndexerClient
 from router.targets import BackendSession
 from router.upstream.backends import BackendCaller
 from router.upstream.credentials import OutgoingCredentials
+from router.upstream.relays import NotificationRelay
+from router.upstream.stream_rounds import KEPT_AFTER, POLL_FIRST, POLL_LAST, StreamAsker, keep_answer
 
 logger = logging.getLogger(__name__)
 
 STATE_PREFIX = "toolsearch:"  # the request state of a round the router made, before its token
 MAX_RUNNING = 256  # calls of 2026-07-28 clients that may be asked, running in tasks on one replica
-KEPT_AFTER = 60.0  # seconds a round outlives its call's timeout, for the client's last retry to read
-POLL_FIRST, POLL_LAST = 0.02, 0.25  # seconds between two reads of a round waiting for its outcome
 ANSWER_WITHIN = 10.0  # seconds a backend may take to take a client's answer, at most
 
 Call = Callable[["RoundAsker | None"], Awaitable[dict[str, Any]]]
@@ -113,6 +116,12 @@ class RoundAsker:
         self._open = token
         return True
 
+    async def collect(
+        self, backend_id: str, requests: Mapping[str, Any], within: float
+    ) -> dict[str, Any] | None:
+        """None: a 2026-07-28 client takes a 2026-07-28 backend's input-required result as it came."""
+        return None
+
     async def done(self, outcome: Mapping[str, Any]) -> None:
         """Write what the open round came to, for the retry that waits for it (best effort)."""
         token, self._open = self._open, ""
@@ -143,6 +152,19 @@ class InputRounds:
         self.credentials = credentials
         self._group = group
         self.running = 0
+
+    def on_stream(self, caller: Caller, relay: NotificationRelay | None) -> StreamAsker | None:
+        """The asker of a handshake-era client's call whose answer is a stream it can be asked on."""
+        if relay is None or not relay.asks or not caller.declared.answers_on_stream:
+            return None
+        return StreamAsker(self.indexer, caller, relay)
+
+    async def answered(
+        self, caller: Caller, backend_id: str, request_id: str | int, answer: Mapping[str, Any]
+    ) -> bool:
+        """Keep a handshake-era client's answer to a request a `StreamAsker` asked; False when the
+        id names none (router/upstream/stream_rounds.py). Raises `InvalidRequest`."""
+        return await keep_answer(self.indexer, caller, backend_id, request_id, answer)
 
     @staticmethod
     def applies(caller: Caller) -> bool:

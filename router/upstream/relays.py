@@ -81,14 +81,22 @@ def relayed_from(client_id: object) -> tuple[str, str | int] | None:
 
 
 class ClientAsker(Protocol):
-    """How a call asks a 2026-07-28 client what its handshake-era backend asks on the call's stream:
-    an input-required round (router/upstream/input_rounds.py)."""
+    """How a call asks its client what its backend asks across the two eras, with input-required
+    rounds (router/upstream/input_rounds.py): one implementation for each kind of client."""
 
     async def ask(
         self, backend_id: str, session: BackendSession, request: Mapping[str, Any], within: float
     ) -> bool:
-        """Ask the client `request`, which waits in the backend `session` for at most `within`
-        seconds; False when it cannot go."""
+        """Ask a 2026-07-28 client `request`, which waits in the handshake-era backend `session` for
+        at most `within` seconds; False when it cannot go."""
+        ...
+
+    async def collect(
+        self, backend_id: str, requests: Mapping[str, Any], within: float
+    ) -> dict[str, Any] | None:
+        """A handshake-era client's answers to a 2026-07-28 backend's `requests` (key: request),
+        asked on the call's stream and waited for at most `within` seconds; None when they cannot
+        be asked."""
         ...
 
 
@@ -149,6 +157,11 @@ class NotificationRelay:
     async def log(self, params: types.LoggingMessageNotificationParams) -> None:
         """The SDK client's logging callback."""
         await self._send(types.LoggingMessageNotification(params=params))
+
+    @property
+    def asks(self) -> bool:
+        """Whether a backend's request can go to the client on this call's stream."""
+        return self._stream is not None
 
     async def ask(self, backend_id: str, request: Mapping[str, Any]) -> bool:
         """Pass a backend's request of its client on, under `relayed_id`; False if it cannot go."""

@@ -1,5 +1,6 @@
 """A handshake-era backend's request of a 2026-07-28 client reaches it as an input-required round,
-through any replica, and the client's answer reaches the backend.
+through any replica, and the client's answer reaches the backend; and the other way round, a
+2026-07-28 backend's input-required result reaches a handshake-era client on its call's stream.
 
 The asking server (tests/support/asking_server.py: the handshake era only; its tool `ask` sends
 `sampling/createMessage` on the call's stream and answers with what came back) as a process, an
@@ -7,12 +8,16 @@ indexer in the test's loop, one router in the test's process and a second as a p
 2026-07-28 client answers the round with its sampling callback, its requests going to the two
 routers in turn, so the call starts on one replica and the retry carrying the answer reaches the
 other; a raw client tries what the SDK would not (an altered request state, an answer too late).
+The other way round, the conformance test server refusing the handshake is the backend, and the
+SDK's handshake-era client answers on its call's stream, its answers reaching either router.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -31,7 +36,8 @@ from router.errors import InvalidRequest
 from router.link.indexer_client import IndexerClient
 from tests.support.asking import asking_replicas
 from tests.support.clients import Alternating, until
-from tests.support.routers import LightStack
+from tests.support.conformance import conformance_server
+from tests.support.routers import LightStack, another_router, light_stack
 
 MODERN = "2026-07-28"
 ASK = {"tool_name": "ask", "parameters": {}}
@@ -79,19 +85,27 @@ async def call(http: httpx2.AsyncClient, url: str, extra: dict[str, Any] | None 
     return answer["result"]
 
 
+@asynccontextmanager
+async def alternating_client(first: str, second: str, mode: str = "auto") -> AsyncIterator[Client]:
+    """The SDK's client with `sample` as its sampling callback, its requests sent to the two routers
+    in turn (and checked, on the way out, to have reached both)."""
+    alternating = Alternating([port(first), port(second)])
+    async with httpx2.AsyncClient(transport=alternating, timeout=30) as http:
+        transport = streamable_http_client(first, http_client=http)
+        async with Client(transport, mode=mode, sampling_callback=sample) as client:
+            yield client
+    assert set(alternating.used) == {port(first), port(second)}
+
+
 async def test_a_backends_request_reaches_a_2026_client_as_a_round_answered_through_the_other_replica(
     replicas: tuple[LightStack, str],
 ) -> None:
     stack, other = replicas
-    alternating = Alternating([port(stack.mcp_url), port(other)])
-    async with httpx2.AsyncClient(transport=alternating, timeout=30) as http:
-        transport = streamable_http_client(stack.mcp_url, http_client=http)
-        async with Client(transport, sampling_callback=sample) as client:
-            assert client.session.protocol_version == MODERN
-            result = await client.call_tool("call_tool", ASK)
+    async with alternating_client(stack.mcp_url, other) as client:
+        assert client.session.protocol_version == MODERN
+        result = await client.call_tool("call_tool", ASK)
     text = result.content[0].text  # type: ignore[union-attr]
     assert not result.is_error and text.startswith("answered:") and SAID in text, text
-    assert set(alternating.used) == {port(stack.mcp_url), port(other)}
 
 
 async def test_a_round_carries_the_backends_request_as_it_came_and_the_router_s_request_state(
@@ -164,3 +178,29 @@ async def test_the_indexer_keeps_no_round_the_router_would_not_make(
             await indexer.keep_input_round(opened.session_id, Principal(), token, record, ttl)
     finally:
         await indexer.close()
+
+
+@pytest.fixture
+async def modern_backend(tmp_path: Path) -> AsyncIterator[tuple[LightStack, str]]:
+    """A stack whose backend speaks 2026-07-28 only (the conformance test server, refusing the
+    handshake), and a second router's MCP URL."""
+    with conformance_server(modern_only=True) as url:
+        backend = {"id": "conf", "url": url, "timeout": 10}
+        async with light_stack(tmp_path, backends=[backend]) as stack:
+            second, second_url = await asyncio.to_thread(another_router, stack, "second", {})
+            try:
+                yield stack, f"{second_url}/mcp"
+            finally:
+                second.stop()
+
+
+async def test_a_2026_backends_round_reaches_a_handshake_client_on_its_stream_answered_on_another_replica(
+    modern_backend: tuple[LightStack, str],
+) -> None:
+    stack, other = modern_backend
+    async with alternating_client(stack.mcp_url, other, mode="legacy") as client:
+        arguments = {"tool_name": "test_input_required_result_sampling", "parameters": {}}
+        result = await client.call_tool("call_tool", arguments)
+    text = result.content[0].text  # type: ignore[union-attr]
+    # the backend's own answer once it had the client's, its request state back intact ("state-ok")
+    assert not result.is_error and text.startswith("state-ok Hello, ") and SAID in text, text

@@ -38,11 +38,14 @@ RUN_TIMEOUT = 600.0  # seconds for one requirement set's run; each scenario has 
 
 
 @contextlib.contextmanager
-def conformance_server(host: str = "127.0.0.1") -> Iterator[str]:
+def conformance_server(host: str = "127.0.0.1", modern_only: bool = False) -> Iterator[str]:
     """The project's conformance test server (tests/support/conformance_server.py) as a process on
-    loopback: its MCP URL, under `host` (it answers to 127.0.0.1 and localhost)."""
+    loopback: its MCP URL, under `host` (it answers to 127.0.0.1 and localhost); with `modern_only`,
+    refusing the initialize handshake."""
     port = free_port()
     args = [sys.executable, "-m", "tests.support.conformance_server", str(port)]
+    if modern_only:
+        args.append("modern")
     with start_process(args, f"http://127.0.0.1:{port}/healthz", cwd=ROOT):
         yield f"http://{host}:{port}/mcp"
 

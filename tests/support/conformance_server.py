@@ -2,6 +2,7 @@
 
     python tests/support/conformance_server.py PORT
     python tests/support/conformance_server.py stdio
+    python tests/support/conformance_server.py PORT modern   # refusing the initialize handshake
 
 What each one does is what the suite's server scenarios (`@modelcontextprotocol/conformance`) ask
 of it: content of every type, logs and progress during a call, requests of the client (sampling,
@@ -15,6 +16,7 @@ the bridge).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from collections.abc import Awaitable, Callable
@@ -34,8 +36,9 @@ from mcp.shared.message import ServerMessageMetadata
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import PlainTextResponse, Response
+from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from tests.support.conformance_content import (
     ELICITATIONS,
@@ -245,7 +248,37 @@ async def _healthy(request: Request) -> Response:
     return PlainTextResponse("ok")
 
 
-def main(port: int) -> None:
+class _ModernOnly:
+    """An ASGI app refusing the initialize handshake in front of `app`: a server of the 2026-07-28
+    era alone. (A class: Starlette routes an object as an ASGI app, a function as a handler.)"""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST":
+            await self.app(scope, receive, send)
+            return
+        messages = [await receive()]
+        while messages[-1].get("more_body"):
+            messages.append(await receive())
+        body = b"".join(m.get("body", b"") for m in messages)
+        with contextlib.suppress(ValueError):
+            message = json.loads(body)
+            if isinstance(message, dict) and message.get("method") == "initialize":
+                error = {"code": types.METHOD_NOT_FOUND, "message": "this server speaks 2026-07-28 only"}
+                refusal = JSONResponse({"jsonrpc": "2.0", "id": message.get("id"), "error": error})
+                await refusal(scope, receive, send)
+                return
+        replayed = iter(messages)
+
+        async def replay() -> Message:
+            return next(replayed, None) or await receive()
+
+        await self.app(scope, replay, send)
+
+
+def main(port: int, modern_only: bool = False) -> None:
     hosts = [f"{host}:{port}" for host in ("127.0.0.1", "localhost", "[::1]")]
     security = TransportSecuritySettings(
         enable_dns_rebinding_protection=True,
@@ -259,7 +292,8 @@ def main(port: int) -> None:
         event_store=MemoryEventStore(),
         retry_interval=RETRY_MS,
     )
-    routes = [Route("/mcp", StreamableHTTPASGIApp(manager)), Route("/healthz", _healthy)]
+    endpoint: ASGIApp = StreamableHTTPASGIApp(manager)
+    routes = [Route("/mcp", _ModernOnly(endpoint) if modern_only else endpoint), Route("/healthz", _healthy)]
     app = Starlette(routes=routes, lifespan=lambda app: manager.run())
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
 
@@ -274,4 +308,4 @@ if __name__ == "__main__":
     if sys.argv[1] == "stdio":
         anyio.run(_stdio)
     else:
-        main(int(sys.argv[1]))
+        main(int(sys.argv[1]), modern_only=sys.argv[2:] == ["modern"])
