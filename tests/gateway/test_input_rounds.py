@@ -42,6 +42,7 @@ from tests.support.routers import LightStack, another_router, light_stack
 MODERN = "2026-07-28"
 ASK = {"tool_name": "ask", "parameters": {}}
 SAID = "a sampled answer"
+ANSWER = {"role": "assistant", "content": {"type": "text", "text": SAID}, "model": "m"}  # a raw client's
 
 
 @pytest.fixture
@@ -119,8 +120,7 @@ async def test_a_round_carries_the_backends_request_as_it_came_and_the_router_s_
         assert asked["method"] == "sampling/createMessage"
         assert asked["params"]["messages"][0]["content"]["text"] == "hello?"
         assert first["requestState"].startswith("toolsearch:")
-        answer = {"role": "assistant", "content": {"type": "text", "text": SAID}, "model": "m"}
-        retry = {"inputResponses": {key: answer}, "requestState": first["requestState"]}
+        retry = {"inputResponses": {key: ANSWER}, "requestState": first["requestState"]}
         done = await call(http, other, retry)
     assert not done.get("isError") and SAID in done["content"][0]["text"], done
 
@@ -133,12 +133,11 @@ async def test_an_altered_request_state_is_refused_and_reaches_no_backend(
         first = await call(http, stack.mcp_url)
         state = first["requestState"]
         altered = state[:-2] + ("AA" if not state.endswith("AA") else "BB")
-        answer = {"role": "assistant", "content": {"type": "text", "text": SAID}, "model": "m"}
-        refused = await call(http, other, {"inputResponses": {"0": answer}, "requestState": altered})
+        refused = await call(http, other, {"inputResponses": {"0": ANSWER}, "requestState": altered})
         assert refused.get("isError"), refused
         assert "requestState names no call that waits for input" in refused["content"][0]["text"]
         # the real round is still open, and answered as it should be
-        done = await call(http, stack.mcp_url, {"inputResponses": {"0": answer}, "requestState": state})
+        done = await call(http, stack.mcp_url, {"inputResponses": {"0": ANSWER}, "requestState": state})
     assert SAID in done["content"][0]["text"], done
 
 
