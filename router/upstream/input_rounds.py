@@ -25,8 +25,8 @@ router/upstream/stream_rounds.py's.
 
 Nothing but the indexer is shared between replicas. Bounds: at most `MAX_RUNNING` such calls in tasks
 on one replica (beyond, a backend's request of such a client is refused, as one from a client that
-cannot answer it); one request of the backend's at a time (another while a round is open is
-refused); every round lasts at most as long as the call may (the backend's `timeout`), and a client
+cannot answer it); a backend's requests become rounds one after the other, each the outcome of
+the one before; every round lasts at most as long as the call may (the backend's `timeout`), and a client
 that never answers costs the backend a refusal at that timeout and holds nothing after it.
 """
 
@@ -80,15 +80,17 @@ class RoundAsker:
         self._ttl = KEPT_AFTER  # the call's timeout and more, once a backend asks within it
         self.first: anyio.Event = anyio.Event()  # set once the client's request has its answer
         self.answer: dict[str, Any] | None = None  # that answer, when it is a round's
-        self._open = ""  # the token of the round the client has yet to answer; "" when none
+        self._open = ""  # the token of the last round, whose outcome is not written yet; "" when none
 
     async def ask(
         self, backend_id: str, session: BackendSession, request: Mapping[str, Any], within: float
     ) -> bool:
         """Ask the client the backend's `request`, which waits in `session` for at most `within`
-        seconds (the call's timeout); False when it cannot go now (a round is open already)."""
+        seconds (the call's timeout); False when it cannot be kept. A request after the first is the
+        next round, which the client gets as what the round before came to: the backend asked it
+        after that round's answer, or beside it, and either way the client answers in turn."""
         request_id = request.get("id")
-        if self._open or not isinstance(request_id, str | int) or isinstance(request_id, bool):
+        if not isinstance(request_id, str | int) or isinstance(request_id, bool):
             return False
         token = secrets.token_urlsafe(24)
         self._ttl = within + KEPT_AFTER
@@ -200,6 +202,7 @@ class InputRounds:
                     failure.append(exc)
                 else:
                     logger.exception("a call waiting for its client's input failed")
+                    await asker.done(_failed())
             finally:
                 self.running -= 1
                 asker.first.set()
@@ -213,7 +216,8 @@ class InputRounds:
             raise
         if failure:
             raise failure[0]
-        assert asker.answer is not None
+        if asker.answer is None:  # the call's task was cancelled: the router stops
+            raise InvalidRequest("the router stopped before this call finished: call the tool again")
         return asker.answer
 
     async def resume(self, caller: Caller, retry: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -271,6 +275,11 @@ class InputRounds:
         for key, request_id in requests.items():
             answer = {"jsonrpc": "2.0", "id": request_id, "result": responses[key]}
             await self.backends.respond(target, headers, answer, timeout)
+
+
+def _failed() -> dict[str, Any]:
+    """What a call that failed in the router after its first round comes to (the failure is logged)."""
+    return {"content": [{"type": "text", "text": "the call failed in the router (logged)"}], "isError": True}
 
 
 def _tool_result(exc: RouterError) -> dict[str, Any]:

@@ -27,7 +27,7 @@ import mcp_types as types
 import pytest
 import yaml
 from mcp import Client
-from mcp.client.session import ClientRequestContext
+from mcp.client.session import ClientRequestContext, SamplingFnT
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.inbound import MCP_METHOD_HEADER, MCP_NAME_HEADER
 
@@ -87,13 +87,15 @@ async def call(http: httpx2.AsyncClient, url: str, extra: dict[str, Any] | None 
 
 
 @asynccontextmanager
-async def alternating_client(first: str, second: str, mode: str = "auto") -> AsyncIterator[Client]:
-    """The SDK's client with `sample` as its sampling callback, its requests sent to the two routers
-    in turn (and checked, on the way out, to have reached both)."""
+async def alternating_client(
+    first: str, second: str, mode: str = "auto", sampling: SamplingFnT = sample
+) -> AsyncIterator[Client]:
+    """The SDK's client with `sampling` as its sampling callback, its requests sent to the two
+    routers in turn (and checked, on the way out, to have reached both)."""
     alternating = Alternating([port(first), port(second)])
     async with httpx2.AsyncClient(transport=alternating, timeout=30) as http:
         transport = streamable_http_client(first, http_client=http)
-        async with Client(transport, mode=mode, sampling_callback=sample) as client:
+        async with Client(transport, mode=mode, sampling_callback=sampling) as client:
             yield client
     assert set(alternating.used) == {port(first), port(second)}
 
@@ -107,6 +109,25 @@ async def test_a_backends_request_reaches_a_2026_client_as_a_round_answered_thro
         result = await client.call_tool("call_tool", ASK)
     text = result.content[0].text  # type: ignore[union-attr]
     assert not result.is_error and text.startswith("answered:") and SAID in text, text
+
+
+async def test_a_backend_that_asks_twice_asks_in_two_rounds_each_answered_on_either_replica(
+    replicas: tuple[LightStack, str],
+) -> None:
+    stack, other = replicas
+    asked: list[str] = []
+
+    async def sample_each(
+        context: ClientRequestContext, params: types.CreateMessageRequestParams
+    ) -> types.CreateMessageResult:
+        asked.append(params.messages[0].content.text)  # type: ignore[union-attr]
+        return await sample(context, params)
+
+    async with alternating_client(stack.mcp_url, other, sampling=sample_each) as client:
+        result = await client.call_tool("call_tool", {"tool_name": "ask_twice", "parameters": {}})
+    text = result.content[0].text  # type: ignore[union-attr]
+    assert asked == ["first?", "second?"]
+    assert not result.is_error and text.count(SAID) == 2, text
 
 
 async def test_a_round_carries_the_backends_request_as_it_came_and_the_router_s_request_state(

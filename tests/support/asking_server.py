@@ -11,7 +11,8 @@ them when none was set), and answers `level: <that level, or unset>`. It offers 
 session subscribed to it `notifications/resources/updated` and a log message, outside the call (on
 that session's standalone stream), answering `told N`. The tool `roots` answers how many times its
 session's client said its roots changed (`notifications/roots/list_changed`), and `last` how its
-session's last `ask` ended (even one whose answer nobody read). The tool `grow` adds the tool
+session's last `ask` ended (even one whose answer nobody read); `ask_twice` asks two questions,
+one after the other, and answers both answers. The tool `grow` adds the tool
 `sprout` to its list and tells its session so (`notifications/tools/list_changed`, on the
 session's standalone stream), answering `grown`. It speaks the
 initialize handshake only
@@ -44,6 +45,9 @@ ASK = types.Tool(name="ask", description="Ask the client's model a question", in
 CHATTER = types.Tool(name="chatter", description="Log at every level", input_schema={"type": "object"})
 GROW = types.Tool(name="grow", description="Add a tool", input_schema={"type": "object"})
 SPROUT = types.Tool(name="sprout", description="Water the garden's seedlings", input_schema=GROW.input_schema)
+TWICE = types.Tool(
+    name="ask_twice", description="Ask the client's model two questions", input_schema={"type": "object"}
+)
 _grown: list[types.Tool] = []  # the tools `grow` added
 LEVELS: list[types.LoggingLevel] = list(get_args(types.LoggingLevel))
 _levels: dict[str, types.LoggingLevel] = {}  # logging/setLevel by session id
@@ -70,7 +74,7 @@ async def chatter(ctx: ServerRequestContext[Any]) -> types.CallToolResult:
 async def list_tools(
     ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
 ) -> types.ListToolsResult:
-    return types.ListToolsResult(tools=[ASK, CHATTER, TOUCH, ROOTS, LAST, GROW, *_grown])
+    return types.ListToolsResult(tools=[ASK, TWICE, CHATTER, TOUCH, ROOTS, LAST, GROW, *_grown])
 
 
 async def call_tool(
@@ -93,7 +97,17 @@ async def call_tool(
             await session.send_resource_updated(NOTE)
             await session.send_log_message("notice", "the note changed", "asking")
         return types.CallToolResult(content=[types.TextContent(type="text", text=f"told {len(_subscribed)}")])
-    message = types.SamplingMessage(role="user", content=types.TextContent(type="text", text="hello?"))
+    if params.name == "ask_twice":
+        first, second = await _sample(ctx, "first?"), await _sample(ctx, "second?")
+        return types.CallToolResult(content=[types.TextContent(type="text", text=f"{first} | {second}")])
+    text = await _sample(ctx, "hello?")
+    _last_asked[_session_id(ctx)] = text
+    return types.CallToolResult(content=[types.TextContent(type="text", text=text)])
+
+
+async def _sample(ctx: ServerRequestContext[Any], question: str) -> str:
+    """Ask the client's model `question` on the call's stream: `answered: ...` or `refused: ...`."""
+    message = types.SamplingMessage(role="user", content=types.TextContent(type="text", text=question))
     request = types.CreateMessageRequest(
         params=types.CreateMessageRequestParams(messages=[message], max_tokens=5)
     )
@@ -104,11 +118,9 @@ async def call_tool(
             request_read_timeout_seconds=60,
             metadata=ServerMessageMetadata(related_request_id=ctx.request_id),
         )
-        text = f"answered: {result.model_dump(mode='json')}"
     except MCPError as exc:
-        text = f"refused: {exc.error.message}"
-    _last_asked[_session_id(ctx)] = text
-    return types.CallToolResult(content=[types.TextContent(type="text", text=text)])
+        return f"refused: {exc.error.message}"
+    return f"answered: {result.model_dump(mode='json')}"
 
 
 async def list_resources(ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None) -> Any:
