@@ -174,7 +174,7 @@ class BackendMessenger:
         A backend may close a call's stream before the result and have it resumed (SSE polling,
         SEP-1699): its events carry ids, and a `GET` inside the session with the last one as
         `Last-Event-ID` goes on where it stopped. The router does that itself, after the delay the
-        backend asked for (`retry:`, at most `MAX_RESUME_DELAY`), up to `MAX_RESUMES` times, all
+        backend asked for (`retry:`, at most `MAX_RESUME_DELAY_MS`), up to `MAX_RESUMES` times, all
         within the call's deadline; the client sees one stream.
         """
         position = StreamPosition()
