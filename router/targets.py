@@ -42,6 +42,15 @@ class BackendTarget:
 
 
 @dataclass(frozen=True, slots=True)
+class KeptSessions:
+    """A client session's backend sessions, each as its backend's target, and the stamp naming the
+    set, which a long poll for the next change (`IndexerClient.kept_sessions`) gives back."""
+
+    stamp: str
+    targets: tuple[BackendTarget, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class ResolvedTool:
     """An advertised tool name resolved in a session: the backend's own name, its schema, its backend."""
 

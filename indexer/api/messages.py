@@ -151,9 +151,13 @@ def reachable_backends(reachable: Iterable[ReachableBackend], naming: Naming) ->
     return response
 
 
-def sessions_at_backends(kept: Mapping[str, tuple[Backend, BackendSession]]) -> pb.BackendSessionsResponse:
-    """The backend sessions a session keeps (backend id -> its backend and session), in id order."""
+def sessions_at_backends(
+    kept: Mapping[str, tuple[Backend, BackendSession]], stamp: str = ""
+) -> pb.BackendSessionsResponse:
+    """The backend sessions a session keeps (backend id -> its backend and session), in id order,
+    with the stamp of the whole set (`indexer.sessions.backend_session_waits`)."""
     return pb.BackendSessionsResponse(
+        stamp=stamp,
         backends=[
             pb.SessionAtBackend(
                 backend_id=backend_id,
@@ -163,7 +167,7 @@ def sessions_at_backends(kept: Mapping[str, tuple[Backend, BackendSession]]) -> 
                 timeout_seconds=backend.timeout,
             )
             for backend_id, (backend, session) in sorted(kept.items())
-        ]
+        ],
     )
 
 

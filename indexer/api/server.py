@@ -62,7 +62,8 @@ async def serving(
 
     On exit its health says NOT_SERVING first, so a balancer watching it (a client's health
     check, a load balancer) stops sending new calls; then the server refuses new calls and lets
-    the ones in flight finish within `grace` seconds. Watches in flight hear the NOT_SERVING.
+    the ones in flight finish within `grace` seconds (long polls answer at once). Watches in flight
+    hear the NOT_SERVING.
     """
     server, port, health = await _bound_server(indexer, listen, interceptors, security)
     try:
@@ -70,6 +71,7 @@ async def serving(
         yield port
     finally:
         await health.enter_graceful_shutdown()
+        indexer.sessions.waits.close()  # long polls answer now: they would hold the drain otherwise
         await server.stop(grace)
 
 

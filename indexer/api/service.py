@@ -45,6 +45,7 @@ from indexer.errors import (
 )
 from indexer.retrieval.embeddings import Embeddings
 from indexer.retrieval.tools import advertise
+from indexer.sessions.backend_session_waits import stamp_of
 from indexer.sessions.manager import SessionManager
 from indexer.state import BackendSession, StateUnavailable
 from indexer.state.rounds import LocalRounds, RoundStore
@@ -211,8 +212,11 @@ class IndexerService(pb_grpc.IndexerServicer):
     async def BackendSessions(
         self, request: pb.BackendSessionsRequest, context: grpc.aio.ServicerContext
     ) -> pb.BackendSessionsResponse:
-        session = await self._sessions.get(request.session_id, principal_of(request.principal))
-        return messages.sessions_at_backends(self._kept(session.record.backend_sessions))
+        session = await self._sessions.backend_sessions(
+            request.session_id, principal_of(request.principal), request.seen, request.wait_ms / 1000
+        )
+        kept = session.record.backend_sessions
+        return messages.sessions_at_backends(self._kept(kept), stamp_of(kept))
 
     @translated
     async def SetLogLevel(

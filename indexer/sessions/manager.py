@@ -17,6 +17,8 @@ the `BackendSessionEnder` (indexer.backend_sessions), which ends them at their b
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import re
 import secrets
 import time
@@ -27,6 +29,7 @@ from indexer.backends.follower import HealthFollower
 from indexer.backends.lister import BackendLister
 from indexer.errors import InvalidRequest, SessionNotFound
 from indexer.retrieval.index import IndexVersion, VersionPool
+from indexer.sessions.backend_session_waits import MAX_WAIT, BackendSessionWaits, stamp_of
 from indexer.sessions.catalogs import Catalogs
 from indexer.sessions.limits import SessionLimits
 from indexer.sessions.versions import SessionVersions
@@ -48,6 +51,7 @@ from indexer.state.listings import intern_backends
 from toolsearch.indexer_settings import Naming
 from toolsearch.outgoing import per_caller
 
+BACKEND_SESSIONS_EVENT = "backend-sessions"  # the shared event: a session's backend sessions changed
 # a session id a router proposes: URL-safe base64 of at least 128 random bits
 _PROPOSED_ID = re.compile(r"[A-Za-z0-9_-]{22,64}")
 
@@ -81,6 +85,8 @@ class SessionManager:
         # only the leader rebuilds: alone always, sharing state while it holds the lease
         leadership = leadership or Leadership(shared.lease if shared is not None else None)
         events = shared.events if shared is not None else None
+        self._events = events
+        self.waits = BackendSessionWaits()  # long polls on sessions' backend sessions
         self.versions = SessionVersions(
             lister, self._catalogs, self._views, self._store, leadership, events, self.end
         )
@@ -214,6 +220,7 @@ class SessionManager:
         """Forget a session: every later request for it answers not found; its backend sessions end."""
         await self._store.delete(session)
         self._views.forget(session.id)
+        await self.backend_sessions_changed(session.id)  # a long poll on it hears the end at once
         if self._ender is not None and session.backend_sessions:
             self._ender.end(EndedSession(session.id, token, dict(session.backend_sessions)))
 
@@ -236,7 +243,28 @@ class SessionManager:
             live.record.backend_sessions.pop(backend_id, None)
         else:
             live.record.backend_sessions[backend_id] = stored
+        await self.backend_sessions_changed(session_id)
         return stored
+
+    async def backend_sessions(
+        self, session_id: str, principal: Principal, seen: str = "", wait: float = 0.0
+    ) -> LiveSession:
+        """The session, for its backend sessions; when `seen` is their stamp (`stamp_of`), once they
+        change or after `wait` seconds (at most `MAX_WAIT`), whichever comes first."""
+        with self.waits.watching(session_id) as change:
+            live = await self.get(session_id, principal)
+            if change is None or not seen or seen != stamp_of(live.record.backend_sessions):
+                return live
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(change.wait(), min(wait, MAX_WAIT))
+        return await self.get(session_id, principal)
+
+    async def backend_sessions_changed(self, session_id: str) -> None:
+        """Wake the long polls on the session's backend sessions, on every replica."""
+        self.waits.changed(session_id)
+        if self._events is not None:
+            with contextlib.suppress(StateUnavailable):  # a hint: a waiter reads the set at its end
+                await self._events.publish({"kind": BACKEND_SESSIONS_EVENT, "session": session_id})
 
     async def set_log_level(self, session_id: str, principal: Principal, level: str) -> LiveSession:
         """Keep the log level the session's client set; the session, with its backend sessions."""

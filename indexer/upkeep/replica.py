@@ -8,7 +8,8 @@ Session versions need no following: every request reads its session's record, an
 replica does not hold yet is built from the stored catalog. When the holder dies its lease expires
 and another replica takes it, catches up with the published health, and asks the fan-out for a
 rebuild pass of what is stale. A backend that told a client its tools changed reaches the
-holder the same way, as an event, whichever replica heard of it.
+holder the same way, as an event, whichever replica heard of it; and so does a new backend session,
+which wakes the long polls on its session here (`indexer.sessions.backend_session_waits`).
 
 This class takes, renews and releases the lease; whether the replica leads now is answered by the
 state's `Leadership` alone, which the health monitor, the follower and the rebuilds ask too.
@@ -26,7 +27,7 @@ from typing import Any
 
 from indexer.backends.follower import HealthFollower
 from indexer.backends.registry import Registry
-from indexer.sessions.manager import SessionManager
+from indexer.sessions.manager import BACKEND_SESSIONS_EVENT, SessionManager
 from indexer.sessions.versions import SessionVersions
 from indexer.state import BackendHealth, Leadership, Shared, StateUnavailable
 from indexer.upkeep.rebuilds import Rebuilder
@@ -166,6 +167,8 @@ class Replica:
                 self._spawn(self._versions.follow_swap(message), "replica-prefetch")
             elif kind == "tools-changed" and isinstance(backend_id := message.get("backend"), str):
                 self._tools_changed_here(backend_id)
+            elif kind == BACKEND_SESSIONS_EVENT and isinstance(session_id := message.get("session"), str):
+                self._sessions.waits.changed(session_id)  # wakes the long polls on it here
 
     def _tools_changed_here(self, backend_id: str) -> None:
         if self._leadership.leads and self._probe_soon is not None:

@@ -24,7 +24,7 @@ from router.link.backend_targets import (
 )
 from router.link.channels import IndexerChannels
 from router.link.indexer_answers import found, pinned_definitions, status_view
-from router.targets import BackendSession, BackendTarget, ReachableTargets, ResolvedTool
+from router.targets import BackendSession, BackendTarget, KeptSessions, ReachableTargets, ResolvedTool
 from toolsearch.transport import ChannelSecurity
 from toolsearch.v1 import indexer_pb2 as pb
 
@@ -143,6 +143,19 @@ class IndexerClient:
             lambda stub: stub.BackendSessions, request
         )
         return session_targets(response)
+
+    async def kept_sessions(
+        self, session_id: str, principal: Principal, seen: str = "", wait: float = 0.0
+    ) -> KeptSessions:
+        """The session's backend sessions; when `seen` is their stamp, once they change (through any
+        replica) or after `wait` seconds. Raises `SessionNotFound`."""
+        request = pb.BackendSessionsRequest(
+            session_id=session_id, principal=_principal(principal), seen=seen, wait_ms=int(wait * 1000)
+        )
+        response: pb.BackendSessionsResponse = await self.channels.call(
+            lambda stub: stub.BackendSessions, request, timeout=wait + self.timeout
+        )
+        return KeptSessions(response.stamp, tuple(session_targets(response)))
 
     async def set_log_level(self, session_id: str, principal: Principal, level: str) -> list[BackendTarget]:
         """Keep the log level the session's client set; the backend sessions to pass it on to.

@@ -4,12 +4,12 @@ stream, for as long as the client holds its own standalone stream open on this r
 A backend sends what belongs to no call (a subscribed resource's update, a `list_changed`, a log
 message) on the standalone stream of the backend session (`GET` inside the session). The replica
 holding the client's standalone stream opens that GET in every backend session the client session
-keeps, which the indexer knows (`BackendSessions`), and looks again for sessions opened since (a
-`resources/subscribe` sent through another replica opens one): after `FIRST_LOOK` seconds, then
-twice as long each time nothing changed, up to `LAST_LOOK`, and at `FIRST_LOOK` again after a
-change, since a client subscribes mostly when it starts, and every SDK client holds a stream open
-for its whole session. Nothing else is shared between replicas: whichever replica holds the
-client's stream reads the backends.
+keeps, which the indexer knows (`BackendSessions`), and at once in each one opened since (a
+`resources/subscribe` sent through another replica opens one): each look is a long poll, which the
+indexer answers when the set changes on any replica (the shared state's events carry the change
+between indexer replicas) or after `LONG_POLL` seconds. A failed look is tried again after
+`FIRST_PAUSE` seconds, twice as long each time it fails again, up to `LAST_PAUSE`. Nothing else is
+shared between replicas: whichever replica holds the client's stream reads the backends.
 
 A backend that offers no standalone stream (405), or already streams to another reader of that
 session (409: the client opened a second stream elsewhere), or fails, is logged at debug and
@@ -39,8 +39,9 @@ from toolsearch.outgoing import SESSION_HEADER, VERSION_HEADER
 
 logger = logging.getLogger(__name__)
 
-FIRST_LOOK = 2.0  # seconds until the next look for backend sessions opened since, at first
-LAST_LOOK = 30.0  # and at most
+LONG_POLL = 25.0  # seconds the indexer holds a look for backend sessions opened since, at most
+FIRST_PAUSE = 2.0  # seconds until the next look after a failed one, doubling
+LAST_PAUSE = 30.0  # up to this
 
 # what is done with each message a backend sends outside calls: its backend id and the message
 Deliver = Callable[[str, Mapping[str, Any]], Awaitable[None]]
@@ -69,26 +70,33 @@ class BackendStreams:
         """Until cancelled, or until the client session ends (`SessionNotFound`), pass each message
         the session's backends send outside calls to `deliver`."""
         heard: dict[str, BackendSession] = {}  # backend id: the backend session listened in
-        wait = FIRST_LOOK / 2
+        seen = ""  # the stamp of the backend sessions looked at last
+        pause = 0.0  # after a failed look, the time until the next one
         async with anyio.create_task_group() as group:
             while True:
+                asked = anyio.current_time()
                 try:
-                    found = await self.indexer.backend_sessions(caller.session_id, caller.identity.principal)
+                    kept = await self.indexer.kept_sessions(
+                        caller.session_id, caller.identity.principal, seen, LONG_POLL
+                    )
                 except SessionNotFound:
                     group.cancel_scope.cancel()
                     raise
                 except RouterError as exc:
                     logger.debug("the backend sessions to listen in are unknown now: %s", exc)
-                    found = []
-                changed = False
-                for target in found:
+                    pause = min(max(pause * 2, FIRST_PAUSE), LAST_PAUSE)
+                    await anyio.sleep(pause)
+                    continue
+                pause = 0.0
+                for target in kept.targets:
                     if _listenable(target) and heard.get(target.backend_id) != target.session:
                         assert target.session is not None
                         heard[target.backend_id] = target.session
                         group.start_soon(self._one, caller, target, deliver)
-                        changed = True
-                wait = FIRST_LOOK if changed else min(wait * 2, LAST_LOOK)
-                await anyio.sleep(wait)
+                if kept.stamp == seen and anyio.current_time() - asked < LONG_POLL / 2:
+                    # the indexer did not wait (it waits on as many polls as it may): not again at once
+                    await anyio.sleep(FIRST_PAUSE)
+                seen = kept.stamp
 
     async def _one(self, caller: Caller, target: BackendTarget, deliver: Deliver) -> None:
         """Read one backend session's standalone stream until it ends; its failures are logged only."""

@@ -725,7 +725,13 @@ class BackendSessionsRequest(_message.Message):
 
     SESSION_ID_FIELD_NUMBER: _builtins.int
     PRINCIPAL_FIELD_NUMBER: _builtins.int
+    SEEN_FIELD_NUMBER: _builtins.int
+    WAIT_MS_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
+    seen: _builtins.str
+    """the `stamp` of the set the caller knows; empty: answer at once"""
+    wait_ms: _builtins.int
+    """how long to wait for a change of that set (at most 30000)"""
     @_builtins.property
     def principal(self) -> Global___Principal: ...
     def __init__(
@@ -733,10 +739,12 @@ class BackendSessionsRequest(_message.Message):
         *,
         session_id: _builtins.str = ...,
         principal: Global___Principal | None = ...,
+        seen: _builtins.str = ...,
+        wait_ms: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["principal", b"principal"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["principal", b"principal", "session_id", b"session_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["principal", b"principal", "seen", b"seen", "session_id", b"session_id", "wait_ms", b"wait_ms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -783,6 +791,9 @@ class BackendSessionsResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     BACKENDS_FIELD_NUMBER: _builtins.int
+    STAMP_FIELD_NUMBER: _builtins.int
+    stamp: _builtins.str
+    """names the session's set of backend sessions: `seen` of the next long poll"""
     @_builtins.property
     def backends(self) -> _containers.RepeatedCompositeFieldContainer[Global___SessionAtBackend]:
         """those with a session id, of backends still configured"""
@@ -791,10 +802,11 @@ class BackendSessionsResponse(_message.Message):
         self,
         *,
         backends: _abc.Iterable[Global___SessionAtBackend] | None = ...,
+        stamp: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["backends", b"backends"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["backends", b"backends", "stamp", b"stamp"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -183,7 +183,10 @@ class IndexerServicer:
 
     def BackendSessions(self, request, context):
         """The session's backend sessions, with where and how to reach each: a client's cancellation is
-        passed on to them from whichever router replica it reaches.
+        passed on to them from whichever router replica it reaches. A long poll when `seen` names the
+        set the caller knows: the answer comes once the set changes, on any replica (the shared state's
+        events wake it), or after `wait_ms`; the replica holding a client's standalone stream listens in
+        each new backend session at once.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

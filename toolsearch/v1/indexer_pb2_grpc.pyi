@@ -62,7 +62,10 @@ class IndexerStub:
     """
     BackendSessions: _grpc.UnaryUnaryMultiCallable[_indexer_pb2.BackendSessionsRequest, _indexer_pb2.BackendSessionsResponse]
     """The session's backend sessions, with where and how to reach each: a client's cancellation is
-    passed on to them from whichever router replica it reaches.
+    passed on to them from whichever router replica it reaches. A long poll when `seen` names the
+    set the caller knows: the answer comes once the set changes, on any replica (the shared state's
+    events wake it), or after `wait_ms`; the replica holding a client's standalone stream listens in
+    each new backend session at once.
     """
     ReachableBackends: _grpc.UnaryUnaryMultiCallable[_indexer_pb2.ReachableBackendsRequest, _indexer_pb2.ReachableBackendsResponse]
     """The session's backends that are advertised now (healthy or degraded), with what each offers
@@ -125,7 +128,10 @@ class IndexerAsyncStub(IndexerStub):
     """
     BackendSessions: _aio.UnaryUnaryMultiCallable[_indexer_pb2.BackendSessionsRequest, _indexer_pb2.BackendSessionsResponse]  # type: ignore[assignment]
     """The session's backend sessions, with where and how to reach each: a client's cancellation is
-    passed on to them from whichever router replica it reaches.
+    passed on to them from whichever router replica it reaches. A long poll when `seen` names the
+    set the caller knows: the answer comes once the set changes, on any replica (the shared state's
+    events wake it), or after `wait_ms`; the replica holding a client's standalone stream listens in
+    each new backend session at once.
     """
     ReachableBackends: _aio.UnaryUnaryMultiCallable[_indexer_pb2.ReachableBackendsRequest, _indexer_pb2.ReachableBackendsResponse]  # type: ignore[assignment]
     """The session's backends that are advertised now (healthy or degraded), with what each offers
@@ -239,7 +245,10 @@ class IndexerServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_indexer_pb2.BackendSessionsResponse, _abc.Awaitable[_indexer_pb2.BackendSessionsResponse]]:
         """The session's backend sessions, with where and how to reach each: a client's cancellation is
-        passed on to them from whichever router replica it reaches.
+        passed on to them from whichever router replica it reaches. A long poll when `seen` names the
+        set the caller knows: the answer comes once the set changes, on any replica (the shared state's
+        events wake it), or after `wait_ms`; the replica holding a client's standalone stream listens in
+        each new backend session at once.
         """
 
     @_abc_1.abstractmethod

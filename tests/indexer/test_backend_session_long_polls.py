@@ -1,0 +1,103 @@
+"""A look at a session's backend sessions waits for their change and is woken by it, on any replica.
+
+In process, with the fake embedder: indexers on the memory state, and two on one real Redis standing
+for two replicas. Each long poll asks for the longest wait there is (`MAX_WAIT`), and the test
+allows it a third of that: it passes only when the change, not the end of the wait, answers it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+import redis.asyncio as aredis
+
+from indexer.errors import SessionNotFound
+from indexer.sessions.backend_session_waits import MAX_WAIT, BackendSessionWaits, stamp_of
+from indexer.state import BackendSession, Principal
+from tests.support.indexers import running_indexer
+from tests.support.redis import RedisServer
+from toolsearch.config import parse_config
+
+ALICE = Principal("https://issuer.test", "alice")
+WOKEN = MAX_WAIT / 3  # seconds a woken long poll may take at most
+NOTES = BackendSession("backend-session-1", "2025-11-25")
+
+
+def config_of(tmp: Path, state: str = "memory") -> dict[str, object]:
+    return {"indexer": {"state": state, "cache_dir": str(tmp / "cache"), "health": {"enabled": False}}}
+
+
+async def test_a_long_poll_answers_when_a_backend_session_is_kept_not_at_the_end_of_its_wait(
+    tmp_path: Path,
+) -> None:
+    config = parse_config(config_of(tmp_path), tmp_path / "toolsearch.yaml")
+    async with running_indexer(config, {}) as indexer:
+        sessions = indexer.sessions
+        opened = await sessions.open(ALICE, None)
+        seen = stamp_of(opened.record.backend_sessions)
+        poll = asyncio.create_task(sessions.backend_sessions(opened.id, ALICE, seen, MAX_WAIT))
+        await asyncio.sleep(0)
+        assert not poll.done()  # the set it saw has not changed: it waits
+        await sessions.set_backend_session(opened.id, ALICE, "notes", "", NOTES)
+        answered = await asyncio.wait_for(poll, WOKEN)
+    assert dict(answered.record.backend_sessions) == {"notes": NOTES}
+    assert stamp_of(answered.record.backend_sessions) != seen
+
+
+async def test_a_long_poll_with_another_stamp_answers_at_once_and_an_ended_session_is_not_found(
+    tmp_path: Path,
+) -> None:
+    config = parse_config(config_of(tmp_path), tmp_path / "toolsearch.yaml")
+    async with running_indexer(config, {}) as indexer:
+        sessions = indexer.sessions
+        opened = await sessions.open(ALICE, None)
+        await sessions.set_backend_session(opened.id, ALICE, "notes", "", NOTES)
+        # a stamp from before the change, or none: the answer comes without waiting
+        stale = await asyncio.wait_for(sessions.backend_sessions(opened.id, ALICE, "old", MAX_WAIT), WOKEN)
+        assert dict(stale.record.backend_sessions) == {"notes": NOTES}
+        seen = stamp_of(stale.record.backend_sessions)
+        poll = asyncio.create_task(sessions.backend_sessions(opened.id, ALICE, seen, MAX_WAIT))
+        await asyncio.sleep(0)
+        await sessions.close(opened.id, ALICE)
+        with pytest.raises(SessionNotFound):
+            await asyncio.wait_for(poll, WOKEN)
+
+
+async def test_a_long_poll_on_one_replica_is_woken_by_a_backend_session_kept_through_another(
+    tmp_path: Path, redis_server: RedisServer, redis_client: aredis.Redis
+) -> None:
+    config = parse_config(config_of(tmp_path, redis_server.url), tmp_path / "toolsearch.yaml")
+    async with running_indexer(config, {}) as one, running_indexer(config, {}) as two:
+        opened = await one.sessions.open(ALICE, None)
+        seen = stamp_of(opened.record.backend_sessions)
+        poll = asyncio.create_task(one.sessions.backend_sessions(opened.id, ALICE, seen, MAX_WAIT))
+        await asyncio.sleep(0)
+        await two.sessions.set_backend_session(opened.id, ALICE, "notes", "", NOTES)
+        answered = await asyncio.wait_for(poll, WOKEN)  # the shared state's event woke it
+    assert dict(answered.record.backend_sessions) == {"notes": NOTES}
+
+
+async def test_waits_are_bounded_and_stopping_wakes_every_one() -> None:
+    waits = BackendSessionWaits(max_waiters=2)
+    with waits.watching("a") as first, waits.watching("b") as second, waits.watching("c") as third:
+        assert first is not None and second is not None
+        assert third is None  # beyond the bound: the answer comes without waiting
+        assert waits.waiting == 2
+        waits.close()
+        assert first.is_set() and second.is_set()
+        with waits.watching("d") as after:
+            assert after is None  # stopping: nobody waits any more
+    assert waits.waiting == 0
+
+
+async def test_a_change_wakes_only_its_own_sessions_waiters_and_later_ones_wait_for_the_next() -> None:
+    waits = BackendSessionWaits()
+    with waits.watching("a") as early, waits.watching("b") as other:
+        assert early is not None and other is not None
+        waits.changed("a")
+        assert early.is_set() and not other.is_set()
+        with waits.watching("a") as later:
+            assert later is not None and not later.is_set()
+    assert waits.waiting == 0
