@@ -10,10 +10,13 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import anyio
 import httpx2
 from mcp_types import INTERNAL_ERROR, MISSING_REQUIRED_CLIENT_CAPABILITY
 
 from router.errors import BackendAnswered, CapabilityMissing
+
+FINISH_WITHIN = 0.05  # seconds an answered stream is read on for its end, at most
 
 
 def is_stream(response: httpx2.Response) -> bool:
@@ -76,6 +79,18 @@ async def streamed(response: httpx2.Response, position: StreamPosition | None = 
             yield message
     if (message := events.line("")) is not None:
         yield message
+
+
+async def finished(messages: AsyncIterator[Any]) -> None:
+    """Read what is left of an answered stream, for `FINISH_WITHIN` at most.
+
+    A backend ends a call's stream right after its answer; read to that end, the connection goes
+    back to the pool, while one left unread is closed, and the next call would open another (a TCP
+    handshake more per call). A stream that goes on is left after `FINISH_WITHIN`: only its
+    connection is lost. What comes after the answer belongs to no one: it is dropped."""
+    with anyio.move_on_after(FINISH_WITHIN):
+        async for _ in messages:
+            pass
 
 
 async def events(response: httpx2.Response, limit: int) -> AsyncIterator[Any]:

@@ -40,6 +40,7 @@ from router.upstream.backend_answers import (
     StreamPosition,
     answered,
     error_body,
+    finished,
     forgot,
     is_stream,
     messages_of,
@@ -238,12 +239,14 @@ class BackendMessenger:
     ) -> dict[str, Any] | None:
         """Read one answer (a whole body, or a stream until it ends): the request's result, or None
         when the stream ended before it."""
-        async for answer in streamed(response, position):
+        messages = streamed(response, position)
+        async for answer in messages:
             if not isinstance(answer, dict):
                 continue
             if answer.get("id") == request_id and "method" not in answer:
                 if lacked:
                     raise self._lacking(lacked)
+                await finished(messages)
                 return self._result(answer)
             if "method" in answer and "id" in answer:
                 if await self._pass_on(answer, relay, session):

@@ -83,6 +83,14 @@ async def _serve(server: uvicorn.Server, parts: AsyncExitStack) -> None:
         await asyncio.sleep(0.01)
 
 
+async def serve_app(app: Any, listen: str, parts: AsyncExitStack) -> str:
+    """Any ASGI app on `listen` (HOST:PORT), its stop pushed on `parts`; returns its base URL."""
+    host, _, port = listen.rpartition(":")
+    config = uvicorn.Config(app, host, int(port), log_config=None, timeout_graceful_shutdown=1)
+    await _serve(uvicorn.Server(config), parts)
+    return f"http://{listen}"
+
+
 async def serve_catalog(
     catalog: Path, listen: str, settings: CatalogServerSettings, parts: AsyncExitStack
 ) -> None:
