@@ -20,6 +20,7 @@ listen address, the configured URL's host and loopback (DNS rebinding).
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import signal
 from collections.abc import AsyncIterator, Mapping
@@ -241,6 +242,10 @@ def serve(config: Config, environ: Mapping[str, str], log_level: str, log_format
         logging.getLogger(name).setLevel(max(logging.WARNING, logging.getLogger().level))
     # A SIGHUP (a reload, to the other processes) would end the bridge without stopping its servers.
     signal.signal(signal.SIGHUP, _on_hangup)
+    # start-up's objects live as long as the process: frozen, full collections skip them (as the
+    # router's and the indexer's do)
+    gc.collect()
+    gc.freeze()
     server.run()
     return 0 if server.started else 1
 
