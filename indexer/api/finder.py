@@ -153,9 +153,10 @@ class Finder:
     def _unavailable(self, session: LiveSession) -> list[UnavailableBackend]:
         """The session's backends whose tools cannot be found now: down, or refusing its credentials."""
         out = []
-        for backend_id in sorted(session.record.accepted):
+        accepted = session.record.accepted
+        for backend_id in sorted(b for b in self._registry.unadvertised if b in accepted):
             state = self._registry.states.get(backend_id)
-            if state is not None and not state.advertised:
+            if state is not None:
                 info = state.listing.server if state.listing is not None else ServerInfo()
                 out.append(
                     UnavailableBackend(id=backend_id, status=state.status, server_title=server_title(info))

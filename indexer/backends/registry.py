@@ -52,26 +52,44 @@ class Registry:
     """The configured backends and what was last learned of each."""
 
     def __init__(self, backends: Sequence[Backend]) -> None:
-        self._states: dict[str, BackendState] = {b.id: BackendState(config=b) for b in backends}
+        self._states: dict[str, BackendState] = {}
         self._view = MappingProxyType(self._states)
+        # the backends whose tools are not advertised now: usually a few of hundreds, so a request
+        # that names a session's unavailable backends looks at these, not at all it may use
+        self._unadvertised: set[str] = set()
+        for backend in backends:
+            self._put(backend.id, BackendState(config=backend))
 
     @property
     def states(self) -> Mapping[str, BackendState]:
         """Every backend's state, by id: a read-only view that follows the registry's changes."""
         return self._view
 
+    @property
+    def unadvertised(self) -> frozenset[str]:
+        """The ids of the backends whose tools are not advertised now (down, unknown, unauthorized)."""
+        return frozenset(self._unadvertised)
+
     def get(self, backend_id: str) -> BackendState:
         return self._states[backend_id]
+
+    def _put(self, backend_id: str, state: BackendState) -> None:
+        self._states[backend_id] = state
+        if state.advertised:
+            self._unadvertised.discard(backend_id)
+        else:
+            self._unadvertised.add(backend_id)
 
     def add(self, backend: Backend) -> BackendState:
         """Register a backend (or replace one with the same id); its status is unknown until listed."""
         state = BackendState(config=backend)
-        self._states[backend.id] = state
+        self._put(backend.id, state)
         return state
 
     def remove(self, backend_id: str) -> None:
         """Forget a backend; sessions stop seeing its tools at their next rebuild."""
         self._states.pop(backend_id, None)
+        self._unadvertised.discard(backend_id)
 
     def record_listing(self, backend_id: str, listing: Listing, status: Status = "healthy") -> bool:
         """Store a successful listing; returns whether the tool list changed."""
@@ -89,7 +107,7 @@ class Registry:
             last_error="",
             consecutive_failures=0,
         )
-        self._states[backend_id] = replace(state, health=health, listing=kept)
+        self._put(backend_id, replace(state, health=health, listing=kept))
         return changed
 
     def record_answer(self, backend_id: str, latency: float, status: Status) -> None:
@@ -98,7 +116,7 @@ class Registry:
         health = replace(
             _verdict(state.health, status), latency=latency, last_error="", consecutive_failures=0
         )
-        self._states[backend_id] = replace(state, health=health)
+        self._put(backend_id, replace(state, health=health))
 
     def record_failure(self, backend_id: str, error: BackendError, status: Status) -> None:
         state = self._states[backend_id]
@@ -106,12 +124,12 @@ class Registry:
         health = replace(
             _verdict(state.health, status), last_error=error.reason, consecutive_failures=failures
         )
-        self._states[backend_id] = replace(state, health=health)
+        self._put(backend_id, replace(state, health=health))
 
     def set_circuit(self, backend_id: str, circuit: str) -> None:
         """Store the state of the backend's circuit breaker ("closed", "open", "half-open")."""
         state = self._states[backend_id]
-        self._states[backend_id] = replace(state, health=replace(state.health, circuit=circuit))
+        self._put(backend_id, replace(state, health=replace(state.health, circuit=circuit)))
 
     def adopt(self, backend_id: str, health: BackendHealth, listing: Listing | None = None) -> None:
         """Take the lease holder's verdict on a backend as it is, epoch included (a follower judges nothing).
@@ -125,4 +143,4 @@ class Registry:
             return
         if listing is None:
             listing, health = state.listing, replace(health, digest=state.health.digest)
-        self._states[backend_id] = replace(state, health=health, listing=listing)
+        self._put(backend_id, replace(state, health=health, listing=listing))

@@ -124,6 +124,22 @@ def test_each_probe_outcome_moves_the_status_as_documented(
     assert judge(previous, failures, outcome, latency, SETTINGS) == expected  # type: ignore[arg-type]
 
 
+def test_the_registry_knows_which_backends_are_unadvertised_after_every_kind_of_change() -> None:
+    registry = Registry([Backend(id=b, url=f"http://127.0.0.1:9/{b}") for b in "abc"])
+    assert registry.unadvertised == {"a", "b", "c"}  # unknown until listed
+    registry.record_listing("a", listing("t"))
+    registry.record_answer("b", 0.01, "degraded")
+    assert registry.unadvertised == {"c"}
+    registry.record_failure("a", BackendUnavailable("a", "refused"), "unhealthy")
+    assert registry.unadvertised == {"a", "c"}
+    registry.adopt("c", dataclasses.replace(registry.get("c").health, status="healthy"))
+    registry.remove("a")
+    assert registry.unadvertised == set()
+    registry.add(Backend(id="d", url="http://127.0.0.1:9/d"))
+    assert registry.unadvertised == {"d"}
+    assert registry.unadvertised == {b for b, s in registry.states.items() if not s.advertised}
+
+
 def test_with_a_threshold_of_one_the_first_failure_makes_a_backend_unhealthy() -> None:
     assert judge("healthy", 0, "failed", 0.0, Health(unhealthy_after=1)) == "unhealthy"
 
