@@ -8,6 +8,8 @@ allows it a third of that: it passes only when the change, not the end of the wa
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -15,27 +17,34 @@ import redis.asyncio as aredis
 
 from indexer.errors import SessionNotFound
 from indexer.sessions.backend_session_waits import MAX_WAIT, BackendSessionWaits, stamp_of
+from indexer.sessions.manager import SessionManager
+from indexer.sessions.views import LiveSession
 from indexer.state import BackendSession, Principal
 from tests.support.indexers import running_indexer
 from tests.support.redis import RedisServer
-from toolsearch.config import parse_config
+from toolsearch.config import Config, parse_config
 
 ALICE = Principal("https://issuer.test", "alice")
 WOKEN = MAX_WAIT / 3  # seconds a woken long poll may take at most
 NOTES = BackendSession("backend-session-1", "2025-11-25")
 
 
-def config_of(tmp: Path, state: str = "memory") -> dict[str, object]:
-    return {"indexer": {"state": state, "cache_dir": str(tmp / "cache"), "health": {"enabled": False}}}
+def config_of(tmp: Path, state: str = "memory") -> Config:
+    indexer = {"state": state, "cache_dir": str(tmp / "cache"), "health": {"enabled": False}}
+    return parse_config({"indexer": indexer}, tmp / "toolsearch.yaml")
+
+
+@asynccontextmanager
+async def one_session(tmp: Path) -> AsyncIterator[tuple[SessionManager, LiveSession]]:
+    """An indexer on the memory state, and a session of Alice's opened in it."""
+    async with running_indexer(config_of(tmp), {}) as indexer:
+        yield indexer.sessions, await indexer.sessions.open(ALICE, None)
 
 
 async def test_a_long_poll_answers_when_a_backend_session_is_kept_not_at_the_end_of_its_wait(
     tmp_path: Path,
 ) -> None:
-    config = parse_config(config_of(tmp_path), tmp_path / "toolsearch.yaml")
-    async with running_indexer(config, {}) as indexer:
-        sessions = indexer.sessions
-        opened = await sessions.open(ALICE, None)
+    async with one_session(tmp_path) as (sessions, opened):
         seen = stamp_of(opened.record.backend_sessions)
         poll = asyncio.create_task(sessions.backend_sessions(opened.id, ALICE, seen, MAX_WAIT))
         await asyncio.sleep(0)
@@ -49,10 +58,7 @@ async def test_a_long_poll_answers_when_a_backend_session_is_kept_not_at_the_end
 async def test_a_long_poll_with_another_stamp_answers_at_once_and_an_ended_session_is_not_found(
     tmp_path: Path,
 ) -> None:
-    config = parse_config(config_of(tmp_path), tmp_path / "toolsearch.yaml")
-    async with running_indexer(config, {}) as indexer:
-        sessions = indexer.sessions
-        opened = await sessions.open(ALICE, None)
+    async with one_session(tmp_path) as (sessions, opened):
         await sessions.set_backend_session(opened.id, ALICE, "notes", "", NOTES)
         # a stamp from before the change, or none: the answer comes without waiting
         stale = await asyncio.wait_for(sessions.backend_sessions(opened.id, ALICE, "old", MAX_WAIT), WOKEN)
@@ -68,7 +74,7 @@ async def test_a_long_poll_with_another_stamp_answers_at_once_and_an_ended_sessi
 async def test_a_long_poll_on_one_replica_is_woken_by_a_backend_session_kept_through_another(
     tmp_path: Path, redis_server: RedisServer, redis_client: aredis.Redis
 ) -> None:
-    config = parse_config(config_of(tmp_path, redis_server.url), tmp_path / "toolsearch.yaml")
+    config = config_of(tmp_path, redis_server.url)
     async with running_indexer(config, {}) as one, running_indexer(config, {}) as two:
         opened = await one.sessions.open(ALICE, None)
         seen = stamp_of(opened.record.backend_sessions)
