@@ -36,7 +36,10 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 
 @asynccontextmanager
 async def client(url: str) -> AsyncIterator[Client]:
-    async with Client(streamable_http_client(url, http_client=httpx2.AsyncClient()), mode="legacy") as c:
+    async with (
+        httpx2.AsyncClient() as http,
+        Client(streamable_http_client(url, http_client=http), mode="legacy") as c,
+    ):
         yield c
 
 

@@ -24,9 +24,10 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 
 @asynccontextmanager
 async def client(url: str, **http: Any) -> AsyncIterator[Client]:
-    async with Client(
-        streamable_http_client(url, http_client=httpx2.AsyncClient(**http)), mode="legacy"
-    ) as c:
+    async with (
+        httpx2.AsyncClient(**http) as http_client,
+        Client(streamable_http_client(url, http_client=http_client), mode="legacy") as c,
+    ):
         yield c
 
 

@@ -105,9 +105,10 @@ def running_bridge(
 @asynccontextmanager
 async def mcp_client(url: str, **options: Any) -> AsyncIterator[Client]:
     """The SDK's client on a bridge endpoint (it negotiates, and falls back to the handshake)."""
-    async with Client(
-        streamable_http_client(url, http_client=httpx2.AsyncClient(timeout=30)), **options
-    ) as c:
+    async with (
+        httpx2.AsyncClient(timeout=30) as http,
+        Client(streamable_http_client(url, http_client=http), **options) as c,
+    ):
         yield c
 
 

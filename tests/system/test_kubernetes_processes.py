@@ -91,7 +91,10 @@ def structured(result: Any) -> dict[str, Any]:
 async def find_and_call_the_time(cluster: LocalCluster) -> dict[str, Any]:
     """find_tool for the time in a zone, then call_tool on what it found, through the router."""
     url = cluster.url("router", 8000, "/mcp")
-    async with Client(streamable_http_client(url, http_client=httpx2.AsyncClient(timeout=30))) as client:
+    async with (
+        httpx2.AsyncClient(timeout=30) as http,
+        Client(streamable_http_client(url, http_client=http)) as client,
+    ):
         found = structured(
             await client.call_tool("find_tool", {"tool_description": "the current time in a time zone"})
         )

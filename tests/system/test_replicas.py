@@ -118,10 +118,10 @@ def replicas(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Replicas]:
 @asynccontextmanager
 async def client(url: str, ids: SessionIds | None = None, **http: Any) -> AsyncIterator[Client]:
     hooks = {"response": [ids]} if ids is not None else {}
-    transport = streamable_http_client(
-        url, http_client=httpx2.AsyncClient(timeout=30, event_hooks=hooks, **http)
-    )
-    async with Client(transport, mode="legacy") as c:
+    async with (
+        httpx2.AsyncClient(timeout=30, event_hooks=hooks, **http) as http_client,
+        Client(streamable_http_client(url, http_client=http_client), mode="legacy") as c,
+    ):
         yield c
 
 
