@@ -35,6 +35,7 @@ from router.errors import (
 from router.frontdoor.bodies import DRAIN_FACTOR, Body, BodyTooLarge, ClientGone, answer_early
 from router.frontdoor.call_streams import CallStream
 from router.frontdoor.declarations import request_declared, session_declared
+from router.frontdoor.direct_finds import DirectFinds
 from router.frontdoor.messages import (
     VERSION_HEADER,
     ClientError,
@@ -85,7 +86,9 @@ class SessionLayer:
     roots) is streamed too, through a `CallStream` the handlers write such requests on; the client's
     answer, a posted response, is handed to `on_answer`, which passes it on to the backend that
     asked and says whether it was one of those (else the SDK takes it, as any response). With
-    `standalone`, a handshake session's `GET` opens its standalone stream there.
+    `standalone`, a handshake session's `GET` opens its standalone stream there. With `finds`, a
+    handshake session's find_tool call is answered there, its session checked by the find itself
+    (router/frontdoor/direct_finds.py).
     """
 
     def __init__(
@@ -99,8 +102,10 @@ class SessionLayer:
         on_notice: Callable[[Caller, str, Mapping[str, Any]], Awaitable[None]] | None = None,
         on_answer: Callable[[Caller, Mapping[str, Any]], Awaitable[bool]] | None = None,
         standalone: StandaloneStreams | None = None,
+        finds: DirectFinds | None = None,
     ) -> None:
         self.app = app
+        self.finds = finds
         self.standalone = standalone
         self.streaming_app = streaming_app
         self.on_notice = on_notice
@@ -176,6 +181,11 @@ class SessionLayer:
             session_id = headers.get(SESSION_HEADER, "")
             if not session_id:
                 raise ClientError(400, INVALID_REQUEST, MISSING_SESSION)
+            if self.finds is not None and (find := self.finds.params(scope, message)) is not None:
+                bind_session(session_id)
+                caller = Caller(identity, session_id)
+                await self.finds.answer(scope, receive, send, caller, find, message.id)
+                return
             checked = await self.indexer.get_session(session_id, identity.principal, message.named_tool)
             resolved = checked.tool
             declared = session_declared(checked.log_level, checked.capabilities_json)

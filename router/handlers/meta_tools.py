@@ -17,7 +17,7 @@ from mcp.server.context import HandlerResult, ServerRequestContext
 
 from router.caller import Caller
 from router.error_answers import mcp_error, text_result, tool_result_for
-from router.errors import BackendAnswered, RouterError
+from router.errors import BackendAnswered, InvalidRequest, RouterError
 from router.handlers.arguments import parse_find_tool
 from router.handlers.passthrough import PassedThrough
 from router.handlers.tool_calls import ToolCalls
@@ -255,6 +255,15 @@ class MetaTools:
             asker = rounds.on_stream(caller, relay)
             return await self.calls.run(caller, arguments, relay, call_id, retry, asker)
         return await self.calls.run(caller, arguments, relay, call_id, retry)
+
+    async def answer_find_tool(self, caller: Caller, params: types.CallToolRequestParams) -> dict[str, Any]:
+        """find_tool answered in front of the SDK's server (router/frontdoor/direct_finds.py): its
+        result, arguments the model got wrong included (as `call_tool` answers them); the session
+        check's errors and the router's own faults propagate, for the session layer to answer."""
+        try:
+            return await self.find_tool(caller, params.arguments)
+        except InvalidRequest as exc:
+            return tool_result_for(exc)
 
     async def find_tool(self, caller: Caller, arguments: Mapping[str, Any] | None) -> dict[str, Any]:
         """Search the caller's session; the answer is the same JSON as structured content and as text."""

@@ -348,6 +348,7 @@ class Running:
         return Client(streamable_http_client("http://router.test/mcp", http_client=self.http), mode=mode)
 
 
+FIND_ADD = {"name": "find_tool", "arguments": {"tool_description": "add"}}
 JSON_HEADERS = {"content-type": "application/json", "accept": "application/json, text/event-stream"}
 
 
@@ -558,12 +559,64 @@ async def test_stateless_clients_use_the_session_their_principal_implies(running
         assert running.indexer.calls == ["OpenSession implied", "FindTools"]
 
 
-async def test_find_tool_costs_one_session_check_and_one_search(running: Running) -> None:
+async def test_find_tool_costs_one_search_which_checks_the_session_itself(running: Running) -> None:
     async with running.client("legacy") as client:
         await client.list_tools()  # the SDK client lists once to check structured output
         running.indexer.calls.clear()
         await client.call_tool("find_tool", {"tool_description": "add"})
-        assert running.indexer.calls == ["GetSession", "FindTools"]
+        assert running.indexer.calls == ["FindTools"]
+
+
+def _find(request_id: int, arguments: Any, meta: dict[str, Any] | None = None) -> dict[str, Any]:
+    params = {"name": "find_tool", "arguments": arguments, **({"_meta": meta} if meta else {})}
+    return {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}
+
+
+def _sse_result(text: str) -> Any:
+    """The JSON-RPC response among an SSE stream's events."""
+    for line in text.splitlines():
+        if line.startswith("data: ") and '"result"' in line:
+            return json.loads(line.removeprefix("data: "))
+    raise AssertionError(f"no result in {text!r}")
+
+
+async def test_a_find_answered_before_the_sdk_is_the_answer_the_sdk_gives(running: Running) -> None:
+    headers = {**JSON_HEADERS, "mcp-session-id": await _initialize(running)}
+    running.indexer.calls.clear()
+    direct = await running.http.post("/mcp", json=_find(7, {"tool_description": "add"}), headers=headers)
+    assert direct.status_code == 200 and direct.headers["content-type"] == "application/json"
+    assert running.indexer.calls == ["FindTools"]
+    # asking for progress sends the same call through the SDK's server, answered on a stream
+    progress = _find(7, {"tool_description": "add"}, {"progressToken": "p"})
+    through_sdk = await running.http.post("/mcp", json=progress, headers=headers)
+    assert through_sdk.headers["content-type"].startswith("text/event-stream")
+    assert running.indexer.calls == ["FindTools", "GetSession", "FindTools"]
+    assert direct.json() == _sse_result(through_sdk.text)
+    assert "resultType" not in direct.json()["result"]  # not in the handshake era's results
+    mistake = await running.http.post("/mcp", json=_find(8, {"tool_description": ""}), headers=headers)
+    assert mistake.status_code == 200 and mistake.json()["result"]["isError"] is True
+    assert "tool_description" in mistake.json()["result"]["content"][0]["text"]
+
+
+async def test_a_find_in_an_unknown_session_answers_404_as_any_request_does(running: Running) -> None:
+    headers = {**JSON_HEADERS, "mcp-session-id": "no-such-session"}
+    gone = await running.http.post("/mcp", json=_find(2, {"tool_description": "add"}), headers=headers)
+    ping = await running.http.post(
+        "/mcp", json={"jsonrpc": "2.0", "id": 2, "method": "ping"}, headers=headers
+    )
+    assert gone.status_code == ping.status_code == 404
+    assert gone.json() == ping.json()
+
+
+async def test_a_find_the_sdk_must_judge_goes_through_the_sdk(running: Running) -> None:
+    headers = {**JSON_HEADERS, "mcp-session-id": await _initialize(running)}
+    running.indexer.calls.clear()
+    malformed = await running.http.post("/mcp", json=_find(3, "not an object"), headers=headers)
+    assert malformed.json()["error"]["code"] == types.INVALID_PARAMS
+    sse_only = {**headers, "accept": "text/event-stream"}
+    refused = await running.http.post("/mcp", json=_find(4, {"tool_description": "add"}), headers=sse_only)
+    assert refused.status_code == 406
+    assert running.indexer.calls == ["GetSession", "GetSession"]  # each went the usual way
 
 
 async def test_call_tool_costs_one_session_check_that_resolves_the_tool_too(running: Running) -> None:
@@ -598,6 +651,12 @@ async def test_an_unreachable_indexer_is_a_503_not_a_traceback() -> None:
         response = await http.post("/mcp", json=INITIALIZE, headers=JSON_HEADERS)
         assert response.status_code == 503
         assert response.json()["error"]["message"] == "indexer unavailable, retry shortly"
+        # a find checks its session in the indexer too, and is answered the same way
+        find = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": FIND_ADD}
+        headers = {**JSON_HEADERS, "mcp-session-id": "any"}
+        found = await http.post("/mcp", json=find, headers=headers)
+        assert (found.status_code, found.headers["retry-after"]) == (503, "1")
+        assert found.json()["error"]["message"] == "indexer unavailable, retry shortly"
         ready = await http.get("/readyz")
         assert ready.status_code == 503 and ready.json()["reason"]
 
