@@ -43,10 +43,12 @@ from router.errors import (
 logger = logging.getLogger(__name__)
 
 
-def jsonrpc_error_body(code: int, message: str, request_id: Any = None) -> bytes:
+def jsonrpc_error_body(code: int, message: str, request_id: Any = None, data: Any = None) -> bytes:
     """The JSON-RPC error message every refusal of the router carries as its body."""
-    body = {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}}
-    return json.dumps(body).encode()
+    error: dict[str, Any] = {"code": code, "message": message}
+    if data is not None:
+        error["data"] = data
+    return json.dumps({"jsonrpc": "2.0", "id": request_id, "error": error}).encode()
 
 
 def jsonrpc_error_response(

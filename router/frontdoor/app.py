@@ -49,7 +49,7 @@ from router.caller import Authenticator
 from router.errors import AuthConfigError
 from router.frontdoor.auth import AnonymousAuthenticator, configured_authenticator
 from router.frontdoor.bodies import DRAIN_FACTOR
-from router.frontdoor.direct_finds import DirectFinds
+from router.frontdoor.direct_calls import DirectCalls
 from router.frontdoor.origins import HostPolicy, OriginGuard
 from router.frontdoor.resource_metadata import ResourceMetadata
 from router.frontdoor.server import ShutdownGuard, router_server
@@ -268,7 +268,7 @@ def create_app(
             answers.deliver,
             standalone,
             # observed as the SDK's tools/call handler is (build_server)
-            DirectFinds(AccessLog.observe_tool_calls(metrics.observe_tool_calls(tools.answer_find_tool))),
+            DirectCalls(AccessLog.observe_tool_calls(metrics.observe_tool_calls(tools.answer_directly))),
         )
         try:
             async with manager.run(), streaming.run(), anyio.create_task_group() as rounds:

@@ -35,7 +35,7 @@ from router.errors import (
 from router.frontdoor.bodies import DRAIN_FACTOR, Body, BodyTooLarge, ClientGone, answer_early
 from router.frontdoor.call_streams import CallStream
 from router.frontdoor.declarations import request_declared, session_declared
-from router.frontdoor.direct_finds import DirectFinds
+from router.frontdoor.direct_calls import DirectCalls
 from router.frontdoor.messages import (
     VERSION_HEADER,
     ClientError,
@@ -45,7 +45,7 @@ from router.frontdoor.messages import (
 )
 from router.frontdoor.resource_metadata import ResourceMetadata
 from router.frontdoor.standalone import StandaloneStreams
-from router.handlers.meta_tools import FIND_TOOL
+from router.handlers.meta_tools import CALL_TOOL, FIND_TOOL
 from router.link.indexer_client import IndexerClient
 from router.targets import ResolvedTool
 from toolsearch.logs import bind_session
@@ -86,9 +86,10 @@ class SessionLayer:
     roots) is streamed too, through a `CallStream` the handlers write such requests on; the client's
     answer, a posted response, is handed to `on_answer`, which passes it on to the backend that
     asked and says whether it was one of those (else the SDK takes it, as any response). With
-    `standalone`, a handshake session's `GET` opens its standalone stream there. With `finds`, a
-    handshake session's find_tool call is answered there, its session checked by the find itself
-    (router/frontdoor/direct_finds.py).
+    `standalone`, a handshake session's `GET` opens its standalone stream there. With `direct`, a
+    handshake session's find_tool and call_tool calls answered with JSON are answered there, in
+    front of the SDK's server; a find's session is checked by the search itself
+    (router/frontdoor/direct_calls.py).
     """
 
     def __init__(
@@ -102,10 +103,10 @@ class SessionLayer:
         on_notice: Callable[[Caller, str, Mapping[str, Any]], Awaitable[None]] | None = None,
         on_answer: Callable[[Caller, Mapping[str, Any]], Awaitable[bool]] | None = None,
         standalone: StandaloneStreams | None = None,
-        finds: DirectFinds | None = None,
+        direct: DirectCalls | None = None,
     ) -> None:
         self.app = app
-        self.finds = finds
+        self.direct = direct
         self.standalone = standalone
         self.streaming_app = streaming_app
         self.on_notice = on_notice
@@ -181,10 +182,10 @@ class SessionLayer:
             session_id = headers.get(SESSION_HEADER, "")
             if not session_id:
                 raise ClientError(400, INVALID_REQUEST, MISSING_SESSION)
-            if self.finds is not None and (find := self.finds.params(scope, message)) is not None:
+            direct = self.direct
+            if direct is not None and (find := direct.params(scope, message, FIND_TOOL)) is not None:
                 bind_session(session_id)
-                caller = Caller(identity, session_id)
-                await self.finds.answer(scope, receive, send, caller, find, message.id)
+                await direct.answer(scope, receive, send, Caller(identity, session_id), find, message)
                 return
             checked = await self.indexer.get_session(session_id, identity.principal, message.named_tool)
             resolved = checked.tool
@@ -223,6 +224,10 @@ class SessionLayer:
             or not (message.wants_progress or wants_logs or answers)
         ):
             caller = Caller(identity, session_id, False, resolved, shared, declared)
+            direct = self.direct if session_id and is_handshake_era(headers) else None
+            if direct is not None and (call := direct.params(scope, message, CALL_TOOL)) is not None:
+                await direct.answer(scope, receive, send, caller, call, message)
+                return
             scope.setdefault("state", {})[STATE_KEY] = caller
             await self.app(scope, receive, send)
             return

@@ -19,7 +19,7 @@ from router.caller import Caller
 from router.error_answers import mcp_error, text_result, tool_result_for
 from router.errors import BackendAnswered, InvalidRequest, RouterError
 from router.handlers.arguments import parse_find_tool
-from router.handlers.passthrough import PassedThrough
+from router.handlers.passthrough import PassedThrough, answer
 from router.handlers.tool_calls import ToolCalls
 from router.link.indexer_client import IndexerClient
 from router.upstream.backend_messages import backend_request_id
@@ -256,14 +256,29 @@ class MetaTools:
             return await self.calls.run(caller, arguments, relay, call_id, retry, asker)
         return await self.calls.run(caller, arguments, relay, call_id, retry)
 
-    async def answer_find_tool(self, caller: Caller, params: types.CallToolRequestParams) -> dict[str, Any]:
-        """find_tool answered in front of the SDK's server (router/frontdoor/direct_finds.py): its
-        result, arguments the model got wrong included (as `call_tool` answers them); the session
-        check's errors and the router's own faults propagate, for the session layer to answer."""
+    async def answer_directly(
+        self, caller: Caller, params: types.CallToolRequestParams, request_id: types.RequestId
+    ) -> dict[str, Any]:
+        """find_tool or call_tool answered in front of the SDK's server, as JSON to a handshake-era
+        client (router/frontdoor/direct_calls.py): the tool result the SDK's path gives, a backend's
+        passed through as it came. A find's session-check errors and the router's own faults
+        propagate, for the session layer to answer as it answers a failed check; a call's go
+        where `call_tool` sends them (a tool result, or `MCPError` for a JSON-RPC error)."""
+        if params.name == FIND_TOOL:
+            try:
+                return await self.find_tool(caller, params.arguments)
+            except InvalidRequest as exc:  # arguments the model got wrong: it reads why
+                # found before the search could check the session: checked here, so that a request
+                # in a session that does not exist is answered 404 whatever its arguments
+                await self.indexer.get_session(caller.session_id, caller.identity.principal)
+                return tool_result_for(exc)
         try:
-            return await self.find_tool(caller, params.arguments)
-        except InvalidRequest as exc:
+            result = await self._run(
+                caller, params.arguments, None, backend_request_id(request_id), _retry(params)
+            )
+        except RouterError as exc:
             return tool_result_for(exc)
+        return answer(PassedThrough(result), {}, None)  # the handshake era's envelope: none
 
     async def find_tool(self, caller: Caller, arguments: Mapping[str, Any] | None) -> dict[str, Any]:
         """Search the caller's session; the answer is the same JSON as structured content and as text."""

@@ -42,7 +42,9 @@ logger = logging.getLogger("router.access_log")
 # bodies above this are not parsed again for their method: the access line then says "?"
 _MAX_SNIFFED = 1 << 20
 
-Handler = Callable[[Any, Any], Awaitable[Any]]
+# a tools/call handler: the SDK's (its context, the params) or the session layer's direct one (the
+# caller, the params, the request's id: router/frontdoor/direct_calls.py)
+Handler = Callable[..., Awaitable[Any]]
 _tracer = trace.get_tracer("toolsearch.router")
 # the only headers a trace context is read from: the rest (Authorization above all) stay out of it
 _TRACE_HEADERS = frozenset({"traceparent", "tracestate"})
@@ -184,14 +186,14 @@ class AccessLog:
     def observe_tool_calls(handler: Handler) -> Handler:
         """Wrap a `tools/call` handler so the access line names the meta-tool and its outcome."""
 
-        async def observed(ctx: Any, params: Any) -> Any:
+        async def observed(ctx: Any, params: Any, *rest: Any) -> Any:
             record = _current.get()
             if record is None:
-                return await handler(ctx, params)
+                return await handler(ctx, params, *rest)
             name = getattr(params, "name", "")
             record.tool = name if name in TOOLS else "other"
             record.outcome = "error"  # unless the handler returns
-            result = await handler(ctx, params)
+            result = await handler(ctx, params, *rest)
             record.outcome = call_outcome(result)
             return result
 

@@ -32,7 +32,9 @@ METHODS = frozenset({"GET", "POST", "DELETE", "PUT", "PATCH", "HEAD", "OPTIONS"}
 _TOOL_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 _INDEXER_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 
-Handler = Callable[[Any, Any], Awaitable[Any]]
+# a tools/call handler: the SDK's (its context, the params) or the session layer's direct one (the
+# caller, the params, the request's id: router/frontdoor/direct_calls.py)
+Handler = Callable[..., Awaitable[Any]]
 
 
 def call_outcome(result: Any) -> str:
@@ -93,13 +95,13 @@ class RouterMetrics:
     def observe_tool_calls(self, handler: Handler) -> Handler:
         """Wrap a `tools/call` handler so each call is counted and timed by meta-tool and outcome."""
 
-        async def observed(ctx: Any, params: Any) -> Any:
+        async def observed(ctx: Any, params: Any, *rest: Any) -> Any:
             name = getattr(params, "name", "")
             tool = name if name in TOOLS else "other"
             started = time.perf_counter()
             outcome = "error"
             try:
-                result = await handler(ctx, params)
+                result = await handler(ctx, params, *rest)
                 outcome = call_outcome(result)
                 return result
             finally:

@@ -567,9 +567,13 @@ async def test_find_tool_costs_one_search_which_checks_the_session_itself(runnin
         assert running.indexer.calls == ["FindTools"]
 
 
-def _find(request_id: int, arguments: Any, meta: dict[str, Any] | None = None) -> dict[str, Any]:
-    params = {"name": "find_tool", "arguments": arguments, **({"_meta": meta} if meta else {})}
+def _call(request_id: int, name: str, arguments: Any, meta: dict[str, Any] | None = None) -> dict[str, Any]:
+    params = {"name": name, "arguments": arguments, **({"_meta": meta} if meta else {})}
     return {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}
+
+
+def _find(request_id: int, arguments: Any) -> dict[str, Any]:
+    return _call(request_id, "find_tool", arguments)
 
 
 def _sse_result(text: str) -> Any:
@@ -580,27 +584,37 @@ def _sse_result(text: str) -> Any:
     raise AssertionError(f"no result in {text!r}")
 
 
-async def test_a_find_answered_before_the_sdk_is_the_answer_the_sdk_gives(running: Running) -> None:
+@pytest.mark.parametrize(
+    ("tool", "arguments", "indexer_calls"),
+    [
+        ("find_tool", {"tool_description": "add"}, ["FindTools"]),  # the search checks the session
+        ("find_tool", {"tool_description": ""}, ["GetSession"]),  # a mistake the model reads
+        ("call_tool", {"tool_name": "math_add", "parameters": {"a": 1, "b": 2}}, ["GetSession"]),
+        ("call_tool", {"tool_name": "math_add", "parameters": {"a": "1"}}, ["GetSession"]),
+        ("call_tool", {"tool_name": "nope", "parameters": {}}, ["GetSession", "ResolveTool"]),
+    ],
+)
+async def test_a_meta_tool_answered_before_the_sdk_is_answered_as_the_sdk_answers(
+    running: Running, tool: str, arguments: dict[str, Any], indexer_calls: list[str]
+) -> None:
     headers = {**JSON_HEADERS, "mcp-session-id": await _initialize(running)}
     running.indexer.calls.clear()
-    direct = await running.http.post("/mcp", json=_find(7, {"tool_description": "add"}), headers=headers)
+    direct = await running.http.post("/mcp", json=_call(7, tool, arguments), headers=headers)
     assert direct.status_code == 200 and direct.headers["content-type"] == "application/json"
-    assert running.indexer.calls == ["FindTools"]
+    assert running.indexer.calls == indexer_calls
     # asking for progress sends the same call through the SDK's server, answered on a stream
-    progress = _find(7, {"tool_description": "add"}, {"progressToken": "p"})
+    progress = _call(7, tool, arguments, {"progressToken": "p"})
     through_sdk = await running.http.post("/mcp", json=progress, headers=headers)
     assert through_sdk.headers["content-type"].startswith("text/event-stream")
-    assert running.indexer.calls == ["FindTools", "GetSession", "FindTools"]
     assert direct.json() == _sse_result(through_sdk.text)
     assert "resultType" not in direct.json()["result"]  # not in the handshake era's results
-    mistake = await running.http.post("/mcp", json=_find(8, {"tool_description": ""}), headers=headers)
-    assert mistake.status_code == 200 and mistake.json()["result"]["isError"] is True
-    assert "tool_description" in mistake.json()["result"]["content"][0]["text"]
 
 
 async def test_a_find_in_an_unknown_session_answers_404_as_any_request_does(running: Running) -> None:
     headers = {**JSON_HEADERS, "mcp-session-id": "no-such-session"}
     gone = await running.http.post("/mcp", json=_find(2, {"tool_description": "add"}), headers=headers)
+    mistaken = await running.http.post("/mcp", json=_find(2, {"tool_description": ""}), headers=headers)
+    assert mistaken.status_code == 404 and mistaken.json() == gone.json()
     ping = await running.http.post(
         "/mcp", json={"jsonrpc": "2.0", "id": 2, "method": "ping"}, headers=headers
     )
@@ -616,7 +630,10 @@ async def test_a_find_the_sdk_must_judge_goes_through_the_sdk(running: Running) 
     sse_only = {**headers, "accept": "text/event-stream"}
     refused = await running.http.post("/mcp", json=_find(4, {"tool_description": "add"}), headers=sse_only)
     assert refused.status_code == 406
-    assert running.indexer.calls == ["GetSession", "GetSession"]  # each went the usual way
+    tasked = _find(5, {"tool_description": "add"})
+    tasked["params"]["task"] = {"ttl": 1000}  # what the SDK's server makes of it is its to say
+    await running.http.post("/mcp", json=tasked, headers=headers)
+    assert running.indexer.calls[:3] == ["GetSession"] * 3  # each went the usual way
 
 
 async def test_call_tool_costs_one_session_check_that_resolves_the_tool_too(running: Running) -> None:
