@@ -40,7 +40,7 @@ from starlette.types import Receive, Scope, Send
 from router.caller import Caller
 from router.error_answers import jsonrpc_error_body
 from router.frontdoor.messages import JsonRpcMessage
-from router.handlers.meta_tools import META_TOOLS
+from router.handlers.meta_tool_schemas import META_TOOLS
 
 # a meta-tool's tool result for a caller, the call's JSON-RPC id last (`MetaTools.answer_directly`,
 # observed as every tools/call is); raises the router's errors the session layer answers itself,

@@ -45,7 +45,7 @@ from router.frontdoor.messages import (
 )
 from router.frontdoor.resource_metadata import ResourceMetadata
 from router.frontdoor.standalone import StandaloneStreams
-from router.handlers.meta_tools import CALL_TOOL, FIND_TOOL
+from router.handlers.meta_tool_schemas import CALL_TOOL, FIND_TOOL
 from router.link.indexer_client import IndexerClient
 from router.targets import ResolvedTool
 from toolsearch.logs import bind_session

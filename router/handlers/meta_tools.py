@@ -1,4 +1,5 @@
-"""`find_tool` and `call_tool`: the only two tools a client sees, their schemas and their handlers.
+"""`find_tool` and `call_tool`: the handlers of the only two tools a client sees (their schemas are
+router/handlers/meta_tool_schemas.py).
 
 Router errors become MCP answers here and only here: a mistake the model can correct (a wrong
 argument, an unknown tool, a failing backend) is a tool result with `isError` and a message saying
@@ -19,6 +20,15 @@ from router.caller import Caller
 from router.error_answers import mcp_error, text_result, tool_result_for
 from router.errors import BackendAnswered, InvalidRequest, RouterError
 from router.handlers.arguments import parse_find_tool
+from router.handlers.meta_tool_schemas import (
+    CALL_TOOL,
+    CALL_TOOL_DESCRIPTION,
+    CALL_TOOL_INPUT_SCHEMA,
+    FIND_TOOL,
+    FIND_TOOL_OUTPUT_SCHEMA,
+    META_TOOLS,
+    find_tool_input_schema,
+)
 from router.handlers.passthrough import PassedThrough, answer
 from router.handlers.tool_calls import ToolCalls
 from router.link.indexer_client import IndexerClient
@@ -32,88 +42,7 @@ from toolsearch.indexer_settings import Search
 
 logger = logging.getLogger(__name__)
 
-FIND_TOOL = "find_tool"
-CALL_TOOL = "call_tool"
 INDEX_META_KEY = "toolsearch/index"
-CALL_TOOL_DESCRIPTION = (
-    "Run a tool that find_tool returned: pass its name as tool_name and its arguments, matching the "
-    "tool's inputSchema, as the parameters object."
-)
-CALL_TOOL_INPUT_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "tool_name": {"type": "string", "description": "The name of a tool find_tool returned."},
-        "parameters": {
-            "type": "object",
-            "description": "The tool's arguments, as its inputSchema describes.",
-        },
-    },
-    "required": ["tool_name", "parameters"],
-}
-FIND_TOOL_OUTPUT_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "tools": {
-            "type": "array",
-            "items": {"type": "object"},
-            "description": "MCP tool definitions, each with its server (backend id) and match "
-            "(strong, possible or weak).",
-        },
-        "servers": {
-            "type": "object",
-            "description": "Each server named in tools, by backend id: its own title and description.",
-        },
-        "unavailable": {
-            "type": "array",
-            "items": {"type": "object"},
-            "description": "Backends down now or that rejected the credentials: their tools cannot be had.",
-        },
-        "token_metrics": {
-            "type": "object",
-            "properties": {
-                "baseline_tokens": {"type": "integer"},
-                "returned_tokens": {"type": "integer"},
-                "savings_percent": {"type": "number"},
-            },
-        },
-        "message": {
-            "type": "string",
-            "description": "Why no tool was returned, or that every match is weak: nothing here fits.",
-        },
-    },
-    "required": ["tools", "token_metrics"],
-}
-_END_TIMEOUT = 2.0  # seconds to end a backend session that lost a race, at most
-
-
-def find_tool_input_schema(search: Search) -> dict[str, Any]:
-    """find_tool's input schema; the limit bounds come from the indexer's search settings.
-
-    A `compact` argument (true or false) is also accepted, over `indexer.search.compact`, but not
-    advertised: the schema is what every client sees, and the operator's default is what most need.
-    """
-    return {
-        "type": "object",
-        "properties": {
-            "tool_description": {"type": "string", "description": "What the tool should do, in plain words."},
-            "tool_keywords": {
-                "type": "array",
-                "items": {"type": "string"},
-                "description": "Optional keywords: names, domains, technical terms.",
-            },
-            "limit": {
-                "type": "integer",
-                "minimum": 1,
-                "maximum": search.max_limit,
-                "default": search.default_limit,
-                "description": "The most tools to return.",
-            },
-        },
-        "required": ["tool_description"],
-    }
-
-
-META_TOOLS = frozenset({FIND_TOOL, CALL_TOOL})
 
 
 def _listed(definition_json: str) -> types.Tool:
