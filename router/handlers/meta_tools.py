@@ -140,16 +140,14 @@ class MetaTools:
         try:
             if params.name == FIND_TOOL:
                 return await self.find_tool(caller, params.arguments)
-            call_id = backend_request_id(ctx.request_id) if ctx.request_id is not None else None
             # the backend's result is answered as it came (router/handlers/passthrough.py)
-            retry = _retry(params)
             if params.name == CALL_TOOL:
-                return PassedThrough(await self._run(caller, params.arguments, relay, call_id, retry))
+                return PassedThrough(await self._run(caller, params, params.arguments, relay, ctx.request_id))
             if self.pinned:
                 # a pinned tool called by its own name: the same path as call_tool, health included
                 arguments = {"tool_name": params.name, "parameters": params.arguments or {}}
                 try:
-                    return PassedThrough(await self._run(caller, arguments, relay, call_id, retry))
+                    return PassedThrough(await self._run(caller, params, arguments, relay, ctx.request_id))
                 except BackendAnswered as exc:
                     # called as the client would call its backend, it gets the backend's JSON-RPC
                     # error as one too (a refused request state, say), not a tool result
@@ -165,13 +163,16 @@ class MetaTools:
     async def _run(
         self,
         caller: Caller,
+        params: types.CallToolRequestParams,
         arguments: Mapping[str, Any] | None,
         relay: NotificationRelay | None,
-        call_id: str | None,
-        retry: Mapping[str, Any],
+        request_id: types.RequestId | None,
     ) -> dict[str, Any]:
-        """One call, as an input round where its backend may ask a 2026-07-28 client something, and
-        a client's retry of a round the router made answered from that round."""
+        """One call of `params` with call_tool's `arguments`, as an input round where its backend may
+        ask a 2026-07-28 client something, and a client's retry of a round the router made answered
+        from that round; `request_id` is the client's, which the backend request's id is made of."""
+        call_id = backend_request_id(request_id) if request_id is not None else None
+        retry = _retry(params)
         rounds = self.rounds
         if rounds is not None:
             resumed = await rounds.resume(caller, retry)  # never sent to the backend: its state is ours
@@ -202,9 +203,7 @@ class MetaTools:
                 await self.indexer.get_session(caller.session_id, caller.identity.principal)
                 return tool_result_for(exc)
         try:
-            result = await self._run(
-                caller, params.arguments, None, backend_request_id(request_id), _retry(params)
-            )
+            result = await self._run(caller, params, params.arguments, None, request_id)
         except RouterError as exc:
             return tool_result_for(exc)
         return answer(PassedThrough(result), {}, None)  # the handshake era's envelope: none
