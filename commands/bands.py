@@ -23,7 +23,8 @@ from pathlib import Path
 import numpy as np
 
 from commands.corpus import CorpusError, calibrate_bands, embed_corpus, read_corpus
-from commands.evaluation import SHIPPED_SETS, EvalError, EvalQuery, build_index, load_queries, split_of
+from commands.evaluation import SHIPPED_SETS, build_index
+from commands.scoring import EvalError, EvalQuery, load_queries, split_of
 from indexer.embedder import DEFAULT_EMBEDDER, EVAL_KINDS, Embedder
 from indexer.retrieval.bands import Bands, match_band, model_bands
 from indexer.retrieval.embeddings import Embeddings

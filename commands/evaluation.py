@@ -4,30 +4,40 @@ The catalog is named the way the indexer names it (`indexer.tools.advertise`) an
 indexer's two steps (`indexer.search.build_tool_index`: `tool_documents`, then `index_documents`,
 which the indexer's `Builder` runs too), each server of the catalog file a backend named by its slug
 (tools without a server form one unnamed backend); queries are embedded in batches and searched
-one by one with `SearchIndex.search`. Metrics are in percent:
-R@k (share of a query's relevant tools in the top k), nDCG@10 (binary relevance), MRR@10 and
-completeness@5 (share of queries whose relevant tools are all in the top 5).
-
-Each set's queries fall in two splits by a hash of the query id (`split_of`): about 30% are held
-apart, never looked at while tuning, and the figures are reported per split as well as over all.
+one by one with `SearchIndex.search`. The metrics and the two splits of each set are
+`commands.scoring`'s. A peer's row (`--method fastmcp-bm25`, and with `--all`): FastMCP's BM25
+search transform over the same catalog and queries (`commands.fastmcp_peer`).
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import itertools
 import json
-import math
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, Literal, get_args
 
 import numpy as np
 
+from commands.scoring import (
+    DEPTH,
+    METRICS,
+    PEER,
+    PROGRESS_AFTER,
+    SPLITS,
+    EvalError,
+    EvalQuery,
+    EvalReport,
+    check_labels,
+    load_queries,
+    progress_bar,
+    scored,
+    split_of,
+)
 from indexer.embedder import DEFAULT_EMBEDDER, EVAL_KINDS, Embedder
 from indexer.retrieval.bands import match_band
 from indexer.retrieval.embeddings import Embeddings
@@ -50,95 +60,9 @@ SHIPPED_SETS = {  # name -> (catalog, queries)
     "mcpbench": (DATA / "mcpbench" / "tools.jsonl", DATA / "mcpbench" / "queries.jsonl"),
     "mcpbench deps": (DATA / "mcpbench" / "tools.jsonl", DATA / "mcpbench" / "queries_deps.jsonl"),
 }
-METRICS = ("R@1", "R@5", "R@8", "R@10", "nDCG@10", "MRR@10", "completeness@5")
-DEPTH = 10  # the deepest rank any metric reads
 QUERY_BATCH = 64
 ANSWER_LIMIT = 8  # tools in an answer whose tokens are counted: indexer.search.default_limit's default
 _METRICS = {"baseline_tokens": 0, "returned_tokens": 0, "savings_percent": 0.0}  # a stand-in of its size
-PROGRESS_AFTER = 500  # queries: shorter runs need no progress bar
-Split = Literal["tune", "held-apart"]
-SPLITS: tuple[Split, ...] = get_args(Split)
-HELD_APART_PERCENT = 30
-
-
-def split_of(query_id: str) -> Split:
-    """The split a query belongs to, by a hash of its id alone: the same in every run and every order.
-
-    Tuning looks at the "tune" split only; "held-apart" tells whether what was tuned carries to
-    queries nobody looked at. A query id shared by two files of a set (mcpbench's two label sets of
-    the same tasks) falls in the same split in both.
-    """
-    bucket = int.from_bytes(hashlib.sha256(query_id.encode()).digest()[:8], "big") % 100
-    return "held-apart" if bucket < HELD_APART_PERCENT else "tune"
-
-
-class EvalError(ValueError):
-    """Raised when a queries file cannot be read or names tools the catalog lacks."""
-
-
-@dataclass(frozen=True, slots=True)
-class EvalQuery:
-    """One labelled query: its text and the ids of the tools that answer it."""
-
-    id: str
-    query: str
-    relevant: tuple[str, ...]
-    source: str = ""  # the dataset it comes from, where the file says (the training corpus does)
-
-
-@dataclass(frozen=True)
-class EvalReport:
-    """The figures of one method over one catalog and query set."""
-
-    method: str
-    tools: int
-    queries: int
-    metrics: dict[str, float]  # percent, keys as in METRICS
-    queries_per_second: float  # query embedding (batched) and search, end to end
-    search_ms_median: float  # one search, the query embedding excluded
-    name: str = ""
-    rankings: dict[str, list[str]] = field(default_factory=dict, repr=False, compare=False)
-    # the same metrics over each split's queries alone, and how many queries each split has
-    splits: dict[str, dict[str, float]] = field(default_factory=dict)
-    split_queries: dict[str, int] = field(default_factory=dict)
-    # hybrid only: mean estimated tokens of a find_tool answer of ANSWER_LIMIT tools, full and compact
-    answer_tokens: dict[str, float] = field(default_factory=dict)
-    model: str = ""  # the model folder's name
-
-
-def load_queries(path: Path) -> list[EvalQuery]:
-    """Read a queries file: JSON Lines of {"id", "query", "relevant": [tool ids]}."""
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise EvalError(f"{path}: cannot read queries ({exc.strerror})") from None
-    queries = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            raw = json.loads(line)
-            relevant = tuple(map(str, raw["relevant"]))
-            queries.append(EvalQuery(str(raw["id"]), str(raw["query"]), relevant, str(raw.get("source", ""))))
-        except (json.JSONDecodeError, KeyError, TypeError) as exc:
-            raise EvalError(f"{path}:{number}: not a labelled query ({exc})") from None
-    return queries
-
-
-def score_ranking(ranking: Sequence[str], relevant: Sequence[str]) -> dict[str, float]:
-    """Every metric of one ranked list of tool ids, as fractions."""
-    wanted = set(relevant)
-    if not wanted:
-        raise EvalError("a query needs at least one relevant tool")
-    top = list(ranking[:DEPTH])
-    found = [tool in wanted for tool in top]
-    out = {f"R@{k}": len(wanted & set(top[:k])) / len(wanted) for k in (1, 5, 8, 10)}
-    dcg = sum(1 / math.log2(rank + 2) for rank, hit in enumerate(found) if hit)
-    ideal = sum(1 / math.log2(rank + 2) for rank in range(min(len(wanted), DEPTH)))
-    out["nDCG@10"] = dcg / ideal
-    out["MRR@10"] = next((1 / (rank + 1) for rank, hit in enumerate(found) if hit), 0.0)
-    out["completeness@5"] = float(wanted <= set(top[:5]))
-    return out
 
 
 def build_index(
@@ -196,10 +120,7 @@ def evaluate_methods(
     name: str = "",
 ) -> list[EvalReport]:
     """One report per method; documents are embedded once (cached in `cache_dir`), queries once."""
-    known = {tool.id for tool in tools}
-    for query in queries:
-        if missing := set(query.relevant) - known:
-            raise EvalError(f"query {query.id} names tools the catalog lacks: {sorted(missing)[:3]}")
+    check_labels(tools, queries)
     settings = settings or SearchSettings()
     store = disk_embeddings(cache_dir, embedder.identity, embedder.dimension)
     index, ids = build_index(tools, Embeddings(embedder, store), settings)
@@ -207,7 +128,7 @@ def evaluate_methods(
     texts = [query_texts(q.query) for q in queries]
     started = time.perf_counter()
     vectors: list[np.ndarray] = []
-    with _bar(len(queries), f"embedding {name or 'queries'}", show) as bar:
+    with progress_bar(len(queries), f"embedding {name or 'queries'}", show) as bar:
         for start in range(0, len(texts), QUERY_BATCH):
             batch = texts[start : start + QUERY_BATCH]
             flat = embedder.embed([text for group in batch for text in group])
@@ -216,53 +137,31 @@ def evaluate_methods(
             bar.update(len(batch))
     embed_seconds = time.perf_counter() - started
     reports = []
-    splits = [split_of(q.id) for q in queries]
     by_id = {tool.id: tool for tool in tools}
     for method in methods:
-        totals = dict.fromkeys(METRICS, 0.0)
-        split_totals = {split: dict.fromkeys(METRICS, 0.0) for split in SPLITS}
         timings: list[float] = []
         rankings: dict[str, list[str]] = {}
         tokens = [0, 0]
-        with _bar(len(queries), f"searching {name or ''} ({method})".replace("  ", " "), show) as bar:
-            for query, vector, split in zip(queries, vectors, splits, strict=True):
+        with progress_bar(len(queries), f"searching {name or ''} ({method})".replace("  ", " "), show) as bar:
+            for query, vector in zip(queries, vectors, strict=True):
                 began = time.perf_counter()
                 hits = index.search(Query.embedded(query.query, vector), DEPTH, method)
                 timings.append(time.perf_counter() - began)
-                ranking = rankings[query.id] = [ids[hit.position] for hit in hits]
+                rankings[query.id] = [ids[hit.position] for hit in hits]
                 if method == "hybrid":
                     full, compact = answer_tokens(hits[:ANSWER_LIMIT], by_id, ids)
                     tokens[0] += full
                     tokens[1] += compact
-                for metric, value in score_ranking(ranking, query.relevant).items():
-                    totals[metric] += value
-                    split_totals[split][metric] += value
                 bar.update(1)
-        count = max(len(queries), 1)
-        sizes = {split: splits.count(split) for split in SPLITS}
-        reports.append(
-            EvalReport(
-                method=method,
-                tools=len(tools),
-                queries=len(queries),
-                metrics={metric: round(100 * total / count, 2) for metric, total in totals.items()},
-                queries_per_second=round(len(queries) / max(embed_seconds + sum(timings), 1e-9), 1),
-                search_ms_median=round(1000 * float(np.median(timings)) if timings else 0.0, 3),
-                name=name,
-                rankings=rankings,
-                splits={
-                    split: {
-                        m: round(100 * t / max(sizes[split], 1), 2) for m, t in split_totals[split].items()
-                    }
-                    for split in SPLITS
-                    if sizes[split]
-                },
-                split_queries={split: size for split, size in sizes.items() if size},
-                answer_tokens={"full": round(tokens[0] / count), "compact": round(tokens[1] / count)}
-                if method == "hybrid"
-                else {},
-            )
-        )
+        report = scored(method, tools, queries, rankings, embed_seconds + sum(timings), timings, name)
+        if method == "hybrid":
+            count = max(len(queries), 1)
+            tokens_each: dict[str, float] = {
+                "full": round(tokens[0] / count),
+                "compact": round(tokens[1] / count),
+            }
+            report = replace(report, answer_tokens=tokens_each)
+        reports.append(report)
     return reports
 
 
@@ -277,25 +176,6 @@ def evaluate(
 ) -> EvalReport:
     """The figures of one method over one catalog and query set."""
     return evaluate_methods(tools, queries, embedder, (method,), settings, cache_dir, progress)[0]
-
-
-def _bar(total: int, label: str, show: bool) -> Any:
-    try:
-        from tqdm import tqdm
-    except ImportError:  # the bench extra brings it; an indexer-only install evaluates without a bar
-        return _NoBar()
-    return tqdm(total=total, desc=label, disable=not show, file=sys.stderr, unit="q", leave=False)
-
-
-class _NoBar:
-    def __enter__(self) -> _NoBar:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-    def update(self, count: int) -> None:
-        return None
 
 
 def _table(reports: Sequence[EvalReport]) -> str:
@@ -335,8 +215,9 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.add_argument("--queries", type=Path, help="the labelled queries (JSON Lines); with --catalog")
     parser.add_argument(
         "--method",
-        choices=[*METHODS, "all"],
-        help="search method (default: hybrid; with --all, every method)",
+        choices=[*METHODS, PEER, "all"],
+        help=f"search method (default: hybrid; with --all, every method); {PEER} is a peer's: FastMCP's "
+        "BM25 search transform over the same catalog (the bench extra installs fastmcp)",
     )
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument(
@@ -370,6 +251,32 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.set_defaults(func=run_cli)
 
 
+def _queries(path: Path, args: argparse.Namespace) -> list[EvalQuery]:
+    """A set's labelled queries, as `--split` and `--limit-queries` choose them."""
+    queries = load_queries(path)
+    if args.split != "both":
+        queries = [q for q in queries if split_of(q.id) == args.split]
+    return queries[: args.limit_queries]
+
+
+def _peer_reports(
+    sets: Mapping[str, tuple[Path, Path]], args: argparse.Namespace, required: bool
+) -> list[EvalReport]:
+    """The peer's row of each set; without fastmcp installed, an error if asked for, else a note."""
+    try:
+        from commands.fastmcp_peer import evaluate_peer
+    except ImportError:
+        message = f"the {PEER} row needs fastmcp (the bench extra: pip install 'toolsearch[bench]')"
+        if required:
+            raise EvalError(message) from None
+        print(f"toolsearch eval: {message}; left out", file=sys.stderr)
+        return []
+    return [
+        evaluate_peer(load_catalog(catalog), _queries(queries_file, args), name)
+        for name, (catalog, queries_file) in sets.items()
+    ]
+
+
 def run_cli(args: argparse.Namespace) -> int:
     """Run `toolsearch eval`; returns the exit code."""
     from indexer.embedder import EmbedderError, load_embedder
@@ -390,18 +297,21 @@ def run_cli(args: argparse.Namespace) -> int:
     identities = []
     try:
         reports: list[EvalReport] = []
-        for model in models:
+        for model in models if methods else []:
             embedder = load_embedder(args.embedder, model)
             identities.append(embedder.identity)
             for name, (catalog, queries_file) in sets.items():
-                queries = load_queries(queries_file)
-                if args.split != "both":
-                    queries = [q for q in queries if split_of(q.id) == args.split]
-                queries = queries[: args.limit_queries]
                 made = evaluate_methods(
-                    load_catalog(catalog), queries, embedder, methods, cache_dir=args.cache_dir, name=name
+                    load_catalog(catalog),
+                    _queries(queries_file, args),
+                    embedder,
+                    methods,
+                    cache_dir=args.cache_dir,
+                    name=name,
                 )
                 reports += [replace(report, model=model.name) for report in made]
+        if chosen in ("all", PEER):
+            reports += _peer_reports(sets, args, required=chosen == PEER)
     except (EmbedderError, CatalogError, EvalError) as exc:
         print(f"toolsearch eval: {exc}", file=sys.stderr)
         return 1
@@ -420,10 +330,13 @@ def run_cli(args: argparse.Namespace) -> int:
             "search_ms_median",
         )
         out = [
-            {key: asdict(report)[key] for key in fields} | {"embedder": args.embedder} for report in reports
+            {key: asdict(report)[key] for key in fields}
+            | {"embedder": None if report.method == PEER else args.embedder}  # the peer embeds nothing
+            for report in reports
         ]
         print(json.dumps(out if args.all else out[0] if len(out) == 1 else out, indent=2))
     else:
-        print(f"embedder {args.embedder}: {', '.join(identities)}")
+        if identities:
+            print(f"embedder {args.embedder}: {', '.join(identities)}")
         print(_table(reports))
     return 0

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import random
 
-from commands.evaluation import HELD_APART_PERCENT, SHIPPED_SETS, load_queries, split_of
+from commands.evaluation import SHIPPED_SETS
+from commands.scoring import HELD_APART_PERCENT, load_queries, split_of
 
 
 def test_the_split_depends_on_the_id_alone() -> None:
