@@ -4,14 +4,15 @@ One run starts the catalog server, indexer and router as real processes (in a te
 with the model of `models/`) and measures: the in-process floor of a find_tool (query embedding and
 search), find_tool through the router at 1, 8 and 32 concurrent clients, call_tool beside the
 backend's own time, session opens warm and cold, re-indexing after a health change, the indexer's
-memory, and embedding throughput with a restart that embeds nothing. It writes results.json,
+memory, embedding throughput with a restart that embeds nothing, and a peer (FastMCP's proxy with
+its BM25 search) with the same queries over the same catalog. It writes results.json,
 results.md (every target with pass or miss) and a chart to `--out`. `--quick` measures every part
 with small counts and catalogs, for tests; the full run is what docs/performance.md reports.
 
 Modules: `plan` (counts), `common` (statistics, queries, catalog slices, CPU), `catalogs` (a run's
 catalogs and checks), `stack` (processes), `latency` (floor, find_tool, call_tool), `sessions`
-(session open), `reindex`, `memory`, `embedding` (throughput, restart), `run` (the order of the
-parts), `report` (targets, JSON, chart) and `markdown` (the report).
+(session open), `reindex`, `memory`, `embedding` (throughput, restart), `stdio`, `peer`, `run` (the
+order of the parts), `report` (targets, JSON, chart) and `markdown` (the report).
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -118,8 +118,12 @@ async def find_tool_load(
     warmup: Sequence[str],
     pids: dict[str, int],
     beside: Callable[[str], float] | None = None,
+    finder: Callable[[Client, str], Awaitable[object]] = find,
 ) -> dict[str, Any]:
     """Concurrent clients, each its own session sending its own queries back to back.
+
+    `finder(client, query)` sends one query: find_tool by default, another server's search tool for
+    a peer measured the same way.
 
     Every client connects and lists the tools (as applications do) before the clock starts, and a
     separate client sends the `warmup` queries first, so the figures are of a running system, not a
@@ -139,7 +143,7 @@ async def find_tool_load(
     async with connect(url) as client:
         for query in warmup:
             try:
-                await find(client, query)
+                await finder(client, query)
             except Exception as exc:
                 warmup_errors.append(describe(exc))
     ready, go = asyncio.Semaphore(0), asyncio.Event()
@@ -159,7 +163,7 @@ async def find_tool_load(
                         beside_cpu[0] += time.thread_time() - cpu
                     started = time.perf_counter()
                     try:
-                        await find(client, query)
+                        await finder(client, query)
                     except Exception as exc:  # counted and reported, never timed as an answer
                         errors.append(describe(exc))
                     else:

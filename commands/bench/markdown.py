@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from commands.bench.plan import CONCURRENCY, QUERY_SETS
+from commands.scoring import PEER
 
 CHART = "bench-latency.png"
 # find_tool CPU columns: the process names the run measures, and how the table heads them
@@ -165,6 +166,51 @@ def stdio(results: dict[str, Any]) -> list[str]:
     ]
 
 
+def peer(results: dict[str, Any]) -> list[str]:
+    """find_tool beside FastMCP's proxy with its BM25 search, the same queries over the same catalog."""
+    found = results["peer"]
+    lines = [
+        "",
+        f"## A peer: FastMCP {found['fastmcp']}'s proxy with its BM25 search (ms, p50 / p99)",
+        "",
+        f"Both in front of the same catalog server ({found['tools']} tools on {found['servers']} servers), "
+        "the same queries, toolsearch first and the peer right after. FastMCP's search lists every "
+        "server's tools for each query; its CPU is the proxy's and the catalog server's.",
+        "",
+        row(
+            "queries",
+            "clients",
+            "toolsearch",
+            "FastMCP",
+            "FastMCP / toolsearch, p50",
+            "CPU ms a search (router and indexer / proxy and catalog server)",
+            "errors",
+        ),
+        rule("l", "r", "r", "r", "r", "r", "r"),
+    ]
+    for name, runs in found["find"].items():
+        for clients, run in runs.items():
+            ours, theirs = run["toolsearch"], run[PEER]
+            mine, peer_cpu = _cpu(ours, ("router", "indexer")), _cpu(theirs, ("peer", "catalog-main"))
+            lines.append(
+                row(
+                    name,
+                    clients,
+                    f"{ms(ours)} ({ours['throughput_per_second']:.1f}/s)",
+                    f"{ms(theirs)} ({theirs['throughput_per_second']:.1f}/s)",
+                    run["peer_over_toolsearch_p50"],
+                    f"{mine:.1f} / {peer_cpu:.1f}",
+                    f"{ours['errors']} / {theirs['errors']}",
+                )
+            )
+    return lines
+
+
+def _cpu(run: dict[str, Any], processes: tuple[str, ...]) -> float:
+    """CPU milliseconds a request of a load run, summed over some of its processes."""
+    return float(sum(run["cpu"].get(name, {}).get("ms_per_request", 0) for name in processes))
+
+
 def embedders(results: dict[str, Any]) -> list[str]:
     """The floor and find_tool of each embedder, side by side (a run with more than one)."""
     figures = results.get("embedders", {})
@@ -312,7 +358,7 @@ def failures(results: dict[str, Any]) -> list[str]:
 def markdown(results: dict[str, Any]) -> str:
     """The whole report; a section whose part failed says so instead of its figures."""
     lines = header(results)
-    for section in (find_tool, embedders, sessions, reindex_memory, stdio):
+    for section in (find_tool, embedders, sessions, reindex_memory, stdio, peer):
         try:
             lines += section(results)
         except (KeyError, IndexError, TypeError) as exc:

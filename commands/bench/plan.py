@@ -36,6 +36,9 @@ class Plan:
     health_interval: float = 600.0
     memory_sessions: int = 10_000
     first_run: bool = True  # `make run` from a clean clone (minutes, and downloads): full runs only
+    # the peer's queries per client, by number of concurrent clients (commands.bench.peer): its search
+    # lists every server for every query, about a second each over the small catalog's 22 servers
+    peer_per_client: dict[int, int] = field(default_factory=lambda: {1: 20, 8: 4, 32: 2})
 
 
 FULL = Plan(
@@ -66,4 +69,5 @@ QUICK = Plan(
     reindex_sessions=(1, 10, 100),
     memory_sessions=30,
     first_run=False,
+    peer_per_client={1: 2, 8: 1, 32: 1},
 )

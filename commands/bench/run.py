@@ -29,6 +29,7 @@ from commands.bench.latency import (
     floor_once,
 )
 from commands.bench.memory import memory
+from commands.bench.peer import peer_part
 from commands.bench.plan import CONCURRENCY, QUERY_SETS, Plan
 from commands.bench.reindex import reindex
 from commands.bench.sessions import cold_open, open_many
@@ -316,7 +317,7 @@ class Run:
         )
 
     async def small(self) -> None:
-        """Part 4 on the small catalog: the indexer's cold start, then warm opens."""
+        """Part 4 on the small catalog: the indexer's cold start, then warm opens; then part 10."""
         stack = self._stack("small", [CatalogSpec("main", self.catalogs.small)])
         try:
             await stack.start_catalogs()
@@ -327,8 +328,23 @@ class Run:
             )
             await stack.start_router()
             await self.warm_opens(stack, "small", self.catalogs.small)
+            await self.guarded("peer", self.peer(stack))
         finally:
             stack.close()
+
+    async def peer(self, stack: Stack) -> None:
+        """Part 10 on the small stack: the same queries through toolsearch and FastMCP's proxy.
+
+        The small stack's indexer is a process of its own, so the large stack's queries reach no
+        warm query cache here; each client gets the first of the queries it had there.
+        """
+        counts = self.plan.peer_per_client
+        queries = {
+            name: {c: [mine[: counts[c]] for mine in self.queries[name][c]] for c in CONCURRENCY}
+            for name in QUERY_SETS
+        }
+        warmups = {name: self.warmups[name][1] for name in QUERY_SETS}
+        self.out["peer"] = await peer_part(stack, self.catalogs.small, queries, warmups, self.progress)
 
     async def cold(self, size: str, steady_queries: int | None) -> None:
         """Part 4, cold: a caller's first session on a catalog nobody has embedded, beside a steady load."""

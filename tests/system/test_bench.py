@@ -1,8 +1,9 @@
 """`toolsearch bench --quick`: every part runs on the real stack and reports every figure.
 
-Timings depend on the machine, so none is asserted; what is checked is that each of the eight parts
-produced its figures, that the measurement set-ups did what they claim (three distinct catalogs, one
-session per client), and that the Markdown report and the chart were written.
+Timings depend on the machine, so none is asserted; what is checked is that each part a quick run
+measures (all but the first run from a clean clone) produced its figures, that the measurement
+set-ups did what they claim (three distinct catalogs, one session per client, the same queries to
+toolsearch and its peer), and that the Markdown report and the chart were written.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
+from commands.scoring import PEER
 from tests.support.stack import MODEL, ROOT
 
 RUN_TIMEOUT = 900  # seconds; the quick run takes about two minutes on two idle cores
@@ -60,6 +62,20 @@ def stdio_part(stdio: dict[str, Any]) -> None:
     start = stdio["start"]
     assert start["seconds_to_first_call"] > 0
     assert start["seconds_to_first_call_beside_a_stuck_server"] > 0
+
+
+def peer_part(peer: dict[str, Any]) -> None:
+    """10: FastMCP's proxy with its BM25 search beside toolsearch, the same queries at each client count."""
+    assert peer["fastmcp"] and peer["servers"] > 1 and peer["tools"] > 0
+    for name in ("stabletoolbench", "metatool"):
+        for clients in ("1", "8", "32"):
+            run = peer["find"][name][clients]
+            for side in ("toolsearch", PEER):
+                assert run[side]["clients"] == int(clients) and run[side]["errors"] == 0, run[side]
+                latency(run[side])
+            assert run["toolsearch"]["count"] == run[PEER]["count"]  # the same queries, each answered
+            assert run["peer_over_toolsearch_p50"] > 0
+            has(run[PEER]["cpu"], "peer", "catalog-main")
 
 
 def targets(judged: list[dict[str, Any]]) -> None:
@@ -153,7 +169,8 @@ def test_quick_bench_reports_every_part(tmp_path: Path) -> None:
     assert embedding["process_restart"]["texts_embedded"] == 0  # the real process re-embeds nothing
 
     stdio_part(results["stdio"])
+    peer_part(results["peer"])
     targets(results["targets"])
     report = (out / "results.md").read_text()
-    assert "## Targets" in report and "bench-latency.png" in report
+    assert "## Targets" in report and "bench-latency.png" in report and "## A peer: FastMCP" in report
     assert (out / "bench-latency.png").read_bytes().startswith(b"\x89PNG")
