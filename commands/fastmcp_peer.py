@@ -43,7 +43,7 @@ from commands.scoring import (
     progress_bar,
     scored,
 )
-from toolsearch.catalog import CatalogTool, load_catalog
+from toolsearch.catalog import CatalogError, CatalogTool, load_catalog
 
 SEARCH_TOOL = "search_tools"  # the transform's search tool, by its default name
 
@@ -150,7 +150,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--max-results", type=int, default=8, help="tools an answer holds (default: 8)")
     args = parser.parse_args(argv)
-    servers = sorted({tool.server_slug for tool in load_catalog(args.catalog)})
+    try:
+        servers = sorted({tool.server_slug for tool in load_catalog(args.catalog)})
+    except CatalogError as exc:
+        parser.error(str(exc))  # exits 2 with the usage line and what was wrong
     server = proxy(args.catalog_url.rstrip("/"), servers, args.max_results)
     server.run(transport="http", host="127.0.0.1", port=args.port, show_banner=False, log_level="warning")
 

@@ -9,6 +9,7 @@ import pytest
 
 from commands.cli import main
 from commands.fastmcp_peer import PeerSearch, evaluate_peer, peer_names, searched_names, version
+from commands.fastmcp_peer import main as serve
 from commands.scoring import PEER, EvalQuery
 from toolsearch.catalog import CatalogTool
 
@@ -46,6 +47,15 @@ def test_an_answer_without_a_list_of_tools_is_an_error_that_says_so() -> None:
     assert searched_names({"result": [{"name": "a"}, {"name": "b"}]}) == ["a", "b"]
     with pytest.raises(RuntimeError, match="without a list of tools"):
         searched_names({"result": "No tools matched"})
+
+
+def test_the_proxy_refuses_a_catalog_it_cannot_read_with_the_reason(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "none.jsonl"
+    with pytest.raises(SystemExit) as exited:
+        serve(["--catalog", str(missing), "--catalog-url", "http://127.0.0.1:9", "--port", "9"])
+    assert exited.value.code == 2 and str(missing) in capsys.readouterr().err
 
 
 def test_the_peer_is_scored_with_the_same_metrics_and_splits() -> None:
