@@ -25,6 +25,7 @@ from indexer.backends.credentials import (
     due_for_listing,
     list_at_creation,
     list_per_caller,
+    listable,
     record,
 )
 from indexer.backends.lister import BackendLister
@@ -90,10 +91,10 @@ class SessionVersions:
         for session in sessions:
             if session.ending:
                 await self._end_rejected(session, session.ending)  # ending it failed last time
-        states = self._registry.states.values()
-        if not any(per_caller(s.config.auth) and s.advertised for s in states):
-            return relisted  # nothing to list: skip the per-session check (10,000 sessions cost ~80 ms)
-        due = ((s, due_for_listing(self._registry, s.accepted, s.listed_epochs)) for s in sessions)
+        candidates = listable(self._registry)
+        if not candidates:
+            return relisted  # nothing to list
+        due = ((s, due_for_listing(candidates, s.accepted, s.listed_epochs)) for s in sessions)
         await asyncio.gather(*(one(s, backends) for s, backends in due if backends and not s.ending))
         return [s for s in relisted if not s.ending]
 
