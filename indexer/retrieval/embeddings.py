@@ -11,8 +11,11 @@ overwritten; a store that cannot be used leaves the cache running from memory.
 Model calls are serialised by a gate that lets a waiting query go before the next chunk of a large
 document batch, so `find_tool` latency stays low while an index builds. A chunk is bounded by its
 padded size in characters as well as by its count, and texts are chunked longest first, so that
-chunk mates pad little and no chunk holds the model for more than a fraction of a second. A large
-batch (a cold start over a big catalog) logs its progress every few seconds at INFO.
+chunk mates pad little. While queries come (one used the model within the last second), chunks are
+a quarter of their size: a query then waits about 20 ms for the chunk in the model instead of 75
+(two threads), for about a quarter more model time per text; a build with nobody searching keeps
+the large chunks. A large batch (a cold start over a big catalog) logs its progress every few
+seconds at INFO.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -37,9 +40,13 @@ from indexer.state.base import EmbeddingStore
 _log = logging.getLogger(__name__)
 
 _QUERY_BATCH = 64  # queries per model call: more only delays the first of them
-# a document chunk's padded size (texts x its longest, in characters): about 500 word pieces,
-# a fraction of a second of the model, which is as long as a waiting query can wait
+# a document chunk's padded size (texts x its longest, in characters): about 500 word pieces, about
+# 75 ms of the model on two threads, which is as long as a waiting query can wait
 _DOCUMENT_CHARS = 2048
+# while queries come: about 20 ms a chunk (a 2,048-character chunk costs about 75 ms, four of 512
+# about 95 ms: the model's fixed cost per call)
+_BUSY_DOCUMENT_CHARS = 512
+QUERIES_RECENT = 1.0  # seconds since a query last used the model during which queries count as coming
 
 
 PROGRESS_EVERY = 5.0  # seconds between progress lines while a large batch of documents is embedded
@@ -87,16 +94,24 @@ class _Progress:
 class _ModelGate:
     """One model call at a time; a waiting query goes before the next document chunk."""
 
-    def __init__(self) -> None:
+    def __init__(self, recent: float = QUERIES_RECENT) -> None:
         self._condition = threading.Condition()
         self._busy = False
         self._queries_waiting = 0
+        self._recent = recent
+        self._last_query: float | None = None  # time.monotonic() when a query last took the model
 
     @property
     def queries_waiting(self) -> int:
         """How many query calls are waiting for the model."""
         with self._condition:
             return self._queries_waiting
+
+    def queries_coming(self) -> bool:
+        """Whether a query waits for the model or took it within the last `recent` seconds."""
+        with self._condition:
+            last = self._last_query
+            return self._queries_waiting > 0 or (last is not None and time.monotonic() - last < self._recent)
 
     @contextlib.contextmanager
     def hold(self, query: bool) -> Iterator[None]:
@@ -109,6 +124,8 @@ class _ModelGate:
             finally:
                 self._queries_waiting -= query
             self._busy = True
+            if query:
+                self._last_query = time.monotonic()
         try:
             yield
         finally:
@@ -134,12 +151,14 @@ class Embeddings:
         query_items: int = 4096,
         document_batch: int = 64,
         document_chars: int = _DOCUMENT_CHARS,
+        busy_document_chars: int = _BUSY_DOCUMENT_CHARS,
+        queries_recent: float = QUERIES_RECENT,
         progress_every: float = PROGRESS_EVERY,
     ) -> None:
         if document_batch < 1:
             raise ValueError("document_batch must be at least 1")
-        if document_chars < 1:
-            raise ValueError("document_chars must be at least 1")
+        if document_chars < 1 or busy_document_chars < 1:
+            raise ValueError("document_chars and busy_document_chars must be at least 1")
         self.embedder = embedder
         self._identity = embedder.identity.encode() + b"\0"
         self._dimension = embedder.dimension
@@ -147,11 +166,12 @@ class Embeddings:
         self._query_items = query_items
         self._document_batch = document_batch
         self._document_chars = document_chars
+        self._busy_document_chars = busy_document_chars
         self._progress_every = progress_every
         self._lock = threading.Lock()
         self._memory: OrderedDict[bytes, Vectors] = OrderedDict()
         self._store = store
-        self._gate = _ModelGate()
+        self._gate = _ModelGate(queries_recent)
         self._queries: OrderedDict[str, Vectors] = OrderedDict()
         self._pending: dict[str, asyncio.Future[Vectors]] = {}
         self._in_flight: dict[str, asyncio.Future[Vectors]] = {}
@@ -180,8 +200,9 @@ class Embeddings:
         """Vectors for `texts`, (n, dimension) float32; only texts never seen before reach the model.
 
         Blocking. Misses are embedded longest first in chunks of at most `document_batch` texts and
-        `document_chars` padded characters (a text longer than that is a chunk alone), each stored as
-        it comes, so an interrupted build keeps what it paid for and a query waits one chunk at most.
+        `document_chars` padded characters (`busy_document_chars` while queries come; a text longer
+        than that is a chunk alone), each stored as it comes, so an interrupted build keeps what it
+        paid for and a query waits one chunk at most.
         """
         keys = [self.key(text) for text in texts]
         unique = dict(zip(keys, texts, strict=True))
@@ -210,7 +231,7 @@ class Embeddings:
             self.cache_misses += len(missing)
         lengths = [len(unique[key]) for key in missing]
         progress = _Progress(len(missing), self._progress_every)
-        for rows in padded_chunks(lengths, self._document_batch, self._document_chars):
+        for rows in padded_chunks(lengths, self._document_batch, self._chunk_chars):
             chunk = [missing[row] for row in rows]
             vectors = self._embed([unique[key] for key in chunk], query=False)
             fresh = {key: self._frozen(vector) for key, vector in zip(chunk, vectors, strict=True)}
@@ -276,6 +297,10 @@ class Embeddings:
             while len(self._queries) > self._query_items:
                 self._queries.popitem(last=False)
 
+    def _chunk_chars(self) -> int:
+        """The padded size of the next document chunk: small while queries come."""
+        return self._busy_document_chars if self._gate.queries_coming() else self._document_chars
+
     def _embed(self, texts: list[str], query: bool) -> Vectors:
         with self._gate.hold(query):
             vectors = self.embedder.embed(texts)
@@ -331,19 +356,26 @@ class Embeddings:
             self._store.close()
 
 
-def padded_chunks(lengths: Sequence[int], max_items: int, max_padded: int) -> Iterator[list[int]]:
+def padded_chunks(
+    lengths: Sequence[int], max_items: int, max_padded: int | Callable[[], int]
+) -> Iterator[list[int]]:
     """Positions of `lengths` in chunks, longest first, each chunk's count x its longest <= `max_padded`.
 
     A model call pads every text to the longest of its batch, so its cost is about count x longest;
     sorted, chunk mates are of like length and little is padding. A text longer than `max_padded`
-    goes alone. At most `max_items` per chunk.
+    goes alone. At most `max_items` per chunk. A callable `max_padded` is asked as each chunk starts,
+    so a chunk asked for later may be sized for what is happening then.
     """
+    budget = max_padded if callable(max_padded) else lambda: max_padded
     order = sorted(range(len(lengths)), key=lambda row: -lengths[row])
     chunk: list[int] = []
+    limit = 0
     for row in order:
-        if chunk and (len(chunk) >= max_items or (len(chunk) + 1) * max(lengths[chunk[0]], 1) > max_padded):
+        if chunk and (len(chunk) >= max_items or (len(chunk) + 1) * max(lengths[chunk[0]], 1) > limit):
             yield chunk
             chunk = []
+        if not chunk:
+            limit = budget()
         chunk.append(row)
     if chunk:
         yield chunk

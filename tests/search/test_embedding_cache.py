@@ -306,6 +306,30 @@ async def test_a_waiting_query_runs_before_the_rest_of_a_large_document_build() 
     embeddings.close()
 
 
+async def test_document_chunks_shrink_while_queries_come_and_stay_large_when_none_do() -> None:
+    texts = [f"tool {i}: " + "does one thing with its options " * 4 for i in range(40)]  # 140 chars
+    quiet = HeldEmbedder()
+    quiet.release.set()
+    Embeddings(quiet, document_chars=2048, busy_document_chars=512).embed_documents(texts)
+    assert max(map(len, quiet.batches)) == 2048 // max(map(len, texts))  # nobody searched: large chunks
+
+    held = HeldEmbedder()
+    # a long window: "a query used the model lately" must not depend on how fast this machine is
+    embeddings = Embeddings(held, document_chars=2048, busy_document_chars=512, queries_recent=3600.0)
+    build = asyncio.create_task(asyncio.to_thread(embeddings.embed_documents, texts))
+    assert await asyncio.to_thread(held.entered.wait, 10)
+    query = asyncio.create_task(embeddings.embed_query("find the weather"))
+    await until(lambda: embeddings._gate.queries_waiting == 1)
+    held.release.set()
+    await asyncio.wait_for(asyncio.gather(build, query), 10)
+    first, second, *rest = held.batches
+    assert len(first) * max(map(len, first)) > 512  # sized before any query came
+    assert second == ["find the weather"]
+    assert rest and all(len(chunk) * max(map(len, chunk)) <= 512 for chunk in rest)
+    assert sorted(text for batch in [first, *rest] for text in batch) == sorted(texts)
+    embeddings.close()
+
+
 def test_document_chunks_go_longest_first_and_stay_within_their_padded_size() -> None:
     lengths = [10, 300, 40, 1200, 290, 35, 5, 310, 45]
     chunks = list(padded_chunks(lengths, max_items=3, max_padded=1000))
