@@ -272,16 +272,22 @@ async def test_a_cancelled_waiter_does_not_cancel_others_waiting_for_the_same_qu
     embeddings.close()
 
 
+async def query_during_build(embeddings: Embeddings, held: HeldEmbedder, texts: list[str]) -> Vectors:
+    """Embed `texts` as a build whose first model call is held until the query "find the weather" is
+    queued at the model gate (an internal detail these tests are about); returns the build's vectors."""
+    build = asyncio.create_task(asyncio.to_thread(embeddings.embed_documents, texts))
+    assert await asyncio.to_thread(held.entered.wait, 10)
+    query = asyncio.create_task(embeddings.embed_query("find the weather"))
+    await until(lambda: embeddings._gate.queries_waiting == 1)
+    held.release.set()
+    vectors, _ = await asyncio.wait_for(asyncio.gather(build, query), 10)
+    return vectors
+
+
 async def test_a_query_goes_before_the_next_chunk_of_a_document_build() -> None:
     held = HeldEmbedder()
     embeddings = Embeddings(held, document_batch=2)
-    build = asyncio.create_task(asyncio.to_thread(embeddings.embed_documents, TOOL_TEXTS))
-    assert await asyncio.to_thread(held.entered.wait, 10)
-    query = asyncio.create_task(embeddings.embed_query("find the weather"))
-    # the query's thread is queued at the model gate (an internal detail this test is about)
-    await until(lambda: embeddings._gate.queries_waiting == 1)
-    held.release.set()
-    await asyncio.wait_for(asyncio.gather(build, query), 10)
+    await query_during_build(embeddings, held, TOOL_TEXTS)
     longest_first = sorted(TOOL_TEXTS, key=len, reverse=True)
     assert held.batches == [longest_first[:2], ["find the weather"], longest_first[2:4], longest_first[4:]]
     embeddings.close()
@@ -291,12 +297,7 @@ async def test_a_waiting_query_runs_before_the_rest_of_a_large_document_build() 
     held = HeldEmbedder()
     embeddings = Embeddings(held)  # the default chunking
     texts = [f"tool {i}: " + "does one thing with its options " * (1 + i % 12) for i in range(400)]
-    build = asyncio.create_task(asyncio.to_thread(embeddings.embed_documents, texts))
-    assert await asyncio.to_thread(held.entered.wait, 10)
-    query = asyncio.create_task(embeddings.embed_query("find the weather"))
-    await until(lambda: embeddings._gate.queries_waiting == 1)
-    held.release.set()
-    vectors, _ = await asyncio.wait_for(asyncio.gather(build, query), 10)
+    vectors = await query_during_build(embeddings, held, texts)
     first, second, *rest = held.batches
     assert second == ["find the weather"]
     # the query waited for one small chunk, not for hundreds of texts of the build
@@ -316,12 +317,7 @@ async def test_document_chunks_shrink_while_queries_come_and_stay_large_when_non
     held = HeldEmbedder()
     # a long window: "a query used the model lately" must not depend on how fast this machine is
     embeddings = Embeddings(held, document_chars=2048, busy_document_chars=512, queries_recent=3600.0)
-    build = asyncio.create_task(asyncio.to_thread(embeddings.embed_documents, texts))
-    assert await asyncio.to_thread(held.entered.wait, 10)
-    query = asyncio.create_task(embeddings.embed_query("find the weather"))
-    await until(lambda: embeddings._gate.queries_waiting == 1)
-    held.release.set()
-    await asyncio.wait_for(asyncio.gather(build, query), 10)
+    await query_during_build(embeddings, held, texts)
     first, second, *rest = held.batches
     assert len(first) * max(map(len, first)) > 512  # sized before any query came
     assert second == ["find the weather"]
