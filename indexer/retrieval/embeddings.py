@@ -9,44 +9,39 @@ read back is checked (the model's dimension, unit norm) and a bad one is re-embe
 overwritten; a store that cannot be used leaves the cache running from memory.
 
 Model calls are serialised by a gate that lets a waiting query go before the next chunk of a large
-document batch, so `find_tool` latency stays low while an index builds. A chunk is bounded by its
-padded size in characters as well as by its count, and texts are chunked longest first, so that
-chunk mates pad little. While queries come (one used the model within the last second), chunks are
-a quarter of their size: a query then waits about 20 ms for the chunk in the model instead of 75
-(two threads), for about a quarter more model time per text; a build with nobody searching keeps
-the large chunks. A large batch (a cold start over a big catalog) logs its progress every few
-seconds at INFO.
+document batch, so `find_tool` latency stays low while an index builds; the chunks are smaller while
+queries come (indexer/retrieval/model_gate.py). A large batch (a cold start over a big catalog) logs
+its progress every few seconds at INFO.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import itertools
 import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import numpy.typing as npt
 
 from indexer.embedder.base import Embedder, EmbedderError, Vectors
+from indexer.retrieval.model_gate import (
+    BUSY_DOCUMENT_CHARS,
+    DOCUMENT_CHARS,
+    QUERIES_RECENT,
+    ModelGate,
+    padded_chunks,
+)
 from indexer.state.base import EmbeddingStore
 
 _log = logging.getLogger(__name__)
 
 _QUERY_BATCH = 64  # queries per model call: more only delays the first of them
-# a document chunk's padded size (texts x its longest, in characters): about 500 word pieces, about
-# 75 ms of the model on two threads, which is as long as a waiting query can wait
-_DOCUMENT_CHARS = 2048
-# while queries come: about 20 ms a chunk (a 2,048-character chunk costs about 75 ms, four of 512
-# about 95 ms: the model's fixed cost per call)
-_BUSY_DOCUMENT_CHARS = 512
-QUERIES_RECENT = 1.0  # seconds since a query last used the model during which queries count as coming
 
 
 PROGRESS_EVERY = 5.0  # seconds between progress lines while a large batch of documents is embedded
@@ -91,49 +86,6 @@ class _Progress:
         )
 
 
-class _ModelGate:
-    """One model call at a time; a waiting query goes before the next document chunk."""
-
-    def __init__(self, recent: float = QUERIES_RECENT) -> None:
-        self._condition = threading.Condition()
-        self._busy = False
-        self._queries_waiting = 0
-        self._recent = recent
-        self._last_query: float | None = None  # time.monotonic() when a query last took the model
-
-    @property
-    def queries_waiting(self) -> int:
-        """How many query calls are waiting for the model."""
-        with self._condition:
-            return self._queries_waiting
-
-    def queries_coming(self) -> bool:
-        """Whether a query waits for the model or took it within the last `recent` seconds."""
-        with self._condition:
-            last = self._last_query
-            return self._queries_waiting > 0 or (last is not None and time.monotonic() - last < self._recent)
-
-    @contextlib.contextmanager
-    def hold(self, query: bool) -> Iterator[None]:
-        """Wait for the model, then hold it for the body."""
-        with self._condition:
-            self._queries_waiting += query
-            try:
-                while self._busy or (not query and self._queries_waiting):
-                    self._condition.wait()
-            finally:
-                self._queries_waiting -= query
-            self._busy = True
-            if query:
-                self._last_query = time.monotonic()
-        try:
-            yield
-        finally:
-            with self._condition:
-                self._busy = False
-                self._condition.notify_all()
-
-
 class Embeddings:
     """Cached, batched access to an embedder: documents from threads, queries from the event loop.
 
@@ -150,8 +102,8 @@ class Embeddings:
         *,
         query_items: int = 4096,
         document_batch: int = 64,
-        document_chars: int = _DOCUMENT_CHARS,
-        busy_document_chars: int = _BUSY_DOCUMENT_CHARS,
+        document_chars: int = DOCUMENT_CHARS,
+        busy_document_chars: int = BUSY_DOCUMENT_CHARS,
         queries_recent: float = QUERIES_RECENT,
         progress_every: float = PROGRESS_EVERY,
     ) -> None:
@@ -171,7 +123,7 @@ class Embeddings:
         self._lock = threading.Lock()
         self._memory: OrderedDict[bytes, Vectors] = OrderedDict()
         self._store = store
-        self._gate = _ModelGate(queries_recent)
+        self._gate = ModelGate(queries_recent)
         self._queries: OrderedDict[str, Vectors] = OrderedDict()
         self._pending: dict[str, asyncio.Future[Vectors]] = {}
         self._in_flight: dict[str, asyncio.Future[Vectors]] = {}
@@ -354,31 +306,6 @@ class Embeddings:
         self._executor.shutdown(wait=True, cancel_futures=True)
         if self._store is not None:
             self._store.close()
-
-
-def padded_chunks(
-    lengths: Sequence[int], max_items: int, max_padded: int | Callable[[], int]
-) -> Iterator[list[int]]:
-    """Positions of `lengths` in chunks, longest first, each chunk's count x its longest <= `max_padded`.
-
-    A model call pads every text to the longest of its batch, so its cost is about count x longest;
-    sorted, chunk mates are of like length and little is padding. A text longer than `max_padded`
-    goes alone. At most `max_items` per chunk. A callable `max_padded` is asked as each chunk starts,
-    so a chunk asked for later may be sized for what is happening then.
-    """
-    budget = max_padded if callable(max_padded) else lambda: max_padded
-    order = sorted(range(len(lengths)), key=lambda row: -lengths[row])
-    chunk: list[int] = []
-    limit = 0
-    for row in order:
-        if chunk and (len(chunk) >= max_items or (len(chunk) + 1) * max(lengths[chunk[0]], 1) > limit):
-            yield chunk
-            chunk = []
-        if not chunk:
-            limit = budget()
-        chunk.append(row)
-    if chunk:
-        yield chunk
 
 
 def _unit_rows(array: Vectors) -> npt.NDArray[np.bool_]:

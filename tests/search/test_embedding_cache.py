@@ -16,7 +16,8 @@ import pytest
 from commands.model import prepare_default_model
 from indexer.embedder import Embedder, EmbedderError, FakeEmbedder, Vectors
 from indexer.embedder.sentence import padding_batches
-from indexer.retrieval.embeddings import Embeddings, padded_chunks
+from indexer.retrieval.embeddings import Embeddings
+from indexer.retrieval.model_gate import padded_chunks
 from indexer.state.disk import DiskEmbeddings
 
 ROOT = Path(__file__).resolve().parents[2]
