@@ -24,6 +24,7 @@ import gc
 import logging
 import signal
 from collections.abc import AsyncIterator, Mapping
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -31,20 +32,24 @@ import anyio
 import uvicorn
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
+from starlette.types import ASGIApp
 
 from bridge.endpoints import PerSessionEndpoint, SharedEndpoint
 from bridge.forwarding import build_server
 from bridge.legacy import dial_of
 from bridge.links import Opener
 from bridge.listeners import Listeners
+from bridge.modern_endpoint import ModernEndpoint
+from bridge.modern_upstream import ModernUpstream
 from bridge.pool import ProcessPool
-from bridge.process import launch_of
+from bridge.process import Launch, launch_of
 from bridge.supervisor import Supervisor
-from bridge.upstream import UpstreamSettings
+from bridge.upstream import Notify, Upstream, UpstreamSettings
 from toolsearch.backend_settings import Backend, Bridge
 from toolsearch.config import Config
 from toolsearch.readiness import waited_enough
@@ -61,14 +66,16 @@ class Served:
 
     backend: Backend
     opener: Opener
-    manager: StreamableHTTPSessionManager
-    keeper: Supervisor | ProcessPool
+    manager: StreamableHTTPSessionManager | None  # None: a 2026-07-28 backend, which has no sessions
+    keeper: Supervisor[Upstream] | Supervisor[ModernUpstream] | ProcessPool
+    endpoint: ASGIApp  # `/<backend id>/mcp`
 
     def state(self) -> dict[str, object]:
         keeper = self.keeper
         if isinstance(keeper, Supervisor):
             return {
                 "isolation": "shared",
+                "protocol": self.backend.protocol,
                 "state": keeper.state,
                 "pid": keeper.pid,
                 "starts": keeper.starts,
@@ -91,7 +98,9 @@ class Served:
         }
 
 
-def _first_start(keeper: Supervisor | ProcessPool) -> Supervisor | None:
+def _first_start(
+    keeper: Supervisor[Upstream] | Supervisor[ModernUpstream] | ProcessPool,
+) -> Supervisor[Upstream] | Supervisor[ModernUpstream] | None:
     """The process whose first start readiness waits for: a shared backend's, a per_session one's
     lister; None for a legacy SSE backend, which starts nothing before a session opens."""
     return keeper if isinstance(keeper, Supervisor) else keeper.lister
@@ -109,8 +118,11 @@ def allowed_hosts(bridge: Bridge) -> list[str]:
 
 def security_of(bridge: Bridge) -> TransportSecuritySettings:
     """The DNS rebinding guard of the bridge's MCP endpoints."""
+    hosts = allowed_hosts(bridge)
+    # a browser sends an Origin: the bridge's own is the one it takes (DNS rebinding sends another)
+    origins = [f"{scheme}://{host}" for host in hosts for scheme in ("http", "https")]
     return TransportSecuritySettings(
-        enable_dns_rebinding_protection=True, allowed_hosts=allowed_hosts(bridge)
+        enable_dns_rebinding_protection=True, allowed_hosts=hosts, allowed_origins=origins
     )
 
 
@@ -123,6 +135,12 @@ def _serve(backend: Backend, bridge: Bridge, environ: Mapping[str, str]) -> Serv
     if backend.sse_url is not None:
         return _serve_legacy(backend, bridge, settings)
     launch = launch_of(backend, environ)
+    if backend.protocol in MODERN_PROTOCOL_VERSIONS:
+        listeners = Listeners(backend.id, 1, bridge.session_idle_timeout)  # none: no sessions
+        modern = Supervisor(launch, settings, listeners, bridge.max_restart_delay, _modern)
+        return Served(
+            backend, launch, None, modern, ModernEndpoint(modern, security_of(bridge), bridge.max_sessions)
+        )
     per_session = backend.isolation == "per_session"
     idle = backend.idle_timeout if per_session else bridge.session_idle_timeout
     manager = StreamableHTTPSessionManager(
@@ -131,15 +149,23 @@ def _serve(backend: Backend, bridge: Bridge, environ: Mapping[str, str]) -> Serv
         session_idle_timeout=idle,
         max_sessions=bridge.max_sessions,
     )
-    keeper: Supervisor | ProcessPool
     if per_session:
         # the lister answers sessions' listings until their own processes run: no one hears it
-        lister = Supervisor(launch, settings, Listeners(backend.id, 1, idle), bridge.max_restart_delay)
-        keeper = ProcessPool(launch, settings, backend.max_processes, backend.idle_timeout, lister)
-    else:
-        listeners = Listeners(backend.id, bridge.max_sessions, bridge.session_idle_timeout)
-        keeper = Supervisor(launch, settings, listeners, bridge.max_restart_delay)
-    return Served(backend, launch, manager, keeper)
+        lister = Supervisor(
+            launch, settings, Listeners(backend.id, 1, idle), bridge.max_restart_delay, Upstream.open
+        )
+        pool = ProcessPool(launch, settings, backend.max_processes, backend.idle_timeout, lister)
+        return Served(backend, launch, manager, pool, PerSessionEndpoint(pool, manager, security_of(bridge)))
+    listeners = Listeners(backend.id, bridge.max_sessions, bridge.session_idle_timeout)
+    shared = Supervisor(launch, settings, listeners, bridge.max_restart_delay, Upstream.open)
+    return Served(backend, launch, manager, shared, SharedEndpoint(shared, manager))
+
+
+def _modern(
+    launch: Launch, settings: UpstreamSettings, notify: Notify
+) -> AbstractAsyncContextManager[ModernUpstream]:
+    # a 2026-07-28 server has no sessions to notify: its changes go to listens (bridge/modern_upstream.py)
+    return ModernUpstream.open(launch, settings)
 
 
 def _serve_legacy(backend: Backend, bridge: Bridge, settings: UpstreamSettings) -> Served:
@@ -152,13 +178,12 @@ def _serve_legacy(backend: Backend, bridge: Bridge, settings: UpstreamSettings) 
         max_sessions=bridge.max_sessions,
     )
     dial = dial_of(backend, idle)
-    keeper = ProcessPool(dial, settings, bridge.max_sessions, idle, None, "bridge.max_sessions")
-    return Served(backend, dial, manager, keeper)
-
-
-def _forwarded(backend: Backend) -> tuple[str, ...]:
-    """The header of a session's opening request its legacy server gets too: the backend's auth."""
-    return () if backend.sse_url is None or backend.auth.type == "none" else (backend.auth.header,)
+    pool = ProcessPool(dial, settings, bridge.max_sessions, idle, None, "bridge.max_sessions")
+    # the header of a session's opening request its legacy server gets too: the backend's auth
+    forwarded = () if backend.auth.type == "none" else (backend.auth.header,)
+    return Served(
+        backend, dial, manager, pool, PerSessionEndpoint(pool, manager, security_of(bridge), forwarded)
+    )
 
 
 def create_app(config: Config, environ: Mapping[str, str]) -> Starlette:
@@ -167,14 +192,8 @@ def create_app(config: Config, environ: Mapping[str, str]) -> Starlette:
     served = [_serve(b, config.bridge, environ) for b in config.backends if b.bridged]
     routes = []
     for one in served:
-        keeper = one.keeper
-        endpoint = (
-            SharedEndpoint(keeper, one.manager)
-            if isinstance(keeper, Supervisor)
-            else PerSessionEndpoint(keeper, one.manager, security_of(config.bridge), _forwarded(one.backend))
-        )
         # an object, not a function: Starlette hands it the raw ASGI call
-        routes.append(Route(f"/{one.backend.id}/mcp", endpoint, methods=["GET", "POST", "DELETE"]))
+        routes.append(Route(f"/{one.backend.id}/mcp", one.endpoint, methods=["GET", "POST", "DELETE"]))
 
     async def healthz(request: Request) -> Response:
         return JSONResponse({"status": "ok", "backends": {s.backend.id: s.state() for s in served}})
@@ -204,9 +223,11 @@ def create_app(config: Config, environ: Mapping[str, str]) -> Starlette:
             try:
                 async with contextlib.AsyncExitStack() as managers:
                     for one in served:
-                        await managers.enter_async_context(one.manager.run())
+                        if one.manager is not None:
+                            await managers.enter_async_context(one.manager.run())
                     for one in served:
-                        kind = "legacy SSE" if one.backend.sse_url else one.backend.isolation
+                        kind: str = "legacy SSE" if one.backend.sse_url else one.backend.isolation
+                        kind += f", protocol {one.backend.protocol}" if one.backend.stdio else ""
                         logger.info("backend %s: %s, %s", one.backend.id, one.opener.describe(), kind)
                     yield
             finally:

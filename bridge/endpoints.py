@@ -31,7 +31,7 @@ from starlette.types import Message, Receive, Scope, Send
 from bridge.forwarding import CHANNEL_KEY
 from bridge.pool import Lease, ProcessPool
 from bridge.supervisor import Supervisor
-from bridge.upstream import Unavailable
+from bridge.upstream import Unavailable, Upstream
 
 _SESSION_HEADER = MCP_SESSION_ID_HEADER.encode()
 
@@ -49,7 +49,7 @@ async def _refuse(send: Send, status: int, message: str, code: int = INTERNAL_ER
 class SharedEndpoint:
     """Every session of a shared backend, served by its one process."""
 
-    def __init__(self, supervisor: Supervisor, manager: StreamableHTTPSessionManager) -> None:
+    def __init__(self, supervisor: Supervisor[Upstream], manager: StreamableHTTPSessionManager) -> None:
         self.supervisor = supervisor
         self.manager = manager
 

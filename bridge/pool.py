@@ -151,7 +151,7 @@ class ProcessPool:
         settings: UpstreamSettings,
         max_processes: int,
         idle_timeout: float,
-        lister: Supervisor | None,
+        lister: Supervisor[Upstream] | None,
         limit: str = "max_processes",
     ) -> None:
         self.backend_id = opener.backend_id

@@ -14,15 +14,17 @@ within `QUICK_RESTART` of the restart of a server that ran and then exited, wait
 from __future__ import annotations
 
 import logging
-from typing import Literal
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
+from typing import Generic, Literal, Protocol, TypeVar
 
 import anyio
 from mcp.server.session import ServerSession
 
-from bridge.links import StartFailed
+from bridge.links import Link, StartFailed
 from bridge.listeners import Listeners
 from bridge.process import Launch
-from bridge.upstream import Unavailable, Upstream, UpstreamSettings
+from bridge.upstream import Notify, Unavailable, UpstreamSettings
 
 logger = logging.getLogger(__name__)
 
@@ -33,11 +35,29 @@ QUICK_RESTART = 1.0  # a restart this close is waited for by requests
 State = Literal["starting", "ready", "waiting", "stopped"]
 
 
-class Supervisor:
-    """The state of one shared backend's server; changed only by its own `run`."""
+class Running(Protocol):
+    """A started server as the supervisor keeps it: what it runs on."""
+
+    @property
+    def link(self) -> Link: ...
+
+
+U = TypeVar("U", bound=Running)
+# starts a server and yields it running (`Upstream.open`, `ModernUpstream.open`); raises StartFailed
+Opens = Callable[[Launch, UpstreamSettings, Notify], AbstractAsyncContextManager[U]]
+
+
+class Supervisor(Generic[U]):
+    """The state of one shared backend's server; changed only by its own `run`. `opens` starts it:
+    a handshake-era server (`Upstream`) or a 2026-07-28 one (bridge/modern_upstream.py)."""
 
     def __init__(
-        self, launch: Launch, settings: UpstreamSettings, listeners: Listeners, max_delay: float
+        self,
+        launch: Launch,
+        settings: UpstreamSettings,
+        listeners: Listeners,
+        max_delay: float,
+        opens: Opens[U],
     ) -> None:
         self.backend_id = launch.backend_id
         self.state: State = "starting"
@@ -49,12 +69,13 @@ class Supervisor:
         self._settings = settings
         self._listeners = listeners
         self._max_delay = max_delay
-        self._upstream: Upstream | None = None
+        self._opens = opens
+        self._upstream: U | None = None
         self._retry_at = 0.0
         self._back_soon = False  # the server ran, and exited for the first time in a while
         self._changed = anyio.Event()
 
-    def _set(self, state: State, upstream: Upstream | None = None) -> None:
+    def _set(self, state: State, upstream: U | None = None) -> None:
         self.state, self._upstream = state, upstream
         self._changed.set()
         self._changed = anyio.Event()
@@ -91,7 +112,7 @@ class Supervisor:
     def forget(self, session_id: str) -> None:
         self._listeners.remove(session_id)
 
-    async def upstream(self, method: str = "") -> Upstream:
+    async def upstream(self, method: str = "") -> U:
         """The running server, once it runs, whatever the `method`; raises `Unavailable` rather than
         wait for a long backoff."""
         with anyio.move_on_after(self._settings.start_timeout):
@@ -136,7 +157,7 @@ class Supervisor:
         """Start the server and serve with it until it ends; returns how it ended, and if it ran."""
         self.starts += 1
         try:
-            async with Upstream.open(self._launch, self._settings, self._listeners.deliver) as upstream:
+            async with self._opens(self._launch, self._settings, self._listeners.deliver) as upstream:
                 logger.info(
                     "backend %s: stdio server started (pid %d): %s",
                     self.backend_id,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Literal
+from typing import Final, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
@@ -87,6 +87,7 @@ def check_token_url(value: str) -> str:
 
 
 # `${NAME}` in a stdio backend's env values: the bridge substitutes the variable when it starts
+HANDSHAKE: Final = "2025-11-25"  # a stdio backend's protocol unless it says otherwise
 ENV_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 # the keys only a stdio backend (`command`) may set, with their defaults
 _STDIO_DEFAULTS: dict[str, object] = {
@@ -96,6 +97,7 @@ _STDIO_DEFAULTS: dict[str, object] = {
     "isolation": "shared",
     "max_processes": 8,
     "idle_timeout": 300.0,
+    "protocol": HANDSHAKE,
 }
 
 
@@ -130,6 +132,10 @@ class Backend(Section):
     isolation: Literal["shared", "per_session"] = "shared"
     max_processes: int = Field(default=8, ge=1, le=1000)  # per_session: processes alive at once
     idle_timeout: float = Field(default=300.0, gt=0)  # per_session: seconds before an idle one ends
+    # the protocol the bridge speaks to the stdio server: the initialize handshake (2025-11-25 and
+    # earlier, what every stdio server speaks), or 2026-07-28 for a server written for it, whose
+    # requests and results (input-required ones, their request state) then pass through as they are
+    protocol: Literal["2025-11-25", "2026-07-28"] = HANDSHAKE
     auth: BackendAuth = BackendAuth()
     timeout: float = Field(default=DEFAULT_BACKEND_TIMEOUT, gt=0)  # seconds, for each call to this backend
     # bytes of one answer (a call result, a tools/list page); a larger one is refused while it is read
@@ -164,6 +170,11 @@ class Backend(Section):
                 raise ValueError(f"{', '.join(given)}: for stdio backends (command) only")
         elif self.transport != "streamable_http":
             raise ValueError("transport: for url backends only (the bridge serves stdio servers)")
+        elif self.protocol != HANDSHAKE and self.isolation != "shared":
+            raise ValueError(
+                f"protocol {self.protocol} has no sessions for per_session isolation to key on: "
+                "use isolation: shared, or protocol 2025-11-25"
+            )
         if self.sse_url is not None:
             check_http_url(self.sse_url)
             if self.command is not None or self.transport != "streamable_http":

@@ -172,3 +172,21 @@ def test_a_plain_http_token_endpoint_is_accepted_on_loopback_only(tmp_path: Path
             "      client_id_env: I\n      client_secret_env: S\n"
         )
         assert load_config(write(tmp_path, text)).backends[0].auth.token_url == url
+
+
+def test_a_stdio_backend_may_speak_2026_07_28_shared_only_and_a_url_backend_may_not_say_so(
+    tmp_path: Path,
+) -> None:
+    stdio = "backends:\n  - id: s\n    command: srv\n    protocol: '2026-07-28'\n"
+    assert load_config(write(tmp_path, stdio)).backends[0].protocol == "2026-07-28"
+    assert load_config(write(tmp_path, "backends:\n  - id: s\n    command: srv\n")).backends[0].protocol == (
+        "2025-11-25"
+    )
+    with pytest.raises(ConfigError, match=r"backends\.0.*no sessions for per_session isolation"):
+        load_config(write(tmp_path, stdio + "    isolation: per_session\n"))
+    with pytest.raises(ConfigError, match=r"backends\.0.*protocol: for stdio backends \(command\) only"):
+        load_config(
+            write(tmp_path, "backends:\n  - id: u\n    url: http://h/mcp\n    protocol: '2026-07-28'\n")
+        )
+    with pytest.raises(ConfigError, match=r"backends\.0\.protocol"):
+        load_config(write(tmp_path, "backends:\n  - id: s\n    command: srv\n    protocol: '2099-01-01'\n"))

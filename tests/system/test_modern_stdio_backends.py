@@ -1,0 +1,172 @@
+"""A stdio backend configured `protocol: 2026-07-28`: the bridge speaks that protocol to its server.
+
+Real processes: the bridge and the stdio servers it starts are the subject. The server is
+tests/support/modern_stdio_server.py (the SDK's `MCPServer`); a handshake-only one stands for a
+server configured wrongly. The suite's 2026-07-28 scenarios through it are in test_conformance.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import mcp_types as types
+import pytest
+from mcp.shared.subscriptions import ToolsListChanged
+
+from tests.support.bridges import Bridge, fake, mcp_client, poll_until, running_bridge
+
+MODERN_SERVER = Path(__file__).resolve().parents[1] / "support" / "modern_stdio_server.py"
+VERSION = "2026-07-28"
+
+
+def _envelope() -> dict[str, Any]:
+    return {
+        types.PROTOCOL_VERSION_META_KEY: VERSION,
+        types.CLIENT_INFO_META_KEY: {"name": "test", "version": "1"},
+        types.CLIENT_CAPABILITIES_META_KEY: {},
+    }
+
+
+def _call(request_id: int | str, name: str, arguments: dict[str, Any], **meta: Any) -> dict[str, Any]:
+    params = {"name": name, "arguments": arguments, "_meta": {**_envelope(), **meta}}
+    return {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}
+
+
+def _headers(method: str = "tools/call", name: str | None = None) -> dict[str, str]:
+    headers = {
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": VERSION,
+        "Mcp-Method": method,
+    }
+    if name is not None:
+        headers["Mcp-Name"] = name
+    return headers
+
+
+def _messages(response: httpx2.Response) -> list[dict[str, Any]]:
+    """The JSON-RPC messages of an answer, JSON or an event stream."""
+    if response.headers["content-type"].startswith("application/json"):
+        return [response.json()]
+    return [json.loads(line[5:]) for line in response.text.splitlines() if line.startswith("data:")]
+
+
+@pytest.fixture(scope="module")
+def bridge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bridge]:
+    backends = [
+        {"id": "modern", "command": sys.executable, "args": [str(MODERN_SERVER)], "protocol": VERSION},
+        fake("echo", id="handshake", protocol=VERSION),  # a server that knows only the handshake
+    ]
+    with running_bridge(tmp_path_factory.mktemp("modern-bridge"), backends) as bridge:
+        yield bridge
+
+
+def test_a_2026_07_28_client_calls_and_listens_through_the_bridge(bridge: Bridge) -> None:
+    async def session() -> tuple[list[str], str, list[Any]]:
+        async with mcp_client(bridge.mcp_url("modern"), mode=VERSION) as client:
+            listed = await client.list_tools()
+            counted = await client.call_tool("count_to", {"n": 2})
+            async with client.listen(tools_list_changed=True) as changes:
+                await client.call_tool("change", {})
+                async with asyncio.timeout(10):
+                    event = await anext(changes)
+            text = counted.content[0]
+            assert isinstance(text, types.TextContent)
+            return [t.name for t in listed.tools], text.text, [event]
+
+    names, text, events = asyncio.run(session())
+    assert {"count_to", "wait", "cancelled", "change", "pid"} <= set(names)
+    assert text == "counted to 2"
+    assert events == [ToolsListChanged()]
+
+
+def test_two_callers_with_the_same_progress_token_each_get_their_own_progress(bridge: Bridge) -> None:
+    async def both() -> list[list[dict[str, Any]]]:
+        async with httpx2.AsyncClient(timeout=30) as http:
+            posts = [
+                http.post(
+                    bridge.mcp_url("modern"),
+                    json=_call(1, "count_to", {"n": n}, progressToken="same"),
+                    headers=_headers(name="count_to"),
+                )
+                for n in (3, 5)
+            ]
+            return [_messages(r) for r in await asyncio.gather(*posts)]
+
+    for n, messages in zip((3, 5), asyncio.run(both()), strict=True):
+        progress = [m["params"] for m in messages if m.get("method") == "notifications/progress"]
+        assert progress == [{"progressToken": "same", "progress": s, "total": n} for s in range(1, n + 1)]
+        assert messages[-1]["id"] == 1
+        assert messages[-1]["result"]["content"][0]["text"] == f"counted to {n}"
+
+
+def test_a_client_that_takes_json_only_gets_the_answer_alone(bridge: Bridge) -> None:
+    headers = {**_headers(name="count_to"), "Accept": "application/json"}
+    call = _call(4, "count_to", {"n": 3}, progressToken="mine")
+    response = httpx2.post(bridge.mcp_url("modern"), json=call, headers=headers, timeout=30)
+    assert response.headers["content-type"].startswith("application/json")
+    assert response.json()["id"] == 4
+    assert response.json()["result"]["content"][0]["text"] == "counted to 3"
+
+
+def test_a_caller_that_leaves_cancels_its_request_at_the_server(bridge: Bridge) -> None:
+    def cancelled() -> int:
+        response = httpx2.post(
+            bridge.mcp_url("modern"), json=_call(7, "cancelled", {}), headers=_headers(name="cancelled")
+        )
+        return int(response.json()["result"]["structuredContent"]["result"])
+
+    before = cancelled()
+
+    async def leave() -> None:
+        async with httpx2.AsyncClient(timeout=30) as http:
+            with pytest.raises(TimeoutError):
+                async with asyncio.timeout(1.0):
+                    await http.post(
+                        bridge.mcp_url("modern"), json=_call(2, "wait", {}), headers=_headers(name="wait")
+                    )
+
+    asyncio.run(leave())
+    poll_until(lambda: cancelled() == before + 1, 10, "the server saw the call cancelled")
+
+
+def test_initialize_and_requests_without_the_envelope_are_refused_as_the_protocol_has_it(
+    bridge: Bridge,
+) -> None:
+    url = bridge.mcp_url("modern")
+    opening = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25"}}
+    response = httpx2.post(url, json=opening, headers=_headers("initialize"))
+    assert response.status_code == 404
+    assert response.json()["error"]["code"] == types.METHOD_NOT_FOUND
+    assert "has no initialize handshake" in response.json()["error"]["message"]
+
+    bare = {"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}}
+    response = httpx2.post(url, json=bare, headers=_headers("tools/list"))
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == types.INVALID_PARAMS
+
+    other = _call(3, "pid", {})
+    response = httpx2.post(url, json=other, headers=_headers(name="count_to"))  # the header disagrees
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == types.HEADER_MISMATCH
+
+
+def test_a_server_that_speaks_only_the_handshake_does_not_start_and_says_which_protocol_to_set(
+    bridge: Bridge,
+) -> None:
+    state = poll_until(
+        lambda: (s := bridge.health()["handshake"])["last_error"] and s, 30, "the server's start failed"
+    )
+    assert state["protocol"] == VERSION
+    assert "refused server/discover" in state["last_error"]
+    assert "protocol: 2025-11-25" in state["last_error"]
+    response = httpx2.post(
+        bridge.mcp_url("handshake"), json=_call(1, "echo", {}), headers=_headers(name="echo")
+    )
+    assert response.status_code == 503
+    assert "refused server/discover" in response.json()["error"]["message"]
