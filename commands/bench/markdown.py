@@ -157,8 +157,11 @@ def stdio(results: dict[str, Any]) -> list[str]:
         rule("l", "r"),
         row("call_tool through the router and the bridge", ms(hop["router"])),
         row("the server over stdio directly, one client session kept open", ms(hop["stdio_direct"])),
+        row("call_tool through the router and the bridge speaking 2026-07-28", ms(hop["router_modern"])),
+        row("the server over stdio directly in 2026-07-28", ms(hop["stdio_direct_modern"])),
         "",
-        f"Through toolsearch / the server's own time over stdio, p50: {hop['router_over_stdio_p50']}x.",
+        f"Through toolsearch / the server's own time over stdio, p50: {hop['router_over_stdio_p50']}x "
+        f"(the bridge speaking 2026-07-28 to the server: {hop['modern_router_over_stdio_p50']}x).",
         "",
         f"`toolsearch up` to the stdio tool's first answer through the router: "
         f"{start['seconds_to_first_call']} s alone, {start['seconds_to_first_call_beside_a_stuck_server']} s "

@@ -99,6 +99,8 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
             "a stdio tool's call_tool p50 through toolsearch / the server's own over stdio", hop, 2.0, "x"
         )
     )
+    modern = get("stdio", "hop", "modern_router_over_stdio_p50")
+    out.append(_target("the same, the bridge speaking 2026-07-28 to the server", modern, 2.0, "x"))
     start = get("stdio", "start", "beside_over_alone")
     out.append(_target("gateway start beside a stdio server that never answers / alone", start, 1.2, "x"))
     if results.get("mode") != "quick":  # a quick run leaves the first run out

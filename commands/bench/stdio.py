@@ -2,7 +2,10 @@
 
 - **The hop.** A stdio server's tool called through toolsearch (the router, then the bridge, then
   the pipe), beside the same server called over stdio directly by one SDK client session kept open:
-  the server's own time with nothing between.
+  the server's own time with nothing between. Twice: the bridge speaking the handshake era to the
+  server (the SDK's server and client session in front of the pipe), and speaking 2026-07-28 to
+  another process of it (`protocol: "2026-07-28"`: requests framed to the pipe as they came), each
+  beside the server called directly in the same era.
 - **The start.** How long the gateway takes from nothing (`toolsearch up`: the bridge, then the
   indexer and the router) until the stdio server's tool answers through it; and again with a second
   stdio server beside it that never answers `initialize`. A broken server must not hold the others
@@ -28,6 +31,8 @@ from commands.bench.stack import CLI, Stack
 from commands.ports import free_port
 
 ECHO = [sys.executable, "-m", "commands.bench.stdio_server"]
+MODERN_TOOL = "echo_modern"  # the tool of the server the bridge speaks 2026-07-28 to
+MODERN = "2026-07-28"
 READY_TIMEOUT = 300.0  # seconds from nothing to the tool's first answer, at most
 ARGUMENTS = {"text": "hello"}
 
@@ -46,7 +51,10 @@ def _with_stdio(stack: Stack, silent: bool) -> None:
     """Give the stack's configuration a bridge and the echo server (and the silent one)."""
     config = yaml.safe_load(stack.config_path.read_text())
     config["bridge"] = {"listen": f"127.0.0.1:{free_port()}"}
-    config["backends"] = [{"id": "echo", "command": ECHO[0], "args": ECHO[1:]}]
+    config["backends"] = [
+        {"id": "echo", "command": ECHO[0], "args": ECHO[1:]},
+        {"id": "modern", "command": ECHO[0], "args": [*ECHO[1:], MODERN_TOOL], "protocol": MODERN},
+    ]
     if silent:
         config["backends"].append({"id": "stuck", "command": ECHO[0], "args": [*ECHO[1:], "silent"]})
     stack.config_path.write_text(yaml.safe_dump(config))
@@ -65,30 +73,49 @@ async def gateway_start(stack: Stack, silent: bool) -> float:
     return time.perf_counter() - started
 
 
-async def stdio_hop(router_url: str, calls: int) -> dict[str, Any]:
-    """call_tool of the echo tool through the router, and echo called over stdio directly."""
-    routed: list[float] = []
+async def _routed(router_url: str, tool: str, calls: int) -> list[float]:
+    """call_tool of `tool` through the router, `calls` times after two that warm the path."""
+    took: list[float] = []
     async with connect(router_url) as client:
         await client.list_tools()
-        for _ in range(calls + 2):  # the first two warm the path and are not counted
+        for _ in range(calls + 2):
             started = time.perf_counter()
-            result = await client.call_tool("call_tool", {"tool_name": "echo", "parameters": ARGUMENTS})
+            result = await client.call_tool("call_tool", {"tool_name": tool, "parameters": ARGUMENTS})
             if result.is_error:
                 raise RuntimeError(f"call_tool failed: {result.content}")
-            routed.append(time.perf_counter() - started)
-    request = types.CallToolRequest(params=types.CallToolRequestParams(name="echo", arguments=ARGUMENTS))
-    direct: list[float] = []
-    server = StdioServerParameters(command=ECHO[0], args=ECHO[1:])
-    async with Client(stdio_client(server), mode="legacy") as client:
+            took.append(time.perf_counter() - started)
+    return took[2:]
+
+
+async def _direct(tool: str, mode: str, calls: int) -> list[float]:
+    """`tool` called over stdio by one SDK client session (`mode`: its era), as `_routed`."""
+    request = types.CallToolRequest(params=types.CallToolRequestParams(name=tool, arguments=ARGUMENTS))
+    took: list[float] = []
+    args = ECHO[1:] if tool == "echo" else [*ECHO[1:], tool]
+    async with Client(stdio_client(StdioServerParameters(command=ECHO[0], args=args)), mode=mode) as client:
         for _ in range(calls + 2):
             started = time.perf_counter()
             answer = await client.session.send_request(request, types.CallToolResult)
             if answer.is_error:
                 raise RuntimeError(f"the stdio server refused the call: {answer.content}")
-            direct.append(time.perf_counter() - started)
-    figures: dict[str, Any] = {"router": summarize(routed[2:]), "stdio_direct": summarize(direct[2:])}
-    own = figures["stdio_direct"]["p50_ms"]
-    figures["router_over_stdio_p50"] = round(figures["router"]["p50_ms"] / own, 2) if own else None
+            took.append(time.perf_counter() - started)
+    return took[2:]
+
+
+def _ratio(through: dict[str, Any], direct: dict[str, Any]) -> float | None:
+    return round(through["p50_ms"] / direct["p50_ms"], 2) if direct["p50_ms"] else None
+
+
+async def stdio_hop(router_url: str, calls: int) -> dict[str, Any]:
+    """call_tool of each echo tool through the router, beside the server called over stdio directly."""
+    figures: dict[str, Any] = {
+        "router": summarize(await _routed(router_url, "echo", calls)),
+        "stdio_direct": summarize(await _direct("echo", "legacy", calls)),
+        "router_modern": summarize(await _routed(router_url, MODERN_TOOL, calls)),
+        "stdio_direct_modern": summarize(await _direct(MODERN_TOOL, MODERN, calls)),
+    }
+    figures["router_over_stdio_p50"] = _ratio(figures["router"], figures["stdio_direct"])
+    figures["modern_router_over_stdio_p50"] = _ratio(figures["router_modern"], figures["stdio_direct_modern"])
     return figures
 
 
