@@ -5,7 +5,8 @@
 Its tools: `count_to` reports progress 1..n of n (with a short pause between) and answers
 `counted to N`; `wait` waits until it is cancelled; `cancelled` answers how many `wait` calls were
 cancelled so far; `change` tells its `subscriptions/listen` streams that its tools changed; `pid`
-answers the process id. The SDK serves whichever era the first request speaks: here, 2026-07-28.
+answers the process id; `exit` ends the process without answering. The SDK serves whichever era
+the first request speaks: here, 2026-07-28.
 """
 
 from __future__ import annotations
@@ -57,6 +58,12 @@ async def change(ctx: Context[Any, Any]) -> str:
 def pid() -> int:
     """This process's id."""
     return os.getpid()
+
+
+@server.tool(name="exit")
+def exit_now() -> str:
+    """End the process at once, answering nothing."""
+    os._exit(3)
 
 
 if __name__ == "__main__":

@@ -8,9 +8,10 @@ server configured wrongly. The suite's 2026-07-28 scenarios through it are in te
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sys
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,8 @@ from tests.support.bridges import Bridge, fake, mcp_client, poll_until, running_
 
 MODERN_SERVER = Path(__file__).resolve().parents[1] / "support" / "modern_stdio_server.py"
 VERSION = "2026-07-28"
+CALL_TIMEOUT = 3.0  # seconds, the modern backend's call timeout
+MAX_LISTENS = 2  # bridge.max_sessions: a 2026-07-28 backend's listens at once
 
 
 def _envelope() -> dict[str, Any]:
@@ -59,10 +62,17 @@ def _messages(response: httpx2.Response) -> list[dict[str, Any]]:
 @pytest.fixture(scope="module")
 def bridge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bridge]:
     backends = [
-        {"id": "modern", "command": sys.executable, "args": [str(MODERN_SERVER)], "protocol": VERSION},
+        {
+            "id": "modern",
+            "command": sys.executable,
+            "args": [str(MODERN_SERVER)],
+            "protocol": VERSION,
+            "timeout": CALL_TIMEOUT,
+        },
         fake("echo", id="handshake", protocol=VERSION),  # a server that knows only the handshake
     ]
-    with running_bridge(tmp_path_factory.mktemp("modern-bridge"), backends) as bridge:
+    folder = tmp_path_factory.mktemp("modern-bridge")
+    with running_bridge(folder, backends, max_sessions=MAX_LISTENS) as bridge:
         yield bridge
 
 
@@ -115,13 +125,7 @@ def test_a_client_that_takes_json_only_gets_the_answer_alone(bridge: Bridge) -> 
 
 
 def test_a_caller_that_leaves_cancels_its_request_at_the_server(bridge: Bridge) -> None:
-    def cancelled() -> int:
-        response = httpx2.post(
-            bridge.mcp_url("modern"), json=_call(7, "cancelled", {}), headers=_headers(name="cancelled")
-        )
-        return int(response.json()["result"]["structuredContent"]["result"])
-
-    before = cancelled()
+    before = _cancelled(bridge)
 
     async def leave() -> None:
         async with httpx2.AsyncClient(timeout=30) as http:
@@ -132,7 +136,7 @@ def test_a_caller_that_leaves_cancels_its_request_at_the_server(bridge: Bridge) 
                     )
 
     asyncio.run(leave())
-    poll_until(lambda: cancelled() == before + 1, 10, "the server saw the call cancelled")
+    poll_until(lambda: _cancelled(bridge) == before + 1, 10, "the server saw the call cancelled")
 
 
 def test_initialize_and_requests_without_the_envelope_are_refused_as_the_protocol_has_it(
@@ -170,3 +174,78 @@ def test_a_server_that_speaks_only_the_handshake_does_not_start_and_says_which_p
     )
     assert response.status_code == 503
     assert "refused server/discover" in response.json()["error"]["message"]
+
+
+def _cancelled(bridge: Bridge) -> int:
+    response = httpx2.post(
+        bridge.mcp_url("modern"), json=_call(7, "cancelled", {}), headers=_headers(name="cancelled")
+    )
+    return int(response.json()["result"]["structuredContent"]["result"])
+
+
+def test_a_request_the_server_does_not_answer_in_time_is_an_error_and_cancelled_there(bridge: Bridge) -> None:
+    before = _cancelled(bridge)
+    response = httpx2.post(
+        bridge.mcp_url("modern"), json=_call(5, "wait", {}), headers=_headers(name="wait"), timeout=30
+    )
+    error = _messages(response)[-1]["error"]
+    assert error["code"] == types.REQUEST_TIMEOUT
+    assert (
+        error["message"]
+        == f"backend modern: the stdio server did not answer tools/call within {CALL_TIMEOUT:g}s"
+    )
+    poll_until(lambda: _cancelled(bridge) == before + 1, 10, "the server saw the call cancelled")
+
+
+def test_listens_beyond_the_bound_are_refused_and_a_server_that_exits_mid_call_is_named_and_restarted(
+    bridge: Bridge,
+) -> None:
+    listen = {
+        "jsonrpc": "2.0",
+        "method": "subscriptions/listen",
+        "params": {"notifications": {"toolsListChanged": True}, "_meta": _envelope()},
+    }
+
+    async def listens() -> tuple[list[int], dict[str, Any]]:
+        async with httpx2.AsyncClient(timeout=30) as http, contextlib.AsyncExitStack() as held:
+            for n in range(MAX_LISTENS):
+                request = http.build_request(
+                    "POST",
+                    bridge.mcp_url("modern"),
+                    json={**listen, "id": f"listen-{n}"},
+                    headers=_headers("subscriptions/listen"),
+                )
+                stream = await held.enter_async_context(_streamed(http, request))
+                assert stream.status_code == 200  # acknowledged on its stream
+            one_more = await http.post(
+                bridge.mcp_url("modern"),
+                json={**listen, "id": "one-more"},
+                headers=_headers("subscriptions/listen"),
+            )
+            exited = await http.post(
+                bridge.mcp_url("modern"), json=_call(9, "exit", {}), headers=_headers(name="exit")
+            )
+            return [one_more.status_code], {"one_more": one_more.json(), "exited": _messages(exited)[-1]}
+
+    statuses, answers = asyncio.run(listens())
+    assert statuses == [503]
+    assert (
+        answers["one_more"]["error"]["message"] == f"backend modern: {MAX_LISTENS} listens are open already"
+    )
+    exited = answers["exited"]["error"]["message"]
+    assert exited.startswith("backend modern: the stdio server exited with code 3 while answering tools/call")
+    poll_until(
+        lambda: bridge.health()["modern"]["starts"] >= 2 and bridge.health()["modern"]["state"] == "ready",
+        30,
+        "the server started again",
+    )
+    assert _cancelled(bridge) == 0  # a fresh process
+
+
+@contextlib.asynccontextmanager
+async def _streamed(http: httpx2.AsyncClient, request: httpx2.Request) -> AsyncIterator[httpx2.Response]:
+    response = await http.send(request, stream=True)
+    try:
+        yield response
+    finally:
+        await response.aclose()
