@@ -4,7 +4,9 @@
 stateful session manager in front of it, the endpoint that picks the upstream server
 (bridge/endpoints.py), and its keeper: for a stdio backend, `Supervisor` for `isolation: shared`,
 `ProcessPool` for `per_session` (with a `Supervisor` of its own as its lister); for a legacy SSE
-backend, a `ProcessPool` of event streams, one per session (bridge/legacy.py). Besides
+backend, a `ProcessPool` of event streams, one per session (bridge/legacy.py). A stdio backend of
+`protocol: 2026-07-28` has no session manager nor forwarding server: its `Supervisor` keeps a
+`ModernUpstream`, and a `ModernEndpoint` passes each request on (bridge/modern_endpoint.py). Besides
 `/<backend id>/mcp` it serves `/healthz`
 (the bridge answers; every backend's state, as JSON) and `/readyz` (200 once each shared backend's
 and each lister's first start has succeeded or failed, so the indexer's first listing does not
@@ -14,7 +16,8 @@ Bounds: `bridge.max_sessions` sessions per backend (503 beyond) and `bridge.sess
 (a per_session backend's sessions: its `idle_timeout`; a legacy SSE backend's open streams: at most
 `bridge.max_sessions`), the SDK's 4 MiB request bodies, each
 backend's call `timeout` and `max_response_bytes`, and the connections uvicorn takes. Hosts: the
-listen address, the configured URL's host and loopback (DNS rebinding).
+listen address, the configured URL's host and loopback, and an Origin of one of them
+(DNS rebinding).
 """
 
 from __future__ import annotations

@@ -10,7 +10,8 @@ makes the SDK tell the stdio server (`notifications/cancelled`).
 
 `initialize` is answered with what the stdio server said of itself when it started (capabilities,
 name, instructions), and `server/discover` is refused, so clients speak the initialize handshake:
-a session is what `per_session` isolation keys on, and what the stdio servers speak anyway.
+a session is what `per_session` isolation keys on, and what the stdio servers speak anyway (a
+backend configured `protocol: 2026-07-28` is served without this server: bridge/modern_endpoint.py).
 Each request also marks its session as listening to the server's notifications (`Listeners`).
 """
 
