@@ -163,7 +163,9 @@ class ModernEndpoint:
             return
         has_json, has_sse = check_accept_headers(http)
         if not has_json or (method == LISTEN and not has_sse):
-            await Response(status_code=406)(http.scope, receive, send)
+            needed = "application/json and text/event-stream" if method == LISTEN else "application/json"
+            message = f"the Accept header must take {needed} for {method}"
+            await _write(_error(request["id"], INVALID_REQUEST, message), send, 406)
             return
         if not self.supervisor.accepting():
             await _write(_error(request["id"], INTERNAL_ERROR, self.supervisor.describe()), send, 503)

@@ -150,10 +150,10 @@ class ModernUpstream:
         limit = None if method == LISTEN else self.timeout + WRITE_MARGIN
         try:
             with anyio.move_on_after(limit):
-                await self._writes.send(SessionMessage(out))
+                # a closed pipe: its reader answers every request waiting, this one too, saying why
+                with suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+                    await self._writes.send(SessionMessage(out))
                 await pending.answered.wait()
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-            pass  # the pipe closed: the reader has answered, or is about to
         finally:
             del self._pending[pipe_id]
             if pending.answer is None and not self._gone:

@@ -154,6 +154,12 @@ def test_initialize_and_requests_without_the_envelope_are_refused_as_the_protoco
     assert response.status_code == 400
     assert response.json()["error"]["code"] == types.INVALID_PARAMS
 
+    listen = {"jsonrpc": "2.0", "id": 4, "method": "subscriptions/listen", "params": {"_meta": _envelope()}}
+    headers = {**_headers("subscriptions/listen"), "Accept": "application/json"}
+    response = httpx2.post(url, json=listen, headers=headers)  # a listen is an event stream
+    assert response.status_code == 406
+    assert "must take application/json and text/event-stream" in response.json()["error"]["message"]
+
     other = _call(3, "pid", {})
     response = httpx2.post(url, json=other, headers=_headers(name="count_to"))  # the header disagrees
     assert response.status_code == 400
