@@ -17,11 +17,14 @@ served by and puts it in the request's scope for the forwarding handlers (bridge
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
+from typing import Any
 
 from mcp.server.streamable_http import MCP_SESSION_ID_HEADER
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
+from mcp.shared.inbound import ERROR_CODE_HTTP_STATUS
 from mcp_types import INTERNAL_ERROR, INVALID_REQUEST
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from starlette.datastructures import Headers
@@ -36,14 +39,31 @@ from bridge.upstream import Unavailable, Upstream
 _SESSION_HEADER = MCP_SESSION_ID_HEADER.encode()
 
 
-async def _refuse(send: Send, status: int, message: str, code: int = INTERNAL_ERROR) -> None:
-    """A JSON-RPC error without an id, as the SDK answers requests it refuses before parsing them."""
-    body = json.dumps({"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}}).encode()
+def error_answer(request_id: Any, code: int, message: str, data: Any = None) -> dict[str, Any]:
+    """A JSON-RPC error answer (`request_id` None: the request's id is not known)."""
+    error: dict[str, Any] = {"code": code, "message": message}
+    if data is not None:
+        error["data"] = data
+    return {"jsonrpc": "2.0", "id": request_id, "error": error}
+
+
+async def write_answer(send: Send, answer: Mapping[str, Any], status: int | None = None) -> None:
+    """One JSON answer; `status` by default the one MCP maps its error code to (200 for a result)."""
+    if status is None:
+        error = answer.get("error")
+        code = error.get("code") if isinstance(error, Mapping) else None
+        status = ERROR_CODE_HTTP_STATUS.get(code, 200) if isinstance(code, int) else 200
+    body = json.dumps(answer, separators=(",", ":")).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     if status == 503:
         headers.append((b"retry-after", b"5"))
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
+
+
+async def _refuse(send: Send, status: int, message: str, code: int = INTERNAL_ERROR) -> None:
+    """A JSON-RPC error without an id, as the SDK answers requests it refuses before parsing them."""
+    await write_answer(send, error_answer(None, code, message), status)
 
 
 class SharedEndpoint:

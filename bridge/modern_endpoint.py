@@ -26,7 +26,6 @@ from mcp.server.streamable_http import check_accept_headers
 from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
 from mcp.shared.inbound import (
-    ERROR_CODE_HTTP_STATUS,
     InboundLadderRejection,
     classify_inbound_request,
     find_duplicated_routing_header,
@@ -37,6 +36,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
+from bridge.endpoints import error_answer, write_answer
 from bridge.modern_upstream import LISTEN, ModernUpstream
 from bridge.supervisor import Supervisor
 
@@ -50,26 +50,6 @@ _SSE_HEADERS = [
 ]
 
 Message = dict[str, Any]
-
-
-def _error(request_id: Any, code: int, message: str, data: Any = None) -> Message:
-    error: dict[str, Any] = {"code": code, "message": message}
-    if data is not None:
-        error["data"] = data
-    return {"jsonrpc": "2.0", "id": request_id, "error": error}
-
-
-async def _write(answer: Message, send: Send, status: int | None = None) -> None:
-    """One JSON answer, with the status its error code maps to (200 for a result)."""
-    if status is None:
-        code = answer["error"].get("code") if isinstance(answer.get("error"), dict) else None
-        status = ERROR_CODE_HTTP_STATUS.get(code, 200) if isinstance(code, int) else 200
-    body = json.dumps(answer, separators=(",", ":")).encode()
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    if status == 503:
-        headers.append((b"retry-after", b"5"))
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
 
 
 def _event(message: Message) -> bytes:
@@ -119,14 +99,13 @@ class ModernEndpoint:
             return
         body = await _body(receive)
         if body is None:
-            await _write(
-                _error(None, INVALID_REQUEST, f"the request is larger than {MAX_BODY} bytes"), send, 413
-            )
+            message = f"the request is larger than {MAX_BODY} bytes"
+            await write_answer(send, error_answer(None, INVALID_REQUEST, message), 413)
             return
         try:
             decoded = json.loads(body)
         except (ValueError, RecursionError):
-            await _write(_error(None, PARSE_ERROR, "Parse error: the body is not JSON"), send)
+            await write_answer(send, error_answer(None, PARSE_ERROR, "Parse error: the body is not JSON"))
             return
         if isinstance(decoded, dict) and "id" not in decoded and isinstance(decoded.get("method"), str):
             await Response(status_code=202)(scope, receive, send)  # a notification: nothing acts on it
@@ -138,7 +117,7 @@ class ModernEndpoint:
             and isinstance(decoded.get("params", {}), dict)
         ):
             message = "the body must be one JSON-RPC request: an object with id, method and object params"
-            await _write(_error(None, INVALID_REQUEST, message), send)
+            await write_answer(send, error_answer(None, INVALID_REQUEST, message))
             return
         await self._serve(decoded, request, send, receive)
 
@@ -150,7 +129,7 @@ class ModernEndpoint:
                 f"backend {backend} speaks protocol {LATEST_MODERN_VERSION}, which has no initialize "
                 "handshake: send each request with that protocol's _meta envelope"
             )
-            await _write(_error(request["id"], METHOD_NOT_FOUND, message), send)
+            await write_answer(send, error_answer(request["id"], METHOD_NOT_FOUND, message))
             return
         duplicated = find_duplicated_routing_header(http.headers.items())
         verdict = (
@@ -159,16 +138,18 @@ class ModernEndpoint:
             else classify_inbound_request(request, headers=dict(http.headers))
         )
         if isinstance(verdict, InboundLadderRejection):
-            await _write(_error(request["id"], verdict.code, verdict.message, verdict.data), send)
+            await write_answer(send, error_answer(request["id"], verdict.code, verdict.message, verdict.data))
             return
         has_json, has_sse = check_accept_headers(http)
         if not has_json or (method == LISTEN and not has_sse):
             needed = "application/json and text/event-stream" if method == LISTEN else "application/json"
             message = f"the Accept header must take {needed} for {method}"
-            await _write(_error(request["id"], INVALID_REQUEST, message), send, 406)
+            await write_answer(send, error_answer(request["id"], INVALID_REQUEST, message), 406)
             return
         if not self.supervisor.accepting():
-            await _write(_error(request["id"], INTERNAL_ERROR, self.supervisor.describe()), send, 503)
+            await write_answer(
+                send, error_answer(request["id"], INTERNAL_ERROR, self.supervisor.describe()), 503
+            )
             return
         try:
             upstream = await self.supervisor.upstream()
@@ -177,7 +158,7 @@ class ModernEndpoint:
                     INTERNAL_ERROR, f"backend {backend}: {self.max_listens} listens are open already"
                 )
         except MCPError as exc:
-            await _write(_error(request["id"], exc.error.code, exc.error.message), send, 503)
+            await write_answer(send, error_answer(request["id"], exc.error.code, exc.error.message), 503)
             return
         await _Exchange(upstream, request, has_sse).run(send, receive)
 
@@ -210,7 +191,7 @@ class _Exchange:
                     self._request, self._deliver if self._streams else None
                 )
             except MCPError as exc:  # the server had gone
-                self._answer = _error(self._request["id"], exc.error.code, exc.error.message)
+                self._answer = error_answer(self._request["id"], exc.error.code, exc.error.message)
         self._answered.set()
 
     async def run(self, send: Send, receive: Receive) -> None:
@@ -224,14 +205,14 @@ class _Exchange:
         if not self._streams:  # a client that takes JSON only gets the answer alone, when it comes
             await self._answered.wait()
             assert self._answer is not None  # set before answered
-            await _write(self._answer, send)
+            await write_answer(send, self._answer)
             return
         first: Message | None = None
         with anyio.move_on_after(PING_INTERVAL):
             with contextlib.suppress(anyio.EndOfStream):
                 first = await self._next.receive()
         if self._answer is not None and first is None:
-            await _write(self._answer, send)
+            await write_answer(send, self._answer)
             return
         await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
         pending = first
@@ -250,7 +231,7 @@ class _Exchange:
                 f"backend {self._upstream.backend_id}: the client fell {EVENT_BACKLOG} notifications "
                 "behind, and the request was ended"
             )
-            answer = _error(self._request["id"], INTERNAL_ERROR, message)
+            answer = error_answer(self._request["id"], INTERNAL_ERROR, message)
         await send({"type": "http.response.body", "body": _event(answer), "more_body": False})
 
 

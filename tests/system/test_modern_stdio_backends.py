@@ -20,6 +20,7 @@ import mcp_types as types
 import pytest
 from mcp.shared.subscriptions import ToolsListChanged
 
+from bridge.modern_endpoint import MAX_BODY
 from tests.support.bridges import Bridge, fake, mcp_client, poll_until, running_bridge
 
 MODERN_SERVER = Path(__file__).resolve().parents[1] / "support" / "modern_stdio_server.py"
@@ -153,6 +154,11 @@ def test_initialize_and_requests_without_the_envelope_are_refused_as_the_protoco
     response = httpx2.post(url, json=bare, headers=_headers("tools/list"))
     assert response.status_code == 400
     assert response.json()["error"]["code"] == types.INVALID_PARAMS
+
+    huge = _call(5, "pid", {"text": "x" * MAX_BODY})
+    response = httpx2.post(url, json=huge, headers=_headers(name="pid"))
+    assert response.status_code == 413
+    assert response.json()["error"]["message"] == f"the request is larger than {MAX_BODY} bytes"
 
     listen = {"jsonrpc": "2.0", "id": 4, "method": "subscriptions/listen", "params": {"_meta": _envelope()}}
     headers = {**_headers("subscriptions/listen"), "Accept": "application/json"}
