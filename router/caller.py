@@ -108,7 +108,7 @@ NOTHING_DECLARED = Declared()
 
 class ClientStream(Protocol):
     """The SSE stream a call is answered on, for the messages the router writes on it itself beside
-    the SDK's (router/frontdoor/call_streams.py): a backend's request of the client."""
+    the SDK's (router/frontdoor/streams/call_streams.py): a backend's request of the client."""
 
     async def send(self, message: Mapping[str, Any]) -> bool:
         """Write one JSON-RPC message as an event; False when the stream is gone (nothing was sent)."""

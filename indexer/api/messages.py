@@ -21,6 +21,7 @@ from indexer.errors import InvalidRequest, ToolNotFound
 from indexer.retrieval.tools import Tool
 from indexer.sessions.views import LiveSession
 from indexer.state import BackendSession, Principal, SessionRecord, VersionRef
+from indexer.state.stream_events import EventsToKeep, KeptEvents, StreamEnd
 from toolsearch.backend_settings import Backend
 from toolsearch.indexer_settings import Naming
 from toolsearch.v1 import indexer_pb2 as pb
@@ -217,3 +218,36 @@ def session_status(session: SessionRecord) -> pb.SessionStatus:
             )
         )
     return status
+
+
+_STREAM_ENDS = {
+    StreamEnd.OPEN: pb.STREAM_END_OPEN,
+    StreamEnd.DONE: pb.STREAM_END_DONE,
+    StreamEnd.BROKEN: pb.STREAM_END_BROKEN,
+}
+
+
+def events_to_keep(request: pb.KeepStreamEventsRequest) -> EventsToKeep:
+    """The keep a router asks for; raises `InvalidRequest` for one it would not make."""
+    ends = {wire: end for end, wire in _STREAM_ENDS.items()}
+    if request.end not in ends:
+        raise InvalidRequest(f"unknown stream end: {request.end}")
+    keep = EventsToKeep(
+        request.session_id,
+        request.stream_id,
+        request.first_seq,
+        tuple(request.events),
+        ends[request.end],
+        request.ttl_seconds,
+        request.request_id_json,
+    )
+    keep.check()
+    return keep
+
+
+def kept_events(kept: KeptEvents | None) -> pb.ReadStreamEventsResponse:
+    if kept is None:
+        return pb.ReadStreamEventsResponse(found=False)
+    return pb.ReadStreamEventsResponse(
+        found=True, events=kept.events, end=_STREAM_ENDS[kept.end], request_id_json=kept.request_id
+    )

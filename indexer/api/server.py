@@ -103,6 +103,7 @@ async def _bound_server(
         indexer.lister.backend_tokens,
         indexer.tools_changed,
         indexer.state.rounds,
+        indexer.state.streams,
     )
     indexer_pb2_grpc.add_IndexerServicer_to_server(service, server)
     health = HealthServicer()

@@ -49,6 +49,7 @@ from indexer.sessions.backend_session_waits import stamp_of
 from indexer.sessions.manager import SessionManager
 from indexer.state import BackendSession, StateUnavailable
 from indexer.state.rounds import LocalRounds, RoundStore
+from indexer.state.stream_events import MAX_EVENTS, LocalStreams, StreamStore
 from toolsearch.backend_settings import Backend
 from toolsearch.indexer_settings import Naming
 from toolsearch.trailers import ERROR_KEY, RETRY_AFTER_KEY, SUGGESTIONS_KEY, ErrorKind
@@ -137,9 +138,11 @@ class IndexerService(pb_grpc.IndexerServicer):
         tokens: BackendTokens | None = None,
         tools_changed: Callable[[str], Awaitable[None]] | None = None,
         rounds: RoundStore | None = None,
+        streams: StreamStore | None = None,
     ) -> None:
         self._sessions = sessions
         self._rounds = rounds or LocalRounds()  # calls waiting for their client's input
+        self._streams = streams or LocalStreams()  # call streams kept for their clients to resume
         # has a backend whose tools changed listed again soon (Indexer.tools_changed)
         self._tools_changed = tools_changed
         self._tokens = tokens  # the tokens of token_exchange backends (ExchangeToken)
@@ -261,6 +264,23 @@ class IndexerService(pb_grpc.IndexerServicer):
         _check_round(request.token, "", 1.0)
         record = await self._rounds.get(request.session_id, request.token)
         return pb.ReadInputRoundResponse(found=record is not None, record_json=record or "")
+
+    @translated
+    async def KeepStreamEvents(
+        self, request: pb.KeepStreamEventsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.KeepStreamEventsResponse:
+        await self._sessions.get(request.session_id, principal_of(request.principal))
+        await self._streams.keep(messages.events_to_keep(request))
+        return pb.KeepStreamEventsResponse()
+
+    @translated
+    async def ReadStreamEvents(
+        self, request: pb.ReadStreamEventsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ReadStreamEventsResponse:
+        await self._sessions.get(request.session_id, principal_of(request.principal))
+        limit = min(max(request.limit, 1), MAX_EVENTS)
+        kept = await self._streams.read(request.session_id, request.stream_id, request.after, limit)
+        return messages.kept_events(kept)
 
     def _kept(self, sessions: Mapping[str, BackendSession]) -> dict[str, tuple[Backend, BackendSession]]:
         """The backend sessions a router can reach: of configured backends, with a session id."""

@@ -48,6 +48,7 @@ from indexer.state.redis_connection import RedisTarget
 from indexer.state.redis_lease import RedisEvents, RedisLease
 from indexer.state.redis_sessions import RedisSessions
 from indexer.state.rounds import LocalRounds, RedisRounds, RoundStore
+from indexer.state.stream_events import LocalStreams, RedisStreams, StreamStore
 from indexer.state.tokens import LocalTokens, RedisTokens, TokenStore
 
 __all__ = [
@@ -111,6 +112,7 @@ class State:
     leadership: Leadership = field(init=False)  # over the shared state's lease, if there is one
     tokens: TokenStore = field(default_factory=LocalTokens)  # tokens exchanged for backends
     rounds: RoundStore = field(default_factory=LocalRounds)  # calls waiting for their client's input
+    streams: StreamStore = field(default_factory=LocalStreams)  # call streams kept for resumption
 
     def __post_init__(self) -> None:
         self.leadership = Leadership(self.shared.lease if self.shared is not None else None)
@@ -186,4 +188,5 @@ def make_state(
         check,
         RedisTokens(client, keys),
         RedisRounds(client, keys),
+        RedisStreams(client, keys),
     )

@@ -72,6 +72,10 @@ class Keys:
         """A call of the session waiting for its client's input, under the router's token for it."""
         return f"{self.prefix}round:{session_id}:{token}"
 
+    def stream(self, session_id: str, stream_id: str) -> str:
+        """A call's stream of the session, kept for its client to resume."""
+        return f"{self.prefix}stream:{session_id}:{stream_id}"
+
     def embeddings(self, identity: str) -> str:
         return f"{self.prefix}embeddings:{hashlib.sha256(identity.encode()).hexdigest()[:16]}"
 

@@ -20,20 +20,20 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+import anyio
 from mcp_types import INVALID_REQUEST
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from starlette.datastructures import Headers
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from router.caller import NOTHING_DECLARED, STATE_KEY, Authenticator, Caller, Identity
+from router.caller import NOTHING_DECLARED, STATE_KEY, Authenticator, Caller, Declared, Identity
 from router.error_answers import http_answer, jsonrpc_error_response
 from router.errors import (
     RouterError,
     Unauthenticated,
 )
 from router.frontdoor.bodies import DRAIN_FACTOR, Body, BodyTooLarge, ClientGone, answer_early
-from router.frontdoor.call_streams import CallStream
 from router.frontdoor.declarations import request_declared, session_declared
 from router.frontdoor.direct_calls import DirectCalls
 from router.frontdoor.messages import (
@@ -44,7 +44,10 @@ from router.frontdoor.messages import (
     parse_message,
 )
 from router.frontdoor.resource_metadata import ResourceMetadata
-from router.frontdoor.standalone import StandaloneStreams
+from router.frontdoor.streams.call_streams import CallStream
+from router.frontdoor.streams.resumed_streams import ResumedStreams
+from router.frontdoor.streams.standalone import StandaloneStreams
+from router.frontdoor.streams.stream_log import StreamLog
 from router.handlers.meta_tool_schemas import CALL_TOOL, FIND_TOOL
 from router.link.indexer_client import IndexerClient
 from router.targets import ResolvedTool
@@ -54,6 +57,7 @@ logger = logging.getLogger(__name__)
 
 JSONRPC_ID_KEY = "toolsearch.jsonrpc_id"  # and the posted message's id, for answers given outside it
 SESSION_HEADER = "mcp-session-id"
+LAST_EVENT_ID = "last-event-id"
 MISSING_SESSION = "missing Mcp-Session-Id header: send the id returned by initialize"
 # a handshake client's notifications its backend sessions are told of (router/upstream/backend_notices.py)
 PASSED_ON = frozenset({"notifications/cancelled", "notifications/roots/list_changed"})
@@ -89,7 +93,9 @@ class SessionLayer:
     `standalone`, a handshake session's `GET` opens its standalone stream there. With `direct`, a
     handshake session's find_tool and call_tool calls answered with JSON are answered there, in
     front of the SDK's server; a find's session is checked by the search itself
-    (router/frontdoor/direct_calls.py).
+    (router/frontdoor/direct_calls.py). Where `GET` is served (`standalone`), a handshake session's
+    streamed call is also kept in the indexer as it is written (router/frontdoor/streams/stream_log.py), and
+    a `GET` with `Last-Event-ID` resumes it (router/frontdoor/streams/resumed_streams.py).
     """
 
     def __init__(
@@ -106,6 +112,7 @@ class SessionLayer:
         direct: DirectCalls | None = None,
     ) -> None:
         self.app = app
+        self.resumed = ResumedStreams(indexer, standalone.stopping) if standalone is not None else None
         self.direct = direct
         self.standalone = standalone
         self.streaming_app = streaming_app
@@ -140,7 +147,11 @@ class SessionLayer:
                 response = await self._delete(headers, identity)
             elif method == "GET" and self.standalone is not None and is_handshake_era(headers):
                 caller = await self._listener(headers, identity)
-                await self.standalone.serve(scope, receive, send, caller)
+                event_id = headers.get(LAST_EVENT_ID)
+                if event_id is not None and self.resumed is not None:
+                    await self.resumed.serve(scope, receive, send, caller, event_id)
+                else:
+                    await self.standalone.serve(scope, receive, send, caller)
                 return
             else:
                 # 2026-07-28 has no standalone stream to open with GET: its client listens with a
@@ -213,16 +224,7 @@ class SessionLayer:
             declared = request_declared(message.meta)
         bind_session(session_id)  # the logs of the rest of this request name the session (a prefix)
         streaming = self.streaming_app
-        # a call's answer is a stream when something may come before the result: progress, log
-        # messages the client asked for (a handshake session's level, a 2026-07-28 request's), or
-        # a backend's request of a client that can answer it (find_tool asks no backend)
-        wants_logs = bool(declared.log_level)
-        answers = bool(declared.answers_on_stream) and message.called != FIND_TOOL
-        if (
-            streaming is None
-            or message.method != "tools/call"
-            or not (message.wants_progress or wants_logs or answers)
-        ):
+        if streaming is None or not _streamed_answer(message, declared):
             caller = Caller(identity, session_id, False, resolved, shared, declared)
             direct = self.direct if session_id and is_handshake_era(headers) else None
             if direct is not None and (call := direct.params(scope, message, CALL_TOOL)) is not None:
@@ -231,10 +233,13 @@ class SessionLayer:
             scope.setdefault("state", {})[STATE_KEY] = caller
             await self.app(scope, receive, send)
             return
-        stream = CallStream(send)
+        log = None
+        if self.resumed is not None and session_id and is_handshake_era(headers):
+            log = StreamLog(self.indexer, Caller(identity, session_id), json.dumps(message.id))
+        stream = CallStream(send, receive, log)
         caller = Caller(identity, session_id, True, resolved, shared, declared, stream)
         scope.setdefault("state", {})[STATE_KEY] = caller
-        await streaming(scope, receive, stream.asgi_send)
+        await _streamed(streaming, scope, receive, stream, log)
 
     async def _initialize(
         self, scope: Scope, receive: Receive, send: Send, identity: Identity, capabilities_json: str
@@ -281,6 +286,33 @@ class SessionLayer:
         bind_session(session_id)
         await self.indexer.close_session(session_id, identity.principal, identity.bearer_token)
         return Response(status_code=200)
+
+
+def _streamed_answer(message: JsonRpcMessage, declared: Declared) -> bool:
+    """Whether a request is answered with a stream: a call, when something may come before its
+    result: progress, log messages the client asked for (a handshake session's level, a 2026-07-28
+    request's), or a backend's request of a client that can answer it (find_tool asks no backend)."""
+    if message.method != "tools/call":
+        return False
+    answers = bool(declared.answers_on_stream) and message.called != FIND_TOOL
+    return message.wants_progress or bool(declared.log_level) or answers
+
+
+async def _streamed(
+    app: ASGIApp, scope: Scope, receive: Receive, stream: CallStream, log: StreamLog | None
+) -> None:
+    """Run a streamed call through `app`, its events kept in `log` if there is one."""
+    if log is None:
+        await app(scope, receive, stream.asgi_send)
+        return
+    # the call outlives its client's connection; its events are kept until its answer
+    async with anyio.create_task_group() as keeping:
+        keeping.start_soon(log.run)
+        async with anyio.create_task_group() as watching:
+            watching.start_soon(stream.watch)
+            await app(scope, stream.asgi_receive, stream.asgi_send)
+            watching.cancel_scope.cancel()
+        log.close()  # (the end of the SDK's answer closed it already: closing twice is nothing)
 
 
 def _is_jsonrpc_error(body_messages: list[Message]) -> bool:

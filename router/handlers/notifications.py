@@ -2,7 +2,7 @@
 names the client knows.
 
 A handshake-era client opens its session's standalone stream with `GET /mcp` (on whichever replica;
-router/frontdoor/standalone.py); the backends' messages come from their own backend sessions'
+router/frontdoor/streams/standalone.py); the backends' messages come from their own backend sessions'
 streams (router/upstream/backend_streams.py) and are passed on here:
 
 - `notifications/resources/updated` (a subscribed resource changed), its URI the one the client

@@ -14,6 +14,7 @@ import grpc
 
 from router.caller import Principal
 from router.found import Found
+from router.kept_streams import KeptEvents, StreamEnd
 from router.link.backend_targets import (
     SessionAnswer,
     reachable_targets,
@@ -27,6 +28,12 @@ from router.link.indexer_answers import found, pinned_definitions, status_view
 from router.targets import BackendSession, BackendTarget, KeptSessions, ReachableTargets, ResolvedTool
 from toolsearch.transport import ChannelSecurity
 from toolsearch.v1 import indexer_pb2 as pb
+
+_STREAM_ENDS = {
+    StreamEnd.OPEN: pb.STREAM_END_OPEN,
+    StreamEnd.DONE: pb.STREAM_END_DONE,
+    StreamEnd.BROKEN: pb.STREAM_END_BROKEN,
+}
 
 
 def _principal(principal: Principal) -> pb.Principal:
@@ -202,6 +209,53 @@ class IndexerClient:
             return None
         record = json.loads(response.record_json)
         return record if isinstance(record, dict) else None
+
+    async def keep_stream_events(
+        self,
+        session_id: str,
+        principal: Principal,
+        stream_id: str,
+        first_seq: int,
+        events: Sequence[str],
+        end: StreamEnd,
+        ttl: float,
+        request_id: str,
+    ) -> None:
+        """Keep a call's stream events, numbered from `first_seq`, with the session for `ttl` seconds
+        past this keep (docs/gateway.md, "Streams a client resumes"); raises `SessionNotFound`."""
+        request = pb.KeepStreamEventsRequest(
+            session_id=session_id,
+            principal=_principal(principal),
+            stream_id=stream_id,
+            first_seq=first_seq,
+            events=events,
+            end=_STREAM_ENDS[end],
+            ttl_seconds=ttl,
+            request_id_json=request_id,
+        )
+        await self.channels.call(lambda stub: stub.KeepStreamEvents, request)
+
+    async def read_stream_events(
+        self, session_id: str, principal: Principal, stream_id: str, after: int, limit: int
+    ) -> KeptEvents | None:
+        """The kept events of the session's stream after number `after`, at most `limit`; None when
+        none is kept (it expired, or is not this session's); raises `SessionNotFound`."""
+        request = pb.ReadStreamEventsRequest(
+            session_id=session_id,
+            principal=_principal(principal),
+            stream_id=stream_id,
+            after=after,
+            limit=limit,
+        )
+        response: pb.ReadStreamEventsResponse = await self.channels.call(
+            lambda stub: stub.ReadStreamEvents, request
+        )
+        if not response.found:
+            return None
+        ends = {wire: end for end, wire in _STREAM_ENDS.items()}
+        return KeptEvents(
+            tuple(response.events), ends.get(response.end, StreamEnd.BROKEN), response.request_id_json
+        )
 
     async def reachable_backends(self, session_id: str, principal: Principal) -> ReachableTargets:
         """The session's advertised backends that offer resources, prompts or completions."""

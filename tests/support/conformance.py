@@ -61,10 +61,12 @@ def missing() -> str | None:
 
 @dataclass(frozen=True)
 class Outcome:
-    """One scenario's result: whether it passed, and the messages of the checks that failed."""
+    """One scenario's result: whether it passed, the messages of the checks that failed, and the
+    ids of those that passed with a warning (a SHOULD not met)."""
 
     passed: bool
     failures: tuple[str, ...]
+    warnings: tuple[str, ...] = ()
 
 
 async def _node(*args: str, timeout: float) -> str:
@@ -99,7 +101,8 @@ async def server_scenarios(requirements: str) -> list[str]:
 def _outcome(folder: Path) -> Outcome:
     checks = json.loads((folder / "checks.json").read_text())
     failed = [c for c in checks if c.get("status") == "FAILURE"]
-    return Outcome(not failed, tuple(f"{c.get('id')}: {c.get('errorMessage', '')}" for c in failed))
+    warned = tuple(str(c.get("id")) for c in checks if c.get("status") == "WARNING")
+    return Outcome(not failed, tuple(f"{c.get('id')}: {c.get('errorMessage', '')}" for c in failed), warned)
 
 
 async def run_suite(url: str, requirements: str, folder: Path) -> dict[str, Outcome]:

@@ -20,7 +20,7 @@ from typing import Any
 import httpx2
 import pytest
 
-from router.frontdoor.standalone import MAX_PER_SESSION
+from router.frontdoor.streams.standalone import MAX_PER_SESSION
 from tests.support.asking import asking_replicas
 from tests.support.clients import RawClient, until
 from tests.support.routers import LightStack, another_router

@@ -17,10 +17,12 @@ from pathlib import Path
 import httpx2
 import pytest
 
+from commands.ports import free_port
 from tests.support.bridges import fake, mcp_client, needs_everything, running_bridge
 from tests.support.clients import RawClient
 from tests.support.everything import stack_with_everything
 from tests.support.routers import another_router, light_stack
+from tests.support.split_proxy import split_proxy
 from tests.support.stack import HEADERS, INITIALIZE
 from tests.support.waits import wait_for
 
@@ -47,6 +49,36 @@ async def test_progress_notifications_of_a_backend_reach_the_client_before_the_r
         assert not result.is_error, result
         assert "Long running operation completed" in result.content[0].text
         assert reports == [(1.0, 4.0), (2.0, 4.0), (3.0, 4.0), (4.0, 4.0)]
+
+
+@needs_everything
+async def test_a_client_whose_call_stream_drops_resumes_it_on_another_replica_and_misses_nothing(
+    tmp_path: Path,
+) -> None:
+    """The connection to the replica running the call drops after two progress reports; the SDK's
+    client resumes the stream with `Last-Event-ID`, the other replica reads the rest from the
+    indexer and follows it, and the client gets every report once, in order, and the result."""
+    async with stack_with_everything(tmp_path) as (stack, _):
+        second, second_url = await asyncio.to_thread(another_router, stack, "second", {})
+        try:
+            with split_proxy(stack.router_url, second_url, free_port(), cut_after=2) as (url, proxy):
+                reports: list[float] = []
+
+                async def progress(value: float, total: float | None, message: str | None) -> None:
+                    reports.append(value)
+
+                async with mcp_client(f"{url}/mcp", mode="legacy") as client:
+                    result = await client.call_tool(
+                        "call_tool",
+                        {"tool_name": LONG, "parameters": {"duration": 2.0, "steps": 8}},
+                        progress_callback=progress,
+                    )
+        finally:
+            second.stop()
+    assert not result.is_error, result
+    assert "Long running operation completed" in result.content[0].text
+    assert reports == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]
+    assert (proxy.cuts, proxy.resumptions) == (1, 1)
 
 
 @needs_everything

@@ -11,6 +11,7 @@ from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 import builtins as _builtins
 import sys
 import typing as _typing
@@ -21,6 +22,24 @@ else:
     from typing_extensions import TypeAlias as _TypeAlias, Never as _Never
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class _StreamEnd:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _StreamEndEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_StreamEnd.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    STREAM_END_OPEN: _StreamEnd.ValueType  # 0
+    STREAM_END_DONE: _StreamEnd.ValueType  # 1
+    STREAM_END_BROKEN: _StreamEnd.ValueType  # 2
+
+class StreamEnd(_StreamEnd, metaclass=_StreamEndEnumTypeWrapper):
+    """How a kept stream ended: not yet, with its last event, or with events the router could not keep."""
+
+STREAM_END_OPEN: StreamEnd.ValueType  # 0
+STREAM_END_DONE: StreamEnd.ValueType  # 1
+STREAM_END_BROKEN: StreamEnd.ValueType  # 2
+Global___StreamEnd: _TypeAlias = StreamEnd  # noqa: Y015
 
 @_typing.final
 class Principal(_message.Message):
@@ -1430,3 +1449,128 @@ class ReadInputRoundResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ReadInputRoundResponse: _TypeAlias = ReadInputRoundResponse  # noqa: Y015
+
+@_typing.final
+class KeepStreamEventsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    PRINCIPAL_FIELD_NUMBER: _builtins.int
+    STREAM_ID_FIELD_NUMBER: _builtins.int
+    FIRST_SEQ_FIELD_NUMBER: _builtins.int
+    EVENTS_FIELD_NUMBER: _builtins.int
+    END_FIELD_NUMBER: _builtins.int
+    TTL_SECONDS_FIELD_NUMBER: _builtins.int
+    REQUEST_ID_JSON_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    stream_id: _builtins.str
+    first_seq: _builtins.int
+    """the number of events[0]; 1 for a stream's first event"""
+    end: Global___StreamEnd.ValueType
+    ttl_seconds: _builtins.float
+    request_id_json: _builtins.str
+    """the JSON-RPC id of the call the stream answers"""
+    @_builtins.property
+    def principal(self) -> Global___Principal: ...
+    @_builtins.property
+    def events(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """whole SSE events as the client reads them, ids included"""
+
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+        principal: Global___Principal | None = ...,
+        stream_id: _builtins.str = ...,
+        first_seq: _builtins.int = ...,
+        events: _abc.Iterable[_builtins.str] | None = ...,
+        end: Global___StreamEnd.ValueType = ...,
+        ttl_seconds: _builtins.float = ...,
+        request_id_json: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["principal", b"principal"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["end", b"end", "events", b"events", "first_seq", b"first_seq", "principal", b"principal", "request_id_json", b"request_id_json", "session_id", b"session_id", "stream_id", b"stream_id", "ttl_seconds", b"ttl_seconds"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___KeepStreamEventsRequest: _TypeAlias = KeepStreamEventsRequest  # noqa: Y015
+
+@_typing.final
+class KeepStreamEventsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___KeepStreamEventsResponse: _TypeAlias = KeepStreamEventsResponse  # noqa: Y015
+
+@_typing.final
+class ReadStreamEventsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    PRINCIPAL_FIELD_NUMBER: _builtins.int
+    STREAM_ID_FIELD_NUMBER: _builtins.int
+    AFTER_FIELD_NUMBER: _builtins.int
+    LIMIT_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    stream_id: _builtins.str
+    after: _builtins.int
+    limit: _builtins.int
+    @_builtins.property
+    def principal(self) -> Global___Principal: ...
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+        principal: Global___Principal | None = ...,
+        stream_id: _builtins.str = ...,
+        after: _builtins.int = ...,
+        limit: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["principal", b"principal"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["after", b"after", "limit", b"limit", "principal", b"principal", "session_id", b"session_id", "stream_id", b"stream_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReadStreamEventsRequest: _TypeAlias = ReadStreamEventsRequest  # noqa: Y015
+
+@_typing.final
+class ReadStreamEventsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FOUND_FIELD_NUMBER: _builtins.int
+    EVENTS_FIELD_NUMBER: _builtins.int
+    END_FIELD_NUMBER: _builtins.int
+    REQUEST_ID_JSON_FIELD_NUMBER: _builtins.int
+    found: _builtins.bool
+    end: Global___StreamEnd.ValueType
+    """DONE or BROKEN once every event is kept, and all of them were read"""
+    request_id_json: _builtins.str
+    @_builtins.property
+    def events(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """events after+1, after+2, ... as far as they are kept, in order"""
+
+    def __init__(
+        self,
+        *,
+        found: _builtins.bool = ...,
+        events: _abc.Iterable[_builtins.str] | None = ...,
+        end: Global___StreamEnd.ValueType = ...,
+        request_id_json: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["end", b"end", "events", b"events", "found", b"found", "request_id_json", b"request_id_json"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReadStreamEventsResponse: _TypeAlias = ReadStreamEventsResponse  # noqa: Y015

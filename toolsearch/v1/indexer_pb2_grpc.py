@@ -115,6 +115,16 @@ class IndexerStub:
                 request_serializer=toolsearch_dot_v1_dot_indexer__pb2.ReadInputRoundRequest.SerializeToString,
                 response_deserializer=toolsearch_dot_v1_dot_indexer__pb2.ReadInputRoundResponse.FromString,
                 _registered_method=True)
+        self.KeepStreamEvents = channel.unary_unary(
+                '/toolsearch.v1.Indexer/KeepStreamEvents',
+                request_serializer=toolsearch_dot_v1_dot_indexer__pb2.KeepStreamEventsRequest.SerializeToString,
+                response_deserializer=toolsearch_dot_v1_dot_indexer__pb2.KeepStreamEventsResponse.FromString,
+                _registered_method=True)
+        self.ReadStreamEvents = channel.unary_unary(
+                '/toolsearch.v1.Indexer/ReadStreamEvents',
+                request_serializer=toolsearch_dot_v1_dot_indexer__pb2.ReadStreamEventsRequest.SerializeToString,
+                response_deserializer=toolsearch_dot_v1_dot_indexer__pb2.ReadStreamEventsResponse.FromString,
+                _registered_method=True)
 
 
 class IndexerServicer:
@@ -246,6 +256,25 @@ class IndexerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def KeepStreamEvents(self, request, context):
+        """A handshake-era call's stream to its client, kept with the session so that a client whose
+        connection dropped resumes it (`Last-Event-ID`) on any replica: the router that runs the call
+        adds its events from `first_seq` on, in order, and says when the stream `ended`; the record
+        lives `ttl_seconds` past the last keep. INVALID_ARGUMENT for a stream id that is not one the
+        router makes, an event over 1 MiB, a stream of more than 1,000 events, or a gap in the numbering.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReadStreamEvents(self, request, context):
+        """The kept events of a session's stream after `after` (at most `limit` of them), and how it ended
+        if it did; `found` false when there is none (it expired, or the stream is not this session's).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_IndexerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -323,6 +352,16 @@ def add_IndexerServicer_to_server(servicer, server):
                     servicer.ReadInputRound,
                     request_deserializer=toolsearch_dot_v1_dot_indexer__pb2.ReadInputRoundRequest.FromString,
                     response_serializer=toolsearch_dot_v1_dot_indexer__pb2.ReadInputRoundResponse.SerializeToString,
+            ),
+            'KeepStreamEvents': grpc.unary_unary_rpc_method_handler(
+                    servicer.KeepStreamEvents,
+                    request_deserializer=toolsearch_dot_v1_dot_indexer__pb2.KeepStreamEventsRequest.FromString,
+                    response_serializer=toolsearch_dot_v1_dot_indexer__pb2.KeepStreamEventsResponse.SerializeToString,
+            ),
+            'ReadStreamEvents': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReadStreamEvents,
+                    request_deserializer=toolsearch_dot_v1_dot_indexer__pb2.ReadStreamEventsRequest.FromString,
+                    response_serializer=toolsearch_dot_v1_dot_indexer__pb2.ReadStreamEventsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -736,6 +775,60 @@ class Indexer:
             '/toolsearch.v1.Indexer/ReadInputRound',
             toolsearch_dot_v1_dot_indexer__pb2.ReadInputRoundRequest.SerializeToString,
             toolsearch_dot_v1_dot_indexer__pb2.ReadInputRoundResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def KeepStreamEvents(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/toolsearch.v1.Indexer/KeepStreamEvents',
+            toolsearch_dot_v1_dot_indexer__pb2.KeepStreamEventsRequest.SerializeToString,
+            toolsearch_dot_v1_dot_indexer__pb2.KeepStreamEventsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReadStreamEvents(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/toolsearch.v1.Indexer/ReadStreamEvents',
+            toolsearch_dot_v1_dot_indexer__pb2.ReadStreamEventsRequest.SerializeToString,
+            toolsearch_dot_v1_dot_indexer__pb2.ReadStreamEventsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -97,6 +97,17 @@ class IndexerStub:
     """The record kept under a token of the session; `found` false when there is none (it expired, or
     the token is not this session's).
     """
+    KeepStreamEvents: _grpc.UnaryUnaryMultiCallable[_indexer_pb2.KeepStreamEventsRequest, _indexer_pb2.KeepStreamEventsResponse]
+    """A handshake-era call's stream to its client, kept with the session so that a client whose
+    connection dropped resumes it (`Last-Event-ID`) on any replica: the router that runs the call
+    adds its events from `first_seq` on, in order, and says when the stream `ended`; the record
+    lives `ttl_seconds` past the last keep. INVALID_ARGUMENT for a stream id that is not one the
+    router makes, an event over 1 MiB, a stream of more than 1,000 events, or a gap in the numbering.
+    """
+    ReadStreamEvents: _grpc.UnaryUnaryMultiCallable[_indexer_pb2.ReadStreamEventsRequest, _indexer_pb2.ReadStreamEventsResponse]
+    """The kept events of a session's stream after `after` (at most `limit` of them), and how it ended
+    if it did; `found` false when there is none (it expired, or the stream is not this session's).
+    """
 
 @_typing.type_check_only
 class IndexerAsyncStub(IndexerStub):
@@ -162,6 +173,17 @@ class IndexerAsyncStub(IndexerStub):
     ReadInputRound: _aio.UnaryUnaryMultiCallable[_indexer_pb2.ReadInputRoundRequest, _indexer_pb2.ReadInputRoundResponse]  # type: ignore[assignment]
     """The record kept under a token of the session; `found` false when there is none (it expired, or
     the token is not this session's).
+    """
+    KeepStreamEvents: _aio.UnaryUnaryMultiCallable[_indexer_pb2.KeepStreamEventsRequest, _indexer_pb2.KeepStreamEventsResponse]  # type: ignore[assignment]
+    """A handshake-era call's stream to its client, kept with the session so that a client whose
+    connection dropped resumes it (`Last-Event-ID`) on any replica: the router that runs the call
+    adds its events from `first_seq` on, in order, and says when the stream `ended`; the record
+    lives `ttl_seconds` past the last keep. INVALID_ARGUMENT for a stream id that is not one the
+    router makes, an event over 1 MiB, a stream of more than 1,000 events, or a gap in the numbering.
+    """
+    ReadStreamEvents: _aio.UnaryUnaryMultiCallable[_indexer_pb2.ReadStreamEventsRequest, _indexer_pb2.ReadStreamEventsResponse]  # type: ignore[assignment]
+    """The kept events of a session's stream after `after` (at most `limit` of them), and how it ended
+    if it did; `found` false when there is none (it expired, or the stream is not this session's).
     """
 
 class IndexerServicer(metaclass=_abc_1.ABCMeta):
@@ -315,6 +337,29 @@ class IndexerServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_indexer_pb2.ReadInputRoundResponse, _abc.Awaitable[_indexer_pb2.ReadInputRoundResponse]]:
         """The record kept under a token of the session; `found` false when there is none (it expired, or
         the token is not this session's).
+        """
+
+    @_abc_1.abstractmethod
+    def KeepStreamEvents(
+        self,
+        request: _indexer_pb2.KeepStreamEventsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_indexer_pb2.KeepStreamEventsResponse, _abc.Awaitable[_indexer_pb2.KeepStreamEventsResponse]]:
+        """A handshake-era call's stream to its client, kept with the session so that a client whose
+        connection dropped resumes it (`Last-Event-ID`) on any replica: the router that runs the call
+        adds its events from `first_seq` on, in order, and says when the stream `ended`; the record
+        lives `ttl_seconds` past the last keep. INVALID_ARGUMENT for a stream id that is not one the
+        router makes, an event over 1 MiB, a stream of more than 1,000 events, or a gap in the numbering.
+        """
+
+    @_abc_1.abstractmethod
+    def ReadStreamEvents(
+        self,
+        request: _indexer_pb2.ReadStreamEventsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_indexer_pb2.ReadStreamEventsResponse, _abc.Awaitable[_indexer_pb2.ReadStreamEventsResponse]]:
+        """The kept events of a session's stream after `after` (at most `limit` of them), and how it ended
+        if it did; `found` false when there is none (it expired, or the stream is not this session's).
         """
 
 def add_IndexerServicer_to_server(servicer: IndexerServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
