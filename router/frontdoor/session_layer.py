@@ -61,6 +61,9 @@ LAST_EVENT_ID = "last-event-id"
 MISSING_SESSION = "missing Mcp-Session-Id header: send the id returned by initialize"
 # a handshake client's notifications its backend sessions are told of (router/upstream/backend_notices.py)
 PASSED_ON = frozenset({"notifications/cancelled", "notifications/roots/list_changed"})
+# requests besides calls a backend may ask its client something during (a handshake-era client
+# answers on the request's stream)
+ASKED_DURING = frozenset({"resources/read", "prompts/get"})
 # 2026-07-28 requests that reach backends, and so need the session the caller's principal implies
 SESSION_METHODS = frozenset(
     {
@@ -224,7 +227,9 @@ class SessionLayer:
             declared = request_declared(message.meta)
         bind_session(session_id)  # the logs of the rest of this request name the session (a prefix)
         streaming = self.streaming_app
-        if streaming is None or not _streamed_answer(message, declared):
+        if streaming is None or not _streamed_answer(
+            message, declared, bool(session_id) and is_handshake_era(headers)
+        ):
             caller = Caller(identity, session_id, False, resolved, shared, declared)
             direct = self.direct if session_id and is_handshake_era(headers) else None
             if direct is not None and (call := direct.params(scope, message, CALL_TOOL)) is not None:
@@ -288,13 +293,19 @@ class SessionLayer:
         return Response(status_code=200)
 
 
-def _streamed_answer(message: JsonRpcMessage, declared: Declared) -> bool:
-    """Whether a request is answered with a stream: a call, when something may come before its
-    result: progress, log messages the client asked for (a handshake session's level, a 2026-07-28
-    request's), or a backend's request of a client that can answer it (find_tool asks no backend)."""
-    if message.method != "tools/call":
+def _streamed_answer(message: JsonRpcMessage, declared: Declared, in_session: bool) -> bool:
+    """Whether a request is answered with a stream: when something may come before its result.
+
+    That is progress, log messages the client asked for (a handshake session's level, a 2026-07-28
+    request's), or a backend's request of a client that can answer it on the stream, during a call
+    (find_tool asks no backend) or, in a handshake session, a resource read or a prompt.
+    """
+    if message.method == "tools/call":
+        answers = bool(declared.answers_on_stream) and message.called != FIND_TOOL
+    elif message.method in ASKED_DURING and in_session:
+        answers = bool(declared.answers_on_stream)
+    else:
         return False
-    answers = bool(declared.answers_on_stream) and message.called != FIND_TOOL
     return message.wants_progress or bool(declared.log_level) or answers
 
 

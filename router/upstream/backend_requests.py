@@ -30,6 +30,7 @@ from router.link.indexer_client import IndexerClient
 from router.targets import BackendSession, BackendTarget, ReachableTarget, ReachableTargets
 from router.upstream.backends import BackendCaller
 from router.upstream.credentials import OutgoingCredentials
+from router.upstream.relays import NotificationRelay
 from router.upstream.session_keeping import SessionKeeper
 from router.upstream.session_notes import noted_result
 from toolsearch.naming import Prefix
@@ -72,10 +73,15 @@ class BackendRequests:
 
     async def reach_from(self, ctx: ServerRequestContext[Any, Any]) -> Reach:
         """`reach` for a handler's request; a router error becomes the JSON-RPC error it answers."""
+        caller = caller_of(ctx)
         try:
-            return await self.reach(caller_of(ctx))
+            reach = await self.reach(caller)
         except RouterError as exc:
             raise mcp_error(exc) from None
+        if caller.streamed:  # what the backends send before the result goes on the request's stream
+            token = (ctx.meta or {}).get("progress_token")
+            reach.relay = NotificationRelay(ctx, token, caller.declared.log_floor, caller.stream)
+        return reach
 
 
 class Reach:
@@ -93,6 +99,7 @@ class Reach:
         self.prefix: Prefix = found.prefix
         self.separator = found.separator
         self._sessions: dict[str, BackendSession | None] = {}
+        self.relay: NotificationRelay | None = None  # the request's stream to its client, if it has one
 
     def offering(self, what: str) -> list[ReachableTarget]:
         """The backends that declared `what` (resources, prompts, completions) in their capabilities."""
@@ -116,7 +123,7 @@ class Reach:
         keeper = SessionKeeper(requests.indexer, requests.backends, caller, target, headers)
         try:
             outcome = await requests.backends.request(
-                target, method, params, headers, keeper, declared=caller.declared
+                target, method, params, headers, keeper, declared=caller.declared, relay=self.relay
             )
         finally:
             await keeper.close()

@@ -168,17 +168,20 @@ class BackendCaller:
         headers: Mapping[str, str],
         on_open: OnOpen | None = None,
         declared: Declared = NOTHING_DECLARED,
+        relay: NotificationRelay | None = None,
     ) -> RequestOutcome:
         """Send one request other than tools/call (a listing, a read, a prompt, a completion).
 
         The same ways to the backend as `call_tool`, and the same errors: inside the client
         session's backend session for a handshake-era backend (a new one opened when there is none
         or it was forgotten), in a connection of its own for a 2026-07-28 backend (but see
-        router/upstream/exchanges.py).
+        router/upstream/exchanges.py). With a `relay` (a streamed answer), what the backend sends
+        before its result goes to the client as during a call: its progress, its log messages, its
+        requests of the client.
         """
         messenger = self._messenger(target, headers, declared=declared)
         answer, kept, replaced = await self._exchanges.send(
-            messenger, target, method, params, None, None, on_open
+            messenger, target, method, params, relay, None, on_open
         )
         return RequestOutcome(without_meta_stamp(answer), kept, replaced)
 

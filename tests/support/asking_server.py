@@ -9,7 +9,9 @@ at each of MCP's eight levels at or above the level its session set (`logging/se
 them when none was set), and answers `level: <that level, or unset>`. It offers one resource,
 `asking://note`, which a session may subscribe to; the tool `touch` changes it, and sends each
 session subscribed to it `notifications/resources/updated` and a log message, outside the call (on
-that session's standalone stream), answering `told N`. The tool `roots` answers how many times its
+that session's standalone stream), answering `told N`. Reading its other resource,
+`asking://asked`, and getting its prompt `ask` ask the client to sample too, during the read or the
+prompt, and carry the same answer. The tool `roots` answers how many times its
 session's client said its roots changed (`notifications/roots/list_changed`), and `last` how its
 session's last `ask` ended (even one whose answer nobody read); `ask_twice` asks two questions,
 one after the other, and answers both answers. The tool `grow` adds the tool
@@ -35,6 +37,7 @@ from starlette.applications import Starlette
 from starlette.routing import Mount
 
 NOTE = "asking://note"
+ASKED = "asking://asked"  # read, it asks the client first
 TOUCH = types.Tool(name="touch", description="Change the note", input_schema={"type": "object"})
 _subscribed: dict[str, Any] = {}  # session id: the session of each client subscribed to the note
 _roots_changed: dict[str, int] = {}  # session id: the roots/list_changed notifications it sent
@@ -124,11 +127,22 @@ async def _sample(ctx: ServerRequestContext[Any], question: str) -> str:
 
 
 async def list_resources(ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None) -> Any:
-    return {"resources": [{"uri": NOTE, "name": "note"}]}
+    return {"resources": [{"uri": NOTE, "name": "note"}, {"uri": ASKED, "name": "asked"}]}
 
 
 async def read_resource(ctx: ServerRequestContext[Any], params: types.ReadResourceRequestParams) -> Any:
+    if str(params.uri) == ASKED:
+        return {"contents": [{"uri": ASKED, "text": await _sample(ctx, "what to read?")}]}
     return {"contents": [{"uri": NOTE, "text": "a note"}]}
+
+
+async def list_prompts(ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None) -> Any:
+    return {"prompts": [{"name": "ask", "description": "A prompt that asks the client's model first"}]}
+
+
+async def get_prompt(ctx: ServerRequestContext[Any], params: types.GetPromptRequestParams) -> Any:
+    text = await _sample(ctx, "what to prompt?")
+    return {"messages": [{"role": "user", "content": {"type": "text", "text": text}}]}
 
 
 async def subscribe(ctx: ServerRequestContext[Any], params: types.SubscribeRequestParams) -> Any:
@@ -158,6 +172,8 @@ def main(port: int) -> None:
         on_read_resource=read_resource,
         on_subscribe_resource=subscribe,
         on_unsubscribe_resource=unsubscribe,
+        on_list_prompts=list_prompts,
+        on_get_prompt=get_prompt,
     )
     server.add_request_handler("server/discover", types.RequestParams, refuse_discover)
     server.add_notification_handler(

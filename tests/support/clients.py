@@ -115,8 +115,20 @@ class RawClient:
         unanswered), posted to `answer_url`, which may be another replica. Returns the tool result
         and the requests."""
         params = {"name": "call_tool", "arguments": {"tool_name": name, "parameters": parameters}}
+        return await self.request_answering(mcp_url, "tools/call", params, answer_url, answer)
+
+    async def request_answering(
+        self,
+        mcp_url: str,
+        method: str,
+        params: dict[str, Any],
+        answer_url: str,
+        answer: Callable[[dict[str, Any]], dict[str, Any] | Awaitable[dict[str, Any] | None] | None],
+    ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """One request answered with a stream, the client's requests on it answered as
+        `call_answering` does; its result and those requests."""
         call_id = self.next_id()
-        message = {"jsonrpc": "2.0", "id": call_id, "method": "tools/call", "params": params}
+        message = {"jsonrpc": "2.0", "id": call_id, "method": method, "params": params}
         asked: list[dict[str, Any]] = []
         async with self.http.stream("POST", mcp_url, json=message, headers=self.headers()) as response:
             assert response.status_code == 200, await response.aread()
@@ -136,7 +148,7 @@ class RawClient:
                         reply = {"jsonrpc": "2.0", "id": event["id"], "result": result}
                         posted = await self.http.post(answer_url, json=reply, headers=self.headers())
                         assert posted.status_code == 202, posted.text
-        raise AssertionError("the call's stream ended without its result")
+        raise AssertionError(f"the stream of {method} ended without its result")
 
     async def request(
         self, mcp_url: str, method: str, params: dict[str, Any]

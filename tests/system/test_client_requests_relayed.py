@@ -46,6 +46,31 @@ async def test_a_backends_sampling_request_reaches_the_client_and_the_answer_via
     assert text.startswith("answered: ") and "a haiku" in text and "the client's" in text, result
 
 
+@pytest.mark.parametrize(
+    ("method", "params"),
+    [("resources/read", {"uri": "asking://asked"}), ("prompts/get", {"name": "ask"})],
+    ids=["a resource read", "a prompt"],
+)
+async def test_a_backend_asking_its_client_during_a_read_or_a_prompt_gets_the_answer_via_another_replica(
+    asking: tuple[LightStack, str], method: str, params: dict[str, Any]
+) -> None:
+    stack, other = asking
+    async with httpx2.AsyncClient(timeout=30) as http:
+        client = RawClient(http)
+        await client.initialize(stack.mcp_url, {"sampling": {}})
+        async with asyncio.timeout(20):
+            result, asked = await client.request_answering(
+                stack.mcp_url, method, params, other, lambda _: SAMPLED
+            )
+    assert [r["method"] for r in asked] == ["sampling/createMessage"]
+    said = (
+        result["contents"][0]["text"]
+        if method == "resources/read"
+        else result["messages"][0]["content"]["text"]
+    )
+    assert said.startswith("answered: ") and "a haiku" in said, result
+
+
 async def test_a_request_the_client_never_answers_ends_the_call_at_its_timeout_and_holds_nothing(
     asking: tuple[LightStack, str],
 ) -> None:
