@@ -239,8 +239,11 @@ class SessionLayer:
             await self.app(scope, receive, send)
             return
         log = None
-        if self.resumed is not None and session_id and is_handshake_era(headers):
-            log = StreamLog(self.indexer, Caller(identity, session_id), json.dumps(message.id))
+        resumed = self.resumed
+        if resumed is not None and session_id and is_handshake_era(headers):
+            log = StreamLog(
+                self.indexer, Caller(identity, session_id), json.dumps(message.id), resumed.detached
+            )
         stream = CallStream(send, receive, log)
         caller = Caller(identity, session_id, True, resolved, shared, declared, stream)
         scope.setdefault("state", {})[STATE_KEY] = caller

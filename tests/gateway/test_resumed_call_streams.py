@@ -19,8 +19,8 @@ import httpx2
 import pytest
 import yaml
 
-from router.caller import Principal
-from router.frontdoor.streams.stream_log import RETRY_MS
+from router.caller import Caller, Identity, Principal
+from router.frontdoor.streams.stream_log import RETRY_MS, Detached, StreamLog
 from router.kept_streams import StreamEnd
 from router.link.indexer_client import IndexerClient
 from tests.support.routers import LightStack, light_stack
@@ -167,3 +167,19 @@ async def test_a_streamed_call_opens_with_a_priming_event_and_numbers_every_even
     # and the stream is kept: resumed from its start, it is the same
     again = await resuming.resume(f"{stream_id}/0")
     assert messages(again.text) == numbered
+
+
+async def test_a_replica_runs_on_at_most_its_bound_of_calls_whose_clients_went_away(
+    resuming: Resuming,
+) -> None:
+    detached = Detached(limit=1)
+    caller = Caller(Identity(Principal(), None), resuming.session)
+    first, second, third = (StreamLog(resuming.indexer, caller, "1", detached) for _ in range(3))
+    assert first.run_on()
+    assert not second.run_on()  # the second call ends with its client, as an unkept one does
+    first.close()
+    first.close()  # closed again by the session layer: counted out once
+    assert detached.count == 0
+    third.close()
+    assert third.run_on()  # a client that leaves after its stream ended holds nothing
+    assert (detached.count, detached.refused) == (0, 1)

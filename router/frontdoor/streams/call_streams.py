@@ -71,7 +71,10 @@ class CallStream:
         while (await self._receive())["type"] != "http.disconnect":
             pass
         self._gone = True
-        logger.debug("the client of a resumable call's stream went away: its events are kept")
+        if self._log.run_on():
+            logger.debug("the client of a resumable call's stream went away: its events are kept")
+        else:
+            self._ended.set()  # the SDK hears of the disconnection, and the call ends
 
     async def asgi_send(self, message: Message) -> None:
         """The ASGI `send` the SDK writes the response with."""

@@ -34,6 +34,7 @@ from router.caller import Caller
 from router.error_answers import jsonrpc_error_response
 from router.errors import RouterError
 from router.frontdoor.streams.standalone import PING_INTERVAL, Stopping
+from router.frontdoor.streams.stream_log import Detached
 from router.kept_streams import KeptEvents, StreamEnd
 from router.link.indexer_client import IndexerClient
 
@@ -63,6 +64,7 @@ class ResumedStreams:
         self.stopping = stopping
         self.max_streams = max_streams
         self.open = 0
+        self.detached = Detached()  # the calls this replica runs on after their clients left
 
     async def serve(self, scope: Scope, receive: Receive, send: Send, caller: Caller, event_id: str) -> None:
         """Write the call's events after `event_id` and follow them to its answer."""

@@ -13,7 +13,9 @@ per call, and renews the record every `RENEW` seconds while the call runs, so th
 outlives the replica running the call by `LEASE` seconds at most; `close` keeps the rest and the
 stream's end, then the record lasts `KEPT_AFTER_END`. An event the indexer cannot keep (over its
 size, or the indexer unreachable) breaks the stream: the rest is not kept, and a resumption says so
-instead of waiting for events that will never come. Bounds: `MAX_EVENTS` events, `MAX_EVENT_BYTES`
+instead of waiting for events that will never come. A call whose client went away runs on only
+while the replica runs fewer than `MAX_DETACHED` such calls (`Detached`); beyond, it ends as it
+would without a log, its stream ending unanswered. Bounds: `MAX_EVENTS` events, `MAX_EVENT_BYTES`
 each, as the indexer keeps them, and `MAX_QUEUED_BYTES` waiting for it (an indexer that far behind
 breaks the stream too).
 """
@@ -40,14 +42,44 @@ RETRY_MS = 500  # the `retry` the priming event suggests: how soon a client trie
 MAX_EVENTS = 1000  # events of one stream the indexer keeps
 MAX_EVENT_BYTES = 1024 * 1024  # bytes of one event it keeps
 BATCH_BYTES = 2 * MAX_EVENT_BYTES  # bytes of events one keep carries, at most (the link's own bound is 4 MiB)
+MAX_DETACHED = 256  # calls one replica runs on after their clients went away
 MAX_QUEUED_BYTES = 4 * BATCH_BYTES  # bytes waiting for the indexer, at most: beyond, it fell behind
+
+
+class Detached:
+    """The calls one replica runs on after their clients went away: at most `limit` at once, so a
+    client that starts calls and leaves cannot make the replica hold more than that."""
+
+    def __init__(self, limit: int = MAX_DETACHED) -> None:
+        self.limit = limit
+        self.count = 0
+        self.refused = 0  # calls ended since the replica started, for want of room
+
+    def enter(self) -> bool:
+        """Whether one more call may run on; if so, it counts until `leave`."""
+        if self.count >= self.limit:
+            self.refused += 1
+            if self.refused % 100 == 1:  # the first, then one line per hundred: no flood
+                logger.warning(
+                    "a call whose client went away ends: %d such calls run on here already (%d ended so)",
+                    self.limit,
+                    self.refused,
+                )
+            return False
+        self.count += 1
+        return True
+
+    def leave(self) -> None:
+        self.count -= 1
 
 
 class StreamLog:
     """Keeps one call's stream events in the indexer: `open`, then `add` each, `run` beside, `close`."""
 
-    def __init__(self, indexer: IndexerClient, caller: Caller, request_id: str) -> None:
+    def __init__(self, indexer: IndexerClient, caller: Caller, request_id: str, detached: Detached) -> None:
         self.stream_id = secrets.token_urlsafe(16)
+        self._detached = detached
+        self._running_on = False  # the call runs on without its client, counted in `detached`
         self._indexer = indexer
         self._caller = caller
         self._request_id = request_id  # the call's JSON-RPC id, as JSON
@@ -87,10 +119,21 @@ class StreamLog:
     def next_number(self) -> int:
         return self._numbered + 1
 
+    def run_on(self) -> bool:
+        """The client went away: whether the call may run on, its events kept (else it ends, as
+        when its stream is not kept: the replica runs as many such calls as it may already)."""
+        if self._closed:
+            return True  # the stream had ended: nothing runs on
+        self._running_on = not self._broken and self._detached.enter()
+        return self._running_on
+
     def close(self) -> None:
         """The stream ended: `run` keeps what is queued and the end, then returns."""
         self._closed = True
         self._wake.set()
+        if self._running_on:
+            self._running_on = False
+            self._detached.leave()
 
     async def run(self) -> None:
         """Keep queued events until `close`d and all is kept (or the stream broke); nothing if the
