@@ -238,11 +238,12 @@ def create_app(
         requests = BackendRequests(indexer, caller, secrets)
         answers = ClientAnswers(indexer, caller, requests.credentials)
         streams = BackendStreams(indexer, caller, requests.credentials)
-        notifications = Notifications(requests, streams)
+        backend_listens = BackendListens(caller, requests.credentials)
+        notifications = Notifications(requests, streams, backend_listens)
         standalone = StandaloneStreams(notifications, stopping)
         listens = Listens(
             requests,
-            BackendListens(caller, requests.credentials),
+            backend_listens,
             notifications,
             settings.pinned,
             standalone.stopping.wait,

@@ -12,6 +12,13 @@ streams (router/upstream/backend_streams.py) and are passed on here:
 - `notifications/message`: a log message, at or above the level the client set (all of them when
   it set none, as for the log messages of a call).
 
+A backend of the 2026-07-28 era keeps no session to read a stream of: unless the client session
+keeps a handshake session there (a backend of both eras), the replica asks it with a
+`subscriptions/listen` of its own for its list changes (router/upstream/backend_listens.py), for as
+long as the client's stream lasts, and listens again `RELISTEN` seconds after the backend ends it
+(later each time, up to `LAST_RELISTEN`, while it ends them at once).
+That reaches the backends the session reaches for resources, prompts or completions.
+
 `notifications/tools/list_changed` is not passed on: the client's tools are the router's two (and
 the pinned ones, fixed for the session), and find_tool searches what the indexer lists. It goes to
 the indexer instead (`ToolsChanged`), which lists that backend again at once, so find_tool finds
@@ -27,10 +34,15 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+import anyio
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
 from router.caller import Caller
 from router.errors import RouterError
 from router.handlers.offerings import template_pattern
 from router.handlers.resources import catalogue
+from router.targets import BackendTarget
+from router.upstream.backend_listens import BackendListens, Interest
 from router.upstream.backend_requests import BackendRequests
 from router.upstream.backend_streams import BackendStreams
 from router.upstream.relays import passes_level
@@ -42,17 +54,22 @@ PASSED_AS_THEY_ARE = frozenset({"notifications/resources/list_changed", "notific
 UPDATED = "notifications/resources/updated"
 TOOLS_CHANGED = "notifications/tools/list_changed"
 TELL_GAP = 1.0  # seconds between two of this replica's asks to list one backend again
+RELISTEN = 1.0  # seconds before a 2026-07-28 backend that ended its listen is asked again,
+LAST_RELISTEN = 30.0  # doubling up to this while its listens end as soon as they start
 
 # writes one message on the client's stream
 Write = Callable[[Mapping[str, Any]], Awaitable[None]]
+# what is done with each message a backend sends outside calls: its backend id and the message
+Deliver = Callable[[str, Mapping[str, Any]], Awaitable[None]]
 
 
 class Notifications:
     """Passes a client session's backends' notifications on to its standalone stream."""
 
-    def __init__(self, requests: BackendRequests, streams: BackendStreams) -> None:
+    def __init__(self, requests: BackendRequests, streams: BackendStreams, listens: BackendListens) -> None:
         self.requests = requests
         self.streams = streams
+        self.listens = listens
         self._told: dict[str, float] = {}  # backend id: when this replica last said its tools changed
 
     async def listen(self, caller: Caller, write: Write) -> None:
@@ -73,7 +90,37 @@ class Notifications:
             elif method == TOOLS_CHANGED:
                 await self.tools_changed(caller, backend_id)
 
-        await self.streams.listen(caller, deliver)
+        async with anyio.create_task_group() as group:
+            group.start_soon(self._modern_backends, caller, deliver)
+            await self.streams.listen(caller, deliver)  # until cancelled, or the session ends
+
+    async def _modern_backends(self, caller: Caller, deliver: Deliver) -> None:
+        """Listen to the list changes of the session's 2026-07-28 backends it keeps no session at."""
+        try:
+            reach = await self.requests.reach(caller)
+        except RouterError as exc:
+            logger.debug("the session's 2026-07-28 backends are not listened to: %s", exc)
+            return
+        async with anyio.create_task_group() as group:
+            for backend in reach.backends:
+                target = backend.target
+                if target.protocol_version in MODERN_PROTOCOL_VERSIONS and target.session is None:
+                    interest = Interest(True, backend.prompts, backend.resources)
+                    group.start_soon(self._hear, caller, target, interest, deliver)
+
+    async def _hear(
+        self, caller: Caller, target: BackendTarget, interest: Interest, deliver: Deliver
+    ) -> None:
+        pause = RELISTEN
+        while True:
+            started = anyio.current_time()
+            if not await self.listens.listen(caller, target, interest, deliver, lambda: None):
+                return  # it offers none, or failed: not asked again while this stream lasts
+            # it ended the stream (a restart, say): listen again, later each time it ends at once
+            pause = (
+                RELISTEN if anyio.current_time() - started > LAST_RELISTEN else min(pause * 2, LAST_RELISTEN)
+            )
+            await anyio.sleep(pause)
 
     async def tools_changed(self, caller: Caller, backend_id: str) -> None:
         """Have the indexer list a backend again; once per `TELL_GAP` however many streams say so."""

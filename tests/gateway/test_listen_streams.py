@@ -19,6 +19,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import pytest
 from mcp import Client
 from mcp.client.subscriptions import Subscription
@@ -37,7 +38,7 @@ from router.caller import Caller, Identity, Principal
 from router.handlers.listens import MAX_BACKENDS, MAX_RESOURCES, Listens
 from router.targets import BackendTarget, ReachableTarget, ReachableTargets
 from router.upstream.backend_requests import Reach
-from tests.support.clients import until
+from tests.support.clients import RawClient, listening, until
 from tests.support.processes import port_accepts, start_process
 from tests.support.routers import LightStack, light_stack
 from tests.support.waits import WAIT, wait_for
@@ -142,6 +143,32 @@ async def test_a_listen_hears_a_handshake_backends_update_in_a_session_of_its_ow
             return await touched(direct) == "told 0"
 
         await until(untold, "the listen's backend session ended")
+
+
+async def test_a_handshake_clients_standalone_stream_hears_a_2026_backends_list_changes(
+    stack: tuple[LightStack, Backends],
+) -> None:
+    """The listening server is a 2026-07-28 backend here (discovery's era) where the client session
+    keeps no session: the replica holding the client's stream listens to it instead."""
+    gateway, backends = stack
+    async with httpx2.AsyncClient(timeout=30) as http, Client(backends.listening_url) as direct:
+        client = RawClient(http)
+        await client.initialize(gateway.mcp_url)
+        async with listening(http, client, gateway.mcp_url) as listener:
+
+            def heard(method: str) -> bool:
+                return any(m.get("method") == method for m in listener.messages)
+
+            async def reworded() -> bool:  # said again until the replica's listen hears it
+                await direct.call_tool("reword", {})
+                return heard("notifications/prompts/list_changed")
+
+            await until(reworded, "the prompt list change on the client's standalone stream")
+            await direct.call_tool("file", {})
+            await until(
+                lambda: asyncio.sleep(0, heard("notifications/resources/list_changed")),
+                "the resource list change on the client's standalone stream",
+            )
 
 
 async def test_a_listen_hears_the_tool_list_change_of_a_backend_whose_tools_are_pinned(

@@ -5,16 +5,18 @@ replica may serve."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import itertools
 import json
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import httpx2
 
 from tests.support.stack import HEADERS, INITIALIZE
+from tests.support.waits import wait_for
 
 WAIT = 30.0  # seconds any condition may take at most
 
@@ -175,3 +177,33 @@ def _messages(response: httpx2.Response) -> list[dict[str, Any]]:
         return [response.json()]
     data = [line[5:].strip() for line in response.text.splitlines() if line.startswith("data:")]
     return [json.loads(d) for d in data if d]
+
+
+class Listener:
+    """A client session's standalone stream, read in the background: the messages so far."""
+
+    def __init__(self, http: httpx2.AsyncClient, client: RawClient, url: str) -> None:
+        self.http, self.client, self.url = http, client, url
+        self.messages: list[dict[str, Any]] = []
+        self.status = 0
+
+    async def run(self) -> None:
+        headers = {**self.client.headers(), "Accept": "text/event-stream"}
+        async with self.http.stream("GET", self.url, headers=headers) as response:
+            self.status = response.status_code
+            async for line in response.aiter_lines():
+                if line.startswith("data:") and line[5:].strip():
+                    self.messages.append(json.loads(line[5:]))
+
+
+@contextlib.asynccontextmanager
+async def listening(http: httpx2.AsyncClient, client: RawClient, url: str) -> AsyncIterator[Listener]:
+    listener = Listener(http, client, url)
+    task = asyncio.create_task(listener.run())
+    try:
+        await wait_for(lambda: listener.status != 0 or task.done())
+        yield listener
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

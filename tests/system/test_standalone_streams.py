@@ -15,16 +15,14 @@ import json
 import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import httpx2
 import pytest
 
 from router.frontdoor.streams.standalone import MAX_PER_SESSION
 from tests.support.asking import asking_replicas
-from tests.support.clients import RawClient, until
+from tests.support.clients import RawClient, listening, until
 from tests.support.routers import LightStack, another_router
-from tests.support.waits import wait_for
 
 NOTE = "asking://note"
 
@@ -34,36 +32,6 @@ async def replicas(tmp_path: Path) -> AsyncIterator[tuple[LightStack, str]]:
     """A stack whose one backend has a subscribable note, and a second router's MCP URL."""
     async with asking_replicas(tmp_path, timeout=10) as replicas:
         yield replicas
-
-
-class Listener:
-    """A client session's standalone stream, read in the background: the messages so far."""
-
-    def __init__(self, http: httpx2.AsyncClient, client: RawClient, url: str) -> None:
-        self.http, self.client, self.url = http, client, url
-        self.messages: list[dict[str, Any]] = []
-        self.status = 0
-
-    async def run(self) -> None:
-        headers = {**self.client.headers(), "Accept": "text/event-stream"}
-        async with self.http.stream("GET", self.url, headers=headers) as response:
-            self.status = response.status_code
-            async for line in response.aiter_lines():
-                if line.startswith("data:") and line[5:].strip():
-                    self.messages.append(json.loads(line[5:]))
-
-
-@contextlib.asynccontextmanager
-async def listening(http: httpx2.AsyncClient, client: RawClient, url: str) -> AsyncIterator[Listener]:
-    listener = Listener(http, client, url)
-    task = asyncio.create_task(listener.run())
-    try:
-        await wait_for(lambda: listener.status != 0 or task.done())
-        yield listener
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
 
 
 async def test_a_subscribed_resources_update_reaches_the_stream_held_on_another_replica(
