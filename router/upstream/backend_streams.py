@@ -14,8 +14,9 @@ shared between replicas: whichever replica holds the client's stream reads the b
 A backend that offers no standalone stream (405), or already streams to another reader of that
 session (409: the client opened a second stream elsewhere), or fails, is logged at debug and
 looked at again only when its session changes. A 2026-07-28 or legacy SSE backend keeps no session
-to listen in (a 2026-07-28 one is asked with a listen instead: router/handlers/notifications.py). Each event is bounded by the backend's `max_response_bytes`; a stream lasts as long as
-the backend and the client keep it.
+to listen in (a 2026-07-28 one is asked with a listen instead: router/handlers/notifications.py).
+Each event is bounded by the backend's `max_response_bytes`; a stream lasts as long as the backend
+and the client keep it.
 """
 
 from __future__ import annotations
