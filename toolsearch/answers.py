@@ -15,6 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 CHARS_PER_TOKEN = 4  # as indexer.tools estimates a definition's cost: an estimate, not a bill
 COMPACT_DESCRIPTION_CHARS = 200  # of a tool's description in a compact answer
 COMPACT_SERVER_CHARS = 100  # of a server's description in a compact answer
@@ -107,9 +109,10 @@ def render_answer(answer: Answer) -> tuple[dict[str, Any], str]:
     and `servers` describes each server named once, rather than in every tool it owns.
     """
     definitions = [tool.definition_json for tool in answer.tools]
+    parsed = [orjson.loads(d) for d in definitions]  # once: the structured tools, and their names
     found = [
-        {"name": json.loads(tool.definition_json).get("name"), "server": tool.backend_id, "match": tool.match}
-        for tool in answer.tools
+        {"name": definition.get("name"), "server": tool.backend_id, "match": tool.match}
+        for definition, tool in zip(parsed, answer.tools, strict=True)
     ]
     named = dict.fromkeys(tool.backend_id for tool in answer.tools)
     servers = {
@@ -117,7 +120,7 @@ def render_answer(answer: Answer) -> tuple[dict[str, Any], str]:
         for backend in named
         if (entry := _server_entry(answer.servers.get(backend, AnswerServer()), answer.compact))
     }
-    structured: dict[str, Any] = {"tools": [json.loads(d) for d in definitions]}
+    structured: dict[str, Any] = {"tools": parsed}
     # the definitions arrive as JSON text: join them rather than encode them a second time
     text = '{"tools": [' + ", ".join(definitions) + "]"
     if found:
