@@ -54,7 +54,8 @@ from router.frontdoor.origins import HostPolicy, OriginGuard
 from router.frontdoor.resource_metadata import ResourceMetadata
 from router.frontdoor.server import ShutdownGuard, router_server
 from router.frontdoor.session_layer import SessionLayer
-from router.frontdoor.streams.standalone import StandaloneStreams, Stopping
+from router.frontdoor.streams.held import Stopping
+from router.frontdoor.streams.standalone import StandaloneStreams
 from router.handlers.client_answers import ClientAnswers
 from router.handlers.listens import Listens
 from router.handlers.log_levels import LogLevels

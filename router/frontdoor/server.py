@@ -29,7 +29,7 @@ from router.error_answers import jsonrpc_error_body
 from router.frontdoor.bounds import FrontDoor, raise_fd_limit
 from router.frontdoor.connections import protocol_for
 from router.frontdoor.session_layer import JSONRPC_ID_KEY
-from router.frontdoor.streams.standalone import Stopping
+from router.frontdoor.streams.held import Stopping
 from toolsearch.router_settings import Router
 
 

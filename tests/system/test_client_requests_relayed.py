@@ -31,15 +31,24 @@ async def asking(tmp_path: Path) -> AsyncIterator[tuple[LightStack, str]]:
         yield replicas
 
 
-async def test_a_backends_sampling_request_reaches_the_client_and_the_answer_via_another_replica_reaches_it(
-    asking: tuple[LightStack, str],
-) -> None:
+async def sampled(
+    asking: tuple[LightStack, str], method: str, params: dict[str, Any]
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """`method` sent to the first router by a client that declared sampling, its answer to each
+    request of the backend posted to the other replica: the result, and the requests."""
     stack, other = asking
     async with httpx2.AsyncClient(timeout=30) as http:
         client = RawClient(http)
         await client.initialize(stack.mcp_url, {"sampling": {}})
         async with asyncio.timeout(20):
-            result, asked = await client.call_answering(stack.mcp_url, "ask", {}, other, lambda _: SAMPLED)
+            return await client.request_answering(stack.mcp_url, method, params, other, lambda _: SAMPLED)
+
+
+async def test_a_backends_sampling_request_reaches_the_client_and_the_answer_via_another_replica_reaches_it(
+    asking: tuple[LightStack, str],
+) -> None:
+    params = {"name": "call_tool", "arguments": {"tool_name": "ask", "parameters": {}}}
+    result, asked = await sampled(asking, "tools/call", params)
     assert [r["method"] for r in asked] == ["sampling/createMessage"]
     assert asked[0]["params"]["messages"][0]["content"]["text"] == "hello?"  # as the backend asked it
     text = result["content"][0]["text"]
@@ -54,14 +63,7 @@ async def test_a_backends_sampling_request_reaches_the_client_and_the_answer_via
 async def test_a_backend_asking_its_client_during_a_read_or_a_prompt_gets_the_answer_via_another_replica(
     asking: tuple[LightStack, str], method: str, params: dict[str, Any]
 ) -> None:
-    stack, other = asking
-    async with httpx2.AsyncClient(timeout=30) as http:
-        client = RawClient(http)
-        await client.initialize(stack.mcp_url, {"sampling": {}})
-        async with asyncio.timeout(20):
-            result, asked = await client.request_answering(
-                stack.mcp_url, method, params, other, lambda _: SAMPLED
-            )
+    result, asked = await sampled(asking, method, params)
     assert [r["method"] for r in asked] == ["sampling/createMessage"]
     said = (
         result["contents"][0]["text"]

@@ -12,18 +12,17 @@ What can go wrong ends the stream with a JSON-RPC error for the call, so the cli
 waits for nothing: the stream ended without an answer (the call was cut short), events could not
 be kept (`BROKEN`), or the record vanished before the end (the replica running the call is gone:
 it renews the record while it runs). An id of no stream kept in the session is a 400 saying so.
-Bounds: at most `max_streams` resumed streams held on one replica (503 beyond, with Retry-After);
-a comment line every `PING_INTERVAL` notices a client that went away; when the router begins to
-stop, every resumed stream ends (its client resumes it again elsewhere).
+Bounds: at most `max_streams` resumed streams held on one replica (503 beyond, with Retry-After).
+Each is held as every stream the router holds open (router/frontdoor/streams/held.py): pinged, so
+a client that went away is noticed, and ended when the router begins to stop (its client resumes
+it again elsewhere).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import re
-from collections.abc import Awaitable, Callable
 
 import anyio
 from mcp_types import INTERNAL_ERROR, INVALID_REQUEST
@@ -33,14 +32,13 @@ from starlette.types import Receive, Scope, Send
 from router.caller import Caller
 from router.error_answers import jsonrpc_error_response
 from router.errors import RouterError
-from router.frontdoor.streams.standalone import PING_INTERVAL, Stopping
+from router.frontdoor.streams.held import Stopping, Write, hold
 from router.frontdoor.streams.stream_log import Detached
 from router.kept_streams import KeptEvents, StreamEnd
 from router.link.indexer_client import IndexerClient
 
 logger = logging.getLogger(__name__)
 
-_Write = Callable[[bytes], Awaitable[None]]  # writes one chunk of the stream
 
 MAX_STREAMS = 1000  # resumed streams one replica holds at once
 POLL_FIRST = 0.05  # seconds between two reads of a stream that is still being written, at first
@@ -84,42 +82,12 @@ class ResumedStreams:
             await response(scope, receive, send)
             return
         self.open += 1
-        lock = anyio.Lock()
-
-        async def write(chunk: bytes) -> None:
-            async with lock:
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
-
         try:
-            headers = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache, no-transform")]
-            await send({"type": "http.response.start", "status": 200, "headers": headers})
-            async with anyio.create_task_group() as group:
 
-                async def run(part: Callable[[], Awaitable[object]]) -> None:
-                    try:
-                        await part()
-                    except OSError as exc:  # the client is gone
-                        logger.debug("a resumed stream ended: %r", exc)
-                    group.cancel_scope.cancel()
+            async def follow(write: Write) -> None:
+                await self._follow(caller, match["stream"], int(match["number"]), first, write)
 
-                async def follow() -> None:
-                    await self._follow(caller, match["stream"], int(match["number"]), first, write)
-
-                async def ping() -> None:
-                    while True:
-                        await anyio.sleep(PING_INTERVAL)
-                        await write(b": ping\r\n\r\n")
-
-                async def until_gone() -> None:
-                    while (await receive())["type"] != "http.disconnect":
-                        pass
-
-                group.start_soon(run, follow)
-                group.start_soon(run, ping)
-                group.start_soon(run, until_gone)
-                group.start_soon(run, self.stopping.wait)
-            with contextlib.suppress(OSError):  # the client that went away needs no end
-                await send({"type": "http.response.body", "body": b"", "more_body": False})
+            await hold(receive, send, self.stopping, follow)
         finally:
             self.open -= 1
 
@@ -129,7 +97,7 @@ class ResumedStreams:
         )
 
     async def _follow(
-        self, caller: Caller, stream_id: str, after: int, kept: KeptEvents | None, write: _Write
+        self, caller: Caller, stream_id: str, after: int, kept: KeptEvents | None, write: Write
     ) -> None:
         request_id = kept.request_id if kept is not None else "null"
         last = ""  # the last event written
