@@ -276,7 +276,9 @@ def create_app(
             async with manager.run(), streaming.run(), anyio.create_task_group() as rounds:
                 # where the calls a backend may ask a 2026-07-28 client something run; they end
                 # with the app (router/upstream/input_rounds.py)
-                tools.rounds = answers.rounds = InputRounds(indexer, caller, requests.credentials, rounds)
+                tools.rounds = answers.rounds = requests.rounds = InputRounds(
+                    indexer, caller, requests.credentials, rounds
+                )
                 yield {"indexer": indexer, "sessions": sessions}
                 rounds.cancel_scope.cancel()
         finally:

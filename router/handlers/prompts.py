@@ -90,6 +90,10 @@ class Prompts:
     ) -> dict[str, Any]:
         backend = next(b for b in reach.backends if b.backend_id == target.backend_id)
         try:
+            if (
+                method == "prompts/get"
+            ):  # a backend may ask the client first (router/upstream/input_rounds.py)
+                return answered(await reach.asking(backend, method, params))
             return answered(await reach.send(backend, method, params))
         except RouterError as exc:
             raise mcp_error(exc) from None
@@ -98,8 +102,14 @@ class Prompts:
         self, ctx: ServerRequestContext[Any, Any], params: GetPromptRequestParams
     ) -> dict[str, Any]:
         reach = await self.requests.reach_from(ctx)
-        target = await self._prompt(reach, params.name)
         wire = params.model_dump(mode="json", by_alias=True, exclude_none=True)
+        try:
+            resumed = await reach.resumed(wire)  # the retry of a round the router made: its outcome
+        except RouterError as exc:
+            raise mcp_error(exc) from None
+        if resumed is not None:
+            return PassedThrough(answered(resumed))
+        target = await self._prompt(reach, params.name)
         return PassedThrough(
             await self._forward(reach, target, "prompts/get", {**wire, "name": target.original})
         )

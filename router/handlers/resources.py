@@ -145,8 +145,14 @@ class Resources:
         self, ctx: ServerRequestContext[Any, Any], params: ReadResourceRequestParams
     ) -> dict[str, Any]:
         reach = await self.requests.reach_from(ctx)
-        result, target = await _forwarded(reach, "resources/read", params)
-        return PassedThrough(answered(_renamed(result, target.original, params.uri)))
+        wire = params.model_dump(mode="json", by_alias=True, exclude_none=True)
+        try:
+            resumed = await reach.resumed(wire)  # the retry of a round the router made: its outcome
+        except RouterError as exc:
+            raise mcp_error(exc) from None
+        if resumed is not None:
+            return PassedThrough(answered(resumed))
+        return PassedThrough(answered(await _forwarded(reach, "resources/read", params)))
 
     async def subscribe(
         self, ctx: ServerRequestContext[Any, Any], params: SubscribeRequestParams
@@ -154,14 +160,14 @@ class Resources:
         """`resources/subscribe`, passed on to the URI's backend inside the client session's backend
         session, where the backend keeps it; its updates reach the client on the session's
         standalone stream, whichever replica holds it (router/handlers/notifications.py)."""
-        result, _ = await _forwarded(await self.requests.reach_from(ctx), "resources/subscribe", params)
+        result = await _forwarded(await self.requests.reach_from(ctx), "resources/subscribe", params)
         return PassedThrough(answered(result))
 
     async def unsubscribe(
         self, ctx: ServerRequestContext[Any, Any], params: UnsubscribeRequestParams
     ) -> dict[str, Any]:
         """`resources/unsubscribe`, passed on as `subscribe` is."""
-        result, _ = await _forwarded(await self.requests.reach_from(ctx), "resources/unsubscribe", params)
+        result = await _forwarded(await self.requests.reach_from(ctx), "resources/unsubscribe", params)
         return PassedThrough(answered(result))
 
 
@@ -184,12 +190,17 @@ async def _forwarded(
     reach: Reach,
     method: str,
     params: ReadResourceRequestParams | SubscribeRequestParams | UnsubscribeRequestParams,
-) -> tuple[dict[str, Any], Target]:
-    """A request naming a URI, sent to the URI's backend under the backend's own URI: its result."""
+) -> dict[str, Any]:
+    """A request naming a URI, sent to the URI's backend under the backend's own URI: its result (a
+    read's under the client's URI again, its backend's requests of the client asked as a call's)."""
     target = await target_of(reach, params.uri)
     backend = next(b for b in reach.backends if b.backend_id == target.backend_id)
-    wire = params.model_dump(mode="json", by_alias=True, exclude_none=True)
+    wire = {**params.model_dump(mode="json", by_alias=True, exclude_none=True), "uri": target.original}
     try:
-        return await reach.send(backend, method, {**wire, "uri": target.original}), target
+        if method != "resources/read":
+            return await reach.send(backend, method, wire)
+        return await reach.asking(
+            backend, method, wire, lambda found: _renamed(found, target.original, params.uri)
+        )
     except RouterError as exc:
         raise mcp_error(exc) from None

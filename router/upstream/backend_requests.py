@@ -15,7 +15,7 @@ none, and each of its requests runs in a backend session of its own.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -30,7 +30,8 @@ from router.link.indexer_client import IndexerClient
 from router.targets import BackendSession, BackendTarget, ReachableTarget, ReachableTargets
 from router.upstream.backends import BackendCaller
 from router.upstream.credentials import OutgoingCredentials
-from router.upstream.relays import NotificationRelay
+from router.upstream.input_rounds import InputRounds, failed_outcome, raise_if_failed
+from router.upstream.relays import ClientAsker, NotificationRelay
 from router.upstream.session_keeping import SessionKeeper
 from router.upstream.session_notes import noted_result
 from toolsearch.naming import Prefix
@@ -63,6 +64,8 @@ class BackendRequests:
         self.indexer = indexer
         self.backends = backends
         self.credentials = OutgoingCredentials(indexer, secrets)
+        # where a 2026-07-28 client's requests a backend may ask during run (the app sets it)
+        self.rounds: InputRounds | None = None
 
     async def reach(self, caller: Caller) -> Reach:
         """The caller's session's reachable backends; raises the indexer's router errors."""
@@ -114,7 +117,44 @@ class Reach:
             return replace(target, session=self._sessions[target.backend_id])
         return target
 
-    async def send(self, backend: ReachableTarget, method: str, params: Mapping[str, Any]) -> dict[str, Any]:
+    async def resumed(self, params: Mapping[str, Any]) -> dict[str, Any] | None:
+        """A 2026-07-28 client's retry of a round the router made (`requestState` its own): the
+        answers passed on and what the request came to; None for any other request. Raises
+        `RouterError`s, and `MCPError` for a request that came to one."""
+        rounds = self._requests.rounds
+        if rounds is None:
+            return None
+        retry = {key: params[key] for key in ("requestState", "inputResponses") if key in params}
+        outcome = await rounds.resume(self.caller, retry)
+        return None if outcome is None else raise_if_failed(outcome)
+
+    async def asking(
+        self,
+        backend: ReachableTarget,
+        method: str,
+        params: Mapping[str, Any],
+        shaped: Callable[[dict[str, Any]], dict[str, Any]] = dict,
+    ) -> dict[str, Any]:
+        """`send` for a request a backend may ask its client something during (a read, a prompt),
+        its result `shaped` as the client is to get it: a 2026-07-28 client that can answer gets
+        what a handshake-era backend asks as input rounds, as during a call
+        (router/upstream/input_rounds.py), and a later round's retry the result shaped too."""
+
+        async def sent(asker: ClientAsker | None = None) -> dict[str, Any]:
+            return shaped(await self.send(backend, method, params, asker))
+
+        rounds = self._requests.rounds
+        if rounds is None or not rounds.applies(self.caller):
+            return await sent()
+        return await rounds.run(self.caller, sent, failed_outcome)
+
+    async def send(
+        self,
+        backend: ReachableTarget,
+        method: str,
+        params: Mapping[str, Any],
+        asker: ClientAsker | None = None,
+    ) -> dict[str, Any]:
         """One request to one backend; its result as it came. Raises `BackendError`s."""
         requests = self._requests
         caller = self.caller
@@ -123,7 +163,14 @@ class Reach:
         keeper = SessionKeeper(requests.indexer, requests.backends, caller, target, headers)
         try:
             outcome = await requests.backends.request(
-                target, method, params, headers, keeper, declared=caller.declared, relay=self.relay
+                target,
+                method,
+                params,
+                headers,
+                keeper,
+                declared=caller.declared,
+                relay=self.relay,
+                asker=asker,
             )
         finally:
             await keeper.close()

@@ -169,6 +169,7 @@ class BackendCaller:
         on_open: OnOpen | None = None,
         declared: Declared = NOTHING_DECLARED,
         relay: NotificationRelay | None = None,
+        asker: ClientAsker | None = None,
     ) -> RequestOutcome:
         """Send one request other than tools/call (a listing, a read, a prompt, a completion).
 
@@ -177,9 +178,10 @@ class BackendCaller:
         or it was forgotten), in a connection of its own for a 2026-07-28 backend (but see
         router/upstream/exchanges.py). With a `relay` (a streamed answer), what the backend sends
         before its result goes to the client as during a call: its progress, its log messages, its
-        requests of the client.
+        requests of the client. With an `asker`, a 2026-07-28 client's: as input rounds
+        (router/upstream/input_rounds.py).
         """
-        messenger = self._messenger(target, headers, declared=declared)
+        messenger = self._messenger(target, headers, declared=declared, asker=asker)
         answer, kept, replaced = await self._exchanges.send(
             messenger, target, method, params, relay, None, on_open
         )

@@ -7,7 +7,8 @@ answer. The router joins the two:
 
 1. A 2026-07-28 client's call that may be asked (it declared what answers a backend's request) runs
    in a task of the router's own (`InputRounds.run`), not the client's request: the backend's
-   session is offered the client's capabilities, and the call's stream is read there.
+   session is offered the client's capabilities, and the call's stream is read there. A resource
+   read or a prompt is run the same way (router/upstream/backend_requests.py, `Reach.asking`).
 2. When the backend asks, the replica running the call keeps a record of the round with the client
    session in the indexer (`KeepInputRound`: the backend, its session, its request's id), under a
    token of its own, and answers the client's request with an input-required result carrying the
@@ -41,9 +42,10 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup
 from mcp.shared.exceptions import MCPError
+from mcp_types import INTERNAL_ERROR
 
 from router.caller import Caller
-from router.error_answers import tool_result_for
+from router.error_answers import mcp_error, tool_result_for
 from router.errors import InvalidRequest, RouterError
 from router.link.indexer_client import IndexerClient
 from router.targets import BackendSession
@@ -59,6 +61,22 @@ MAX_RUNNING = 256  # calls of 2026-07-28 clients that may be asked, running in t
 ANSWER_WITHIN = 10.0  # seconds a backend may take to take a client's answer, at most
 
 Call = Callable[["RoundAsker | None"], Awaitable[dict[str, Any]]]
+Failed = Callable[[RouterError], dict[str, Any]]  # what a router error after the first round comes to
+FAILED_KEY = "toolsearch/failed"  # an outcome that is a JSON-RPC error: its code and message
+
+
+def failed_outcome(exc: RouterError) -> dict[str, Any]:
+    """The outcome of a read or a prompt that failed after its first round: its JSON-RPC error."""
+    error = mcp_error(exc).error
+    return {FAILED_KEY: {"code": error.code, "message": error.message}}
+
+
+def raise_if_failed(outcome: Mapping[str, Any]) -> dict[str, Any]:
+    """A round's outcome as the request answers it; raises `MCPError` for a `failed_outcome`."""
+    failure = outcome.get(FAILED_KEY)
+    if isinstance(failure, dict):
+        raise MCPError(int(failure.get("code", INTERNAL_ERROR)), str(failure.get("message", "")))
+    return dict(outcome)
 
 
 def input_required(token: str, key: str, request: Mapping[str, Any]) -> dict[str, Any]:
@@ -173,9 +191,12 @@ class InputRounds:
         """Whether a caller's calls run as rounds: a 2026-07-28 client that can answer something."""
         return not caller.declared.handshake_era and bool(caller.declared.answers_in_results)
 
-    async def run(self, caller: Caller, call: Call) -> dict[str, Any]:
+    async def run(self, caller: Caller, call: Call, failed: Failed | None = None) -> dict[str, Any]:
         """`call` in a task of its own: its result, or the first round's input-required result when
-        the backend asks the client first (the call then goes on in its task)."""
+        the backend asks the client first (the call then goes on in its task). What a router error
+        after the first round comes to is `failed(error)`: a tool result with `isError` by default
+        (a call's), `failed_outcome` for a request answered with a JSON-RPC error instead."""
+        failed = failed or _tool_result
         if self.running >= MAX_RUNNING:
             return await call(None)  # asked nothing: the backend's request is refused, as before
         asker = RoundAsker(self, caller)
@@ -192,7 +213,7 @@ class InputRounds:
                         if not asker.first.is_set():
                             failure.append(exc)
                             return
-                        result = _tool_result(exc)
+                        result = failed(exc)
                     if asker.first.is_set():
                         await asker.done(result)
                     else:

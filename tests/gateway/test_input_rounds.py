@@ -112,6 +112,32 @@ async def test_a_backends_request_reaches_a_2026_client_as_a_round_answered_thro
     assert not result.is_error and text.startswith("answered:") and SAID in text, text
 
 
+async def test_a_backend_asking_during_a_read_or_a_prompt_reaches_a_2026_client_as_a_round_too(
+    replicas: tuple[LightStack, str],
+) -> None:
+    """The asking server samples its client before it answers a read of `asking://asked` and its
+    prompt `ask`: each comes to the 2026-07-28 client as an input-required round, its answer through
+    the other replica, and the read's URI is the one the client named."""
+    stack, other = replicas
+    asked: list[str] = []
+
+    async def sample_each(
+        context: ClientRequestContext, params: types.CreateMessageRequestParams
+    ) -> types.CreateMessageResult:
+        asked.append(params.messages[0].content.text)  # type: ignore[union-attr]
+        return await sample(context, params)
+
+    async with alternating_client(stack.mcp_url, other, sampling=sample_each) as client:
+        read = await client.read_resource("asking://asked")
+        prompt = await client.get_prompt("ask")
+    assert asked == ["what to read?", "what to prompt?"]
+    [contents] = read.contents
+    assert str(contents.uri) == "asking://asked"
+    assert contents.text.startswith("answered:") and SAID in contents.text, read  # type: ignore[union-attr]
+    said = prompt.messages[0].content.text  # type: ignore[union-attr]
+    assert said.startswith("answered:") and SAID in said, prompt
+
+
 async def test_a_backend_that_asks_twice_asks_in_two_rounds_each_answered_on_either_replica(
     replicas: tuple[LightStack, str],
 ) -> None:
