@@ -4,7 +4,8 @@ the client's cancellation reaches the backend, whichever router replica it is se
 Real processes on loopback: server-everything over Streamable HTTP (its long-running operation
 reports progress at each step when the caller gives a progress token) or a small stdio server behind
 the bridge (a tool that never answers, and one that lists the cancellations it was sent), an indexer
-in the test's loop and router processes, and the SDK's client in both protocol eras.
+in the test's loop and router processes, and the SDK's client in both protocol eras (and the
+TypeScript SDK's, tests/servers/resuming-client.mjs, resuming a call's stream).
 """
 
 from __future__ import annotations
@@ -12,7 +13,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import subprocess
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import httpx2
 import pytest
@@ -27,6 +31,7 @@ from tests.support.stack import HEADERS, INITIALIZE
 from tests.support.waits import wait_for
 
 LONG = "trigger-long-running-operation"
+RESUMING_CLIENT = Path(__file__).parents[1] / "servers" / "resuming-client.mjs"
 
 
 @needs_everything
@@ -51,9 +56,42 @@ async def test_progress_notifications_of_a_backend_reach_the_client_before_the_r
         assert reports == [(1.0, 4.0), (2.0, 4.0), (3.0, 4.0), (4.0, 4.0)]
 
 
+async def python_call(url: str, parameters: dict[str, Any]) -> tuple[bool, str, list[float]]:
+    """LONG called through call_tool by the Python SDK's handshake-era client with a progress
+    callback: whether it failed, its text, and the progress reports."""
+    reports: list[float] = []
+
+    async def progress(value: float, total: float | None, message: str | None) -> None:
+        reports.append(value)
+
+    async with mcp_client(url, mode="legacy") as client:
+        result = await client.call_tool(
+            "call_tool", {"tool_name": LONG, "parameters": parameters}, progress_callback=progress
+        )
+    return result.is_error, str(getattr(result.content[0], "text", "")), reports
+
+
+async def typescript_call(url: str, parameters: dict[str, Any]) -> tuple[bool, str, list[float]]:
+    """The same through the TypeScript SDK's client (tests/servers/resuming-client.mjs)."""
+    done = await asyncio.to_thread(
+        subprocess.run,
+        ["node", str(RESUMING_CLIENT), url, LONG, json.dumps(parameters)],
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    answer = json.loads(done.stdout.strip().splitlines()[-1])
+    result = answer["result"]
+    return bool(result.get("isError")), result["content"][0]["text"], answer["progress"]
+
+
 @needs_everything
+@pytest.mark.parametrize(
+    "call", [python_call, typescript_call], ids=["Python SDK client", "TypeScript SDK client"]
+)
 async def test_a_client_whose_call_stream_drops_resumes_it_on_another_replica_and_misses_nothing(
-    tmp_path: Path,
+    tmp_path: Path, call: Callable[[str, dict[str, Any]], Awaitable[tuple[bool, str, list[float]]]]
 ) -> None:
     """The connection to the replica running the call drops after two progress reports; the SDK's
     client resumes the stream with `Last-Event-ID`, the other replica reads the rest from the
@@ -62,21 +100,11 @@ async def test_a_client_whose_call_stream_drops_resumes_it_on_another_replica_an
         second, second_url = await asyncio.to_thread(another_router, stack, "second", {})
         try:
             with split_proxy(stack.router_url, second_url, free_port(), cut_after=2) as (url, proxy):
-                reports: list[float] = []
-
-                async def progress(value: float, total: float | None, message: str | None) -> None:
-                    reports.append(value)
-
-                async with mcp_client(f"{url}/mcp", mode="legacy") as client:
-                    result = await client.call_tool(
-                        "call_tool",
-                        {"tool_name": LONG, "parameters": {"duration": 2.0, "steps": 8}},
-                        progress_callback=progress,
-                    )
+                failed, text, reports = await call(f"{url}/mcp", {"duration": 2.0, "steps": 8})
         finally:
             second.stop()
-    assert not result.is_error, result
-    assert "Long running operation completed" in result.content[0].text
+    assert not failed, text
+    assert "Long running operation completed" in text
     assert reports == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]
     assert (proxy.cuts, proxy.resumptions) == (1, 1)
 
