@@ -183,3 +183,15 @@ async def test_a_replica_runs_on_at_most_its_bound_of_calls_whose_clients_went_a
     third.close()
     assert third.run_on()  # a client that leaves after its stream ended holds nothing
     assert (detached.count, detached.refused) == (0, 1)
+
+
+async def test_a_stream_longer_than_one_read_is_replayed_whole_in_order(resuming: Resuming) -> None:
+    many = [event(n, {**PROGRESS, "params": {"progressToken": 1, "progress": n}}) for n in range(1, 251)]
+    await resuming.keep(1, *many)
+    resumed = asyncio.create_task(resuming.resume(f"{STREAM}/0"))
+    await asyncio.sleep(0.3)  # it reads what is kept, more than one read's worth, then follows
+    await resuming.keep(251, event(251, ANSWER), end=StreamEnd.DONE)
+    response = await asyncio.wait_for(resumed, 20)
+    numbered = messages(response.text)
+    assert [event_id for event_id, _ in numbered] == [f"{STREAM}/{n}" for n in range(1, 252)]
+    assert numbered[-1][1] == ANSWER

@@ -118,12 +118,12 @@ class ResumedStreams:
             if kept.end is StreamEnd.BROKEN:
                 await write(_error(request_id, BROKEN))
                 return
-            if kept.events:
+            if len(kept.events) == READ_LIMIT:
+                pause = 0.0  # more is kept already
+            elif kept.events:
                 pause = POLL_FIRST
-                if len(kept.events) == READ_LIMIT:
-                    pause = 0.0  # more is kept already
             else:
-                pause = min(POLL_MOST, pause * 2)
+                pause = min(POLL_MOST, max(pause * 2, POLL_FIRST))
             await anyio.sleep(pause)
             try:
                 kept = await self._read(caller, stream_id, after)
