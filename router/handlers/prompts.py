@@ -103,11 +103,7 @@ class Prompts:
     ) -> dict[str, Any]:
         reach = await self.requests.reach_from(ctx)
         wire = params.model_dump(mode="json", by_alias=True, exclude_none=True)
-        try:
-            resumed = await reach.resumed(wire)  # the retry of a round the router made: its outcome
-        except RouterError as exc:
-            raise mcp_error(exc) from None
-        if resumed is not None:
+        if (resumed := await reach.resumed(wire)) is not None:  # the retry of a round the router made
             return PassedThrough(answered(resumed))
         target = await self._prompt(reach, params.name)
         return PassedThrough(

@@ -119,13 +119,16 @@ class Reach:
 
     async def resumed(self, params: Mapping[str, Any]) -> dict[str, Any] | None:
         """A 2026-07-28 client's retry of a round the router made (`requestState` its own): the
-        answers passed on and what the request came to; None for any other request. Raises
-        `RouterError`s, and `MCPError` for a request that came to one."""
+        answers passed on and what the request came to; None for any other request. Raises the
+        `MCPError` the request answers when it fails."""
         rounds = self._requests.rounds
         if rounds is None:
             return None
         retry = {key: params[key] for key in ("requestState", "inputResponses") if key in params}
-        outcome = await rounds.resume(self.caller, retry)
+        try:
+            outcome = await rounds.resume(self.caller, retry)
+        except RouterError as exc:
+            raise mcp_error(exc) from None
         return None if outcome is None else raise_if_failed(outcome)
 
     async def asking(

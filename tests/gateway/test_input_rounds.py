@@ -60,6 +60,18 @@ async def sample(
     )
 
 
+def recording(asked: list[str]) -> SamplingFnT:
+    """`sample`, each question it is asked noted in `asked`."""
+
+    async def sample_each(
+        context: ClientRequestContext, params: types.CreateMessageRequestParams
+    ) -> types.CreateMessageResult:
+        asked.append(params.messages[0].content.text)  # type: ignore[union-attr]
+        return await sample(context, params)
+
+    return sample_each
+
+
 def port(url: str) -> int:
     found = urlsplit(url).port
     assert found is not None
@@ -120,13 +132,7 @@ async def test_a_backend_asking_during_a_read_or_a_prompt_reaches_a_2026_client_
     the other replica, and the read's URI is the one the client named."""
     stack, other = replicas
     asked: list[str] = []
-
-    async def sample_each(
-        context: ClientRequestContext, params: types.CreateMessageRequestParams
-    ) -> types.CreateMessageResult:
-        asked.append(params.messages[0].content.text)  # type: ignore[union-attr]
-        return await sample(context, params)
-
+    sample_each = recording(asked)
     async with alternating_client(stack.mcp_url, other, sampling=sample_each) as client:
         read = await client.read_resource("asking://asked")
         prompt = await client.get_prompt("ask")
@@ -143,13 +149,7 @@ async def test_a_backend_that_asks_twice_asks_in_two_rounds_each_answered_on_eit
 ) -> None:
     stack, other = replicas
     asked: list[str] = []
-
-    async def sample_each(
-        context: ClientRequestContext, params: types.CreateMessageRequestParams
-    ) -> types.CreateMessageResult:
-        asked.append(params.messages[0].content.text)  # type: ignore[union-attr]
-        return await sample(context, params)
-
+    sample_each = recording(asked)
     async with alternating_client(stack.mcp_url, other, sampling=sample_each) as client:
         result = await client.call_tool("call_tool", {"tool_name": "ask_twice", "parameters": {}})
     text = result.content[0].text  # type: ignore[union-attr]
