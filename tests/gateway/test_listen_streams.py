@@ -12,6 +12,7 @@ change, directly, as anything else might.
 from __future__ import annotations
 
 import asyncio
+import logging
 import signal
 import sys
 from collections.abc import AsyncIterator
@@ -169,6 +170,22 @@ async def test_a_handshake_clients_standalone_stream_hears_a_2026_backends_list_
                 lambda: asyncio.sleep(0, heard("notifications/resources/list_changed")),
                 "the resource list change on the client's standalone stream",
             )
+
+
+async def test_a_handshake_clients_standalone_stream_ends_whole_when_the_client_ends_its_session(
+    stack: tuple[LightStack, Backends], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The stream's part learns of the end from the indexer, inside task groups of its own: the
+    stream still ends as a stream does, with no error logged."""
+    gateway, _ = stack
+    async with httpx2.AsyncClient(timeout=30) as http:
+        client = RawClient(http)
+        await client.initialize(gateway.mcp_url)
+        async with listening(http, client, gateway.mcp_url) as listener:
+            assert listener.status == 200
+            await client.end(gateway.mcp_url)
+            await wait_for(lambda: listener.ended)
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
 
 
 async def test_a_listen_hears_the_tool_list_change_of_a_backend_whose_tools_are_pinned(

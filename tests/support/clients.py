@@ -186,6 +186,7 @@ class Listener:
         self.http, self.client, self.url = http, client, url
         self.messages: list[dict[str, Any]] = []
         self.status = 0
+        self.ended = False  # the router ended the stream whole (a broken one raises instead)
 
     async def run(self) -> None:
         headers = {**self.client.headers(), "Accept": "text/event-stream"}
@@ -194,6 +195,7 @@ class Listener:
             async for line in response.aiter_lines():
                 if line.startswith("data:") and line[5:].strip():
                     self.messages.append(json.loads(line[5:]))
+        self.ended = True
 
 
 @contextlib.asynccontextmanager

@@ -86,8 +86,9 @@ async def hold(
         async def run(each: Callable[[], Awaitable[object]]) -> None:
             try:
                 await each()
-            except quiet as exc:  # the client, or what the stream follows, is gone
-                logger.debug("a held stream ended: %r", exc)
+            except* quiet as gone:  # the client, or what the stream follows, is gone
+                # except*: a part that runs task groups of its own raises them inside a group
+                logger.debug("a held stream ended: %r", gone.exceptions[0])
             group.cancel_scope.cancel()
 
         group.start_soon(run, until_gone)
