@@ -43,6 +43,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp
 
 from bridge.endpoints import PerSessionEndpoint, SharedEndpoint
+from bridge.first_starts import FirstStarts
 from bridge.forwarding import build_server
 from bridge.legacy import dial_of
 from bridge.links import Opener
@@ -55,7 +56,6 @@ from bridge.supervisor import Supervisor
 from bridge.upstream import Notify, Upstream, UpstreamSettings
 from toolsearch.backend_settings import Backend, Bridge
 from toolsearch.config import Config
-from toolsearch.readiness import waited_enough
 
 MAX_CONNECTIONS = 1000  # open HTTP connections; uvicorn answers 503 beyond
 KEEP_ALIVE = 5  # seconds an idle connection stays open
@@ -101,14 +101,6 @@ class Served:
         }
 
 
-def _first_start(
-    keeper: Supervisor[Upstream] | Supervisor[ModernUpstream] | ProcessPool,
-) -> Supervisor[Upstream] | Supervisor[ModernUpstream] | None:
-    """The process whose first start readiness waits for: a shared backend's, a per_session one's
-    lister; None for a legacy SSE backend, which starts nothing before a session opens."""
-    return keeper if isinstance(keeper, Supervisor) else keeper.lister
-
-
 def allowed_hosts(bridge: Bridge) -> list[str]:
     """The Host headers the bridge answers: its listen address, its URL's host, and loopback."""
     port = bridge.listen.rpartition(":")[2]
@@ -129,7 +121,7 @@ def security_of(bridge: Bridge) -> TransportSecuritySettings:
     )
 
 
-def _serve(backend: Backend, bridge: Bridge, environ: Mapping[str, str]) -> Served:
+def _serve(backend: Backend, bridge: Bridge, environ: Mapping[str, str], firsts: FirstStarts) -> Served:
     settings = UpstreamSettings(
         start_timeout=bridge.start_timeout,
         call_timeout=backend.timeout,
@@ -140,7 +132,7 @@ def _serve(backend: Backend, bridge: Bridge, environ: Mapping[str, str]) -> Serv
     launch = launch_of(backend, environ)
     if backend.protocol in MODERN_PROTOCOL_VERSIONS:
         listeners = Listeners(backend.id, 1, bridge.session_idle_timeout)  # none: no sessions
-        modern = Supervisor(launch, settings, listeners, bridge.max_restart_delay, _modern)
+        modern = Supervisor(launch, settings, listeners, bridge.max_restart_delay, _modern, firsts)
         return Served(
             backend, launch, None, modern, ModernEndpoint(modern, security_of(bridge), bridge.max_sessions)
         )
@@ -155,12 +147,12 @@ def _serve(backend: Backend, bridge: Bridge, environ: Mapping[str, str]) -> Serv
     if per_session:
         # the lister answers sessions' listings until their own processes run: no one hears it
         lister = Supervisor(
-            launch, settings, Listeners(backend.id, 1, idle), bridge.max_restart_delay, Upstream.open
+            launch, settings, Listeners(backend.id, 1, idle), bridge.max_restart_delay, Upstream.open, firsts
         )
         pool = ProcessPool(launch, settings, backend.max_processes, backend.idle_timeout, lister)
         return Served(backend, launch, manager, pool, PerSessionEndpoint(pool, manager, security_of(bridge)))
     listeners = Listeners(backend.id, bridge.max_sessions, bridge.session_idle_timeout)
-    shared = Supervisor(launch, settings, listeners, bridge.max_restart_delay, Upstream.open)
+    shared = Supervisor(launch, settings, listeners, bridge.max_restart_delay, Upstream.open, firsts)
     return Served(backend, launch, manager, shared, SharedEndpoint(shared, manager))
 
 
@@ -192,7 +184,10 @@ def _serve_legacy(backend: Backend, bridge: Bridge, settings: UpstreamSettings) 
 def create_app(config: Config, environ: Mapping[str, str]) -> Starlette:
     """The bridge of a configuration's stdio and legacy SSE backends; raises `LaunchError` for an
     unset variable."""
-    served = [_serve(b, config.bridge, environ) for b in config.backends if b.bridged]
+    # the servers readiness waits for: a shared backend's, a per_session one's lister (a legacy SSE
+    # backend starts nothing before a session opens)
+    firsts = FirstStarts()
+    served = [_serve(b, config.bridge, environ, firsts) for b in config.backends if b.bridged]
     routes = []
     for one in served:
         # an object, not a function: Starlette hands it the raw ASGI call
@@ -201,25 +196,17 @@ def create_app(config: Config, environ: Mapping[str, str]) -> Starlette:
     async def healthz(request: Request) -> Response:
         return JSONResponse({"status": "ok", "backends": {s.backend.id: s.state() for s in served}})
 
-    since: dict[str, float] = {}  # when the keepers started (the lifespan sets it)
-
     async def readyz(request: Request) -> Response:
-        # one server that never answers holds nobody's readiness (toolsearch/readiness.py)
-        pairs = [(s, first) for s in served if (first := _first_start(s.keeper)) is not None]
-        firsts = [first for _, first in pairs]
-        waiting = [s.backend.id for s, first in pairs if first.tried_at is None]
-        started = since.get("keepers", anyio.current_time())
-        done_at = [first.tried_at - started for first in firsts if first.tried_at is not None]
-        if waited_enough(anyio.current_time() - started, done_at, len(waiting)):
-            return JSONResponse({"status": "ready", "starting": waiting})
-        return JSONResponse({"status": "starting", "starting": waiting}, 503)
+        # one server that never answers holds nobody's readiness (bridge/first_starts.py)
+        status, code = ("ready", 200) if firsts.ready() else ("starting", 503)
+        return JSONResponse({"status": status, "starting": firsts.starting()}, code)
 
     routes += [Route("/healthz", healthz, methods=["GET"]), Route("/readyz", readyz, methods=["GET"])]
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         # The keepers outlive the session managers: sessions end first, then the servers stop.
-        since["keepers"] = anyio.current_time()
+        firsts.begin()
         async with anyio.create_task_group() as keepers:
             for one in served:
                 keepers.start_soon(one.keeper.run)

@@ -8,12 +8,15 @@ the one process (`upstream`); the sessions outlive a restart, the server's own s
 While the server is down, requests do not wait for it: one that arrives while it is starting, or
 within `QUICK_RESTART` of the restart of a server that ran and then exited, waits up to
 `start_timeout`; otherwise (a server that keeps failing) it fails at once with the reason
-(`Unavailable`), so a dead backend costs its callers nothing but the answer.
+(`Unavailable`), so a dead backend costs its callers nothing but the answer. A first start far
+slower than the other servers' is waited for only as long as the bridge's readiness waits for it
+(bridge/first_starts.py).
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Generic, Literal, Protocol, TypeVar
@@ -21,6 +24,7 @@ from typing import Generic, Literal, Protocol, TypeVar
 import anyio
 from mcp.server.session import ServerSession
 
+from bridge.first_starts import FirstStarts
 from bridge.links import Link, StartFailed
 from bridge.listeners import Listeners
 from bridge.process import Launch
@@ -31,6 +35,9 @@ logger = logging.getLogger(__name__)
 FIRST_DELAY = 0.5  # seconds before the first restart
 STABLE_AFTER = 30.0  # a run this long resets the backoff
 QUICK_RESTART = 1.0  # a restart this close is waited for by requests
+# seconds between two looks of a request waiting on a first start at the others' (no event says
+# that another server's first start is done)
+FIRST_START_LOOK = 0.25
 
 State = Literal["starting", "ready", "waiting", "stopped"]
 
@@ -58,6 +65,7 @@ class Supervisor(Generic[U]):
         listeners: Listeners,
         max_delay: float,
         opens: Opens[U],
+        firsts: FirstStarts | None = None,
     ) -> None:
         self.backend_id = launch.backend_id
         self.state: State = "starting"
@@ -74,6 +82,9 @@ class Supervisor(Generic[U]):
         self._retry_at = 0.0
         self._back_soon = False  # the server ran, and exited for the first time in a while
         self._changed = anyio.Event()
+        self._firsts = firsts  # the bridge's servers whose first starts its readiness waits for
+        if firsts is not None:
+            firsts.add(self)
 
     def _set(self, state: State, upstream: U | None = None) -> None:
         self.state, self._upstream = state, upstream
@@ -114,15 +125,29 @@ class Supervisor(Generic[U]):
 
     async def upstream(self, method: str = "") -> U:
         """The running server, once it runs, whatever the `method`; raises `Unavailable` rather than
-        wait for a long backoff."""
+        wait for a long backoff, or for a first start the bridge no longer waits for."""
         with anyio.move_on_after(self._settings.start_timeout):
             while True:
                 if self.state == "ready" and self._upstream is not None:
                     return self._upstream
                 if self.state == "stopped" or (self.state == "waiting" and not self._restart_is_near()):
                     raise Unavailable(self.describe())
-                await self._changed.wait()
+                wake = math.inf
+                if self._firsts is not None and self.tried_at is None:  # waited for as readiness waits
+                    cut = self._firsts.cut()
+                    wake = FIRST_START_LOOK if cut is None else cut - anyio.current_time()
+                    if wake <= 0:
+                        raise Unavailable(self._slower_than_the_others())
+                with anyio.move_on_after(wake):
+                    await self._changed.wait()
         raise Unavailable(f"backend {self.backend_id}: its stdio server is still starting")
+
+    def _slower_than_the_others(self) -> str:
+        slowest = self._firsts.slowest_done() if self._firsts is not None else 0.0
+        return (
+            f"backend {self.backend_id}: its stdio server is still starting, far slower than the "
+            f"others (they started within {slowest:.1f}s): it is served once it answers"
+        )
 
     async def run(self) -> None:
         """Keep the server running until cancelled; the server is stopped on the way out."""

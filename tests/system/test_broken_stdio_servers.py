@@ -130,4 +130,11 @@ async def test_a_server_that_never_answers_holds_nobodys_readiness(tmp_path: Pat
             assert not result.get("isError") and "ready" in result["content"][0]["text"], result
             assert bridge.health()["stuck"]["state"] == "starting"
             assert states["good"].health.status == "healthy"
-            assert stuck.status == "unhealthy" and stuck.last_error.startswith("still starting"), stuck
+            # the bridge stopped waiting for it when it became ready, and says so at once rather
+            # than hold whoever asks (here the indexer's first listing) for its 600 s start timeout
+            assert stuck.status == "unhealthy" and "still starting, far slower than the others" in (
+                stuck.last_error
+            ), stuck
+            with pytest.raises(BackendUnavailable) as failure:
+                await list_tools("stuck", bridge.mcp_url("stuck"), {}, 60.0)
+            assert "still starting, far slower than the others" in failure.value.reason
