@@ -165,12 +165,16 @@ class GuardedProtocol(H11Protocol):
         if self._lingering or front.lingering >= MAX_LINGERING or not socket.can_write_eof():
             socket.close()
             return
+        try:
+            socket.write_eof()
+        except OSError:  # the client reset the connection already: nobody is left to read the answer
+            socket.close()
+            return
         if self._phase != "refused":
             self._phase = "lingering"
         front.lingering += 1
         self._lingering = True
         self._cancel()
-        socket.write_eof()
         socket.resume_reading()  # uvicorn may have paused it for a body the app did not read
         self._deadline = self.loop.call_later(seconds, socket.close)
 
