@@ -20,7 +20,7 @@ from indexer.backends.registry import BackendState
 from indexer.errors import InvalidRequest, ToolNotFound
 from indexer.retrieval.tools import Tool
 from indexer.sessions.views import LiveSession
-from indexer.state import BackendSession, Principal, SessionRecord, VersionRef
+from indexer.state import BackendSession, Principal, SessionRecord, Subscription, VersionRef
 from indexer.state.stream_events import EventsToKeep, KeptEvents, StreamEnd
 from toolsearch.backend_settings import Backend
 from toolsearch.indexer_settings import Naming
@@ -153,12 +153,15 @@ def reachable_backends(reachable: Iterable[ReachableBackend], naming: Naming) ->
 
 
 def sessions_at_backends(
-    kept: Mapping[str, tuple[Backend, BackendSession]], stamp: str = ""
+    kept: Mapping[str, tuple[Backend, BackendSession]],
+    stamp: str = "",
+    subscriptions: Iterable[Subscription] = (),
 ) -> pb.BackendSessionsResponse:
     """The backend sessions a session keeps (backend id -> its backend and session), in id order,
-    with the stamp of the whole set (`indexer.sessions.backend_session_waits`)."""
+    with its subscriptions and the stamp of the whole (`indexer.sessions.backend_session_waits`)."""
     return pb.BackendSessionsResponse(
         stamp=stamp,
+        subscriptions=[pb.Subscription(backend_id=b, uri=u) for b, u in sorted(subscriptions)],
         backends=[
             pb.SessionAtBackend(
                 backend_id=backend_id,

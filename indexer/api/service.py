@@ -47,7 +47,7 @@ from indexer.retrieval.embeddings import Embeddings
 from indexer.retrieval.tools import advertise
 from indexer.sessions.backend_session_waits import stamp_of
 from indexer.sessions.manager import SessionManager
-from indexer.state import BackendSession, StateUnavailable
+from indexer.state import BackendSession, StateUnavailable, Subscription
 from indexer.state.rounds import LocalRounds, RoundStore
 from indexer.state.stream_events import MAX_EVENTS, LocalStreams, StreamStore
 from toolsearch.backend_settings import Backend
@@ -65,6 +65,7 @@ _MAX_ROUND_BYTES = 1 << 20  # an input round's record: the backend's requests of
 _MAX_ROUND_TTL = 3600.0  # seconds an input round may be kept: a call's timeout, and some
 _ROUND_TOKEN = re.compile(r"[A-Za-z0-9_-]{16,64}")  # the router's tokens: url-safe random
 _MAX_SESSION_ID = 1024  # characters of a backend session id or protocol version the state keeps
+_MAX_URI = 2048  # characters of a subscribed resource's URI
 _STATUS: dict[type, tuple[grpc.StatusCode, ErrorKind]] = {
     SessionNotFound: (grpc.StatusCode.NOT_FOUND, ErrorKind.SESSION_NOT_FOUND),
     ToolNotFound: (grpc.StatusCode.NOT_FOUND, ErrorKind.TOOL_NOT_FOUND),
@@ -218,8 +219,10 @@ class IndexerService(pb_grpc.IndexerServicer):
         session = await self._sessions.backend_sessions(
             request.session_id, principal_of(request.principal), request.seen, request.wait_ms / 1000
         )
-        kept = session.record.backend_sessions
-        return messages.sessions_at_backends(self._kept(kept), stamp_of(kept))
+        record = session.record
+        subscriptions = [s for s in record.subscriptions if s.backend_id in self._registry.states]
+        kept = self._kept(record.backend_sessions)
+        return messages.sessions_at_backends(kept, stamp_of(record), subscriptions)
 
     @translated
     async def SetLogLevel(
@@ -234,6 +237,23 @@ class IndexerService(pb_grpc.IndexerServicer):
         )
         kept = messages.sessions_at_backends(self._kept(session.record.backend_sessions))
         return pb.SetLogLevelResponse(backends=kept.backends)
+
+    @translated
+    async def Subscribe(
+        self, request: pb.SubscribeRequest, context: grpc.aio.ServicerContext
+    ) -> pb.SubscribeResponse:
+        wanted = request.subscription
+        if wanted.backend_id not in self._registry.states:
+            raise InvalidRequest(f"unknown backend: {wanted.backend_id[:100]}")
+        if not wanted.uri or len(wanted.uri) > _MAX_URI:
+            raise InvalidRequest(f"a subscription names a URI of 1 to {_MAX_URI} characters")
+        await self._sessions.subscribe(
+            request.session_id,
+            principal_of(request.principal),
+            Subscription(wanted.backend_id, wanted.uri),
+            request.subscribed,
+        )
+        return pb.SubscribeResponse()
 
     @translated
     async def ToolsChanged(

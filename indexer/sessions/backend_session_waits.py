@@ -1,4 +1,5 @@
-"""Long polls on a session's backend sessions: woken when any replica records a new one.
+"""Long polls on a session's backend sessions: woken when any replica records a new one (or a
+subscription the session's standalone stream must ask a backend for).
 
 A router replica holding a client's standalone stream listens in every backend session the client
 session keeps (router/upstream/backend_streams.py). It asks `BackendSessions` with the `stamp` of
@@ -16,20 +17,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from indexer.state import BackendSession
+from indexer.state import SessionRecord
 
 MAX_WAITERS = 10_000  # long polls waiting at once on one replica
 MAX_WAIT = 30.0  # seconds one long poll may wait
 
 
-def stamp_of(backend_sessions: Mapping[str, BackendSession]) -> str:
-    """A short name for a set of backend sessions: equal sets, equal stamps."""
+def stamp_of(record: SessionRecord) -> str:
+    """A short name for a session's backend sessions and subscriptions: equal sets, equal stamps."""
     digest = hashlib.sha256()
-    for backend_id, session in sorted(backend_sessions.items()):
+    for backend_id, session in sorted(record.backend_sessions.items()):
         digest.update(f"{backend_id}\0{session.session_id}\0{session.protocol_version}\0".encode())
+    for backend_id, uri in sorted(record.subscriptions):
+        digest.update(f"\1{backend_id}\0{uri}\0".encode())
     return digest.hexdigest()[:32]
 
 

@@ -44,6 +44,7 @@ from indexer.state import (
     SessionStore,
     Shared,
     StateUnavailable,
+    Subscription,
     Swap,
     VersionRef,
 )
@@ -52,6 +53,7 @@ from toolsearch.indexer_settings import Naming
 from toolsearch.outgoing import per_caller
 
 BACKEND_SESSIONS_EVENT = "backend-sessions"  # the shared event: a session's backend sessions changed
+MAX_SUBSCRIPTIONS = 64  # subscriptions kept per session (at backends that keep none themselves)
 # a session id a router proposes: URL-safe base64 of at least 128 random bits
 _PROPOSED_ID = re.compile(r"[A-Za-z0-9_-]{22,64}")
 
@@ -253,7 +255,7 @@ class SessionManager:
         change or after `wait` seconds (at most `MAX_WAIT`), whichever comes first."""
         with self.waits.watching(session_id) as change:
             live = await self.get(session_id, principal)
-            if change is None or not seen or seen != stamp_of(live.record.backend_sessions):
+            if change is None or not seen or seen != stamp_of(live.record):
                 return live
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(change.wait(), min(wait, MAX_WAIT))
@@ -273,6 +275,23 @@ class SessionManager:
             raise SessionNotFound(session_id)
         live.record.log_level = level
         return live
+
+    async def subscribe(
+        self, session_id: str, principal: Principal, subscription: Subscription, subscribed: bool
+    ) -> None:
+        """Keep (or drop) a subscription of the session's client, and wake the long polls on the
+        session, on every replica, so the one holding its standalone stream follows it. Raises
+        `InvalidRequest` for a subscription beyond `MAX_SUBSCRIPTIONS`."""
+        live = await self.get(session_id, principal)
+        kept = await self._store.subscribe(live.record, subscription, subscribed, MAX_SUBSCRIPTIONS)
+        if kept is None:
+            raise SessionNotFound(session_id)
+        live.record.subscriptions = kept
+        if subscribed and subscription not in kept:
+            raise InvalidRequest(
+                f"a session keeps at most {MAX_SUBSCRIPTIONS} subscriptions: unsubscribe from one first"
+            )
+        await self.backend_sessions_changed(session_id)
 
     def forget_idle(self, seconds: float) -> None:
         """Drop the handles of sessions unused for `seconds` (their records have expired by then)."""

@@ -71,6 +71,14 @@ class BackendSession(NamedTuple):
     protocol_version: str
 
 
+class Subscription(NamedTuple):
+    """A client's subscription to a resource of a backend that keeps none itself (a 2026-07-28 one),
+    under the backend's own URI."""
+
+    backend_id: str
+    uri: str
+
+
 class EndedSession(NamedTuple):
     """A session that ended, with what is needed to end its backend sessions in turn."""
 
@@ -122,6 +130,9 @@ class SessionRecord:
     # initialize (JSON, "" for none) and the log level it set last ("" for none)
     client_capabilities: str = ""
     log_level: str = ""
+    # resources the client subscribed to at backends that keep no subscriptions (2026-07-28 ones):
+    # the replica holding its standalone stream asks those backends for their updates
+    subscriptions: frozenset[Subscription] = frozenset()
     swaps: deque[Swap] = field(default_factory=lambda: deque(maxlen=SWAPS_KEPT))
     created_at: float = field(default_factory=time.time)
 
@@ -213,6 +224,13 @@ class SessionStore(Protocol):
 
     async def set_log_level(self, record: SessionRecord, level: str) -> bool:
         """Keep the log level the record's client set; returns False when the session is gone."""
+        ...
+
+    async def subscribe(
+        self, record: SessionRecord, subscription: Subscription, subscribed: bool, limit: int
+    ) -> frozenset[Subscription] | None:
+        """Add (`subscribed`) or drop a subscription of the record's client, adding none beyond
+        `limit`; the subscriptions stored afterwards (None when the session is gone)."""
         ...
 
     def take_expired(self) -> list[EndedSession]:

@@ -26,6 +26,7 @@ from indexer.state.base import (
     Room,
     RoomFull,
     SessionRecord,
+    Subscription,
     SwapChange,
 )
 
@@ -177,6 +178,21 @@ class LocalSessions:
             return False
         held.record.log_level = level
         return True
+
+    async def subscribe(
+        self, record: SessionRecord, subscription: Subscription, subscribed: bool, limit: int
+    ) -> frozenset[Subscription] | None:
+        self._expire()
+        held = self._held.get(record.id)
+        if held is None:
+            return None
+        kept = held.record.subscriptions
+        if not subscribed:
+            kept = kept - {subscription}
+        elif len(kept) < limit:
+            kept = kept | {subscription}
+        held.record.subscriptions = kept
+        return kept
 
     def take_expired(self) -> list[EndedSession]:
         self._expire()

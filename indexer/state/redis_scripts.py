@@ -107,6 +107,33 @@ end
 return redis.call('HGET', KEYS[2], ARGV[1]) or ''
 """
 
+# KEYS[1]: the session's hash. ARGV: a backend id, a URI, "1" to subscribe or "0" to unsubscribe,
+# the most subscriptions a session keeps. The session's subscriptions, a JSON list of [backend, URI]
+# pairs, afterwards; false when the session is gone. One script: two replicas' subscriptions at once
+# both stay.
+SUBSCRIBE = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return false end
+local raw = redis.call('HGET', KEYS[1], 'subscriptions')
+local kept = {}
+if raw and raw ~= '' then kept = cjson.decode(raw) end
+local found = 0
+for i, pair in ipairs(kept) do
+  if pair[1] == ARGV[1] and pair[2] == ARGV[2] then found = i end
+end
+if ARGV[3] == '1' and found == 0 and #kept < tonumber(ARGV[4]) then
+  table.insert(kept, {ARGV[1], ARGV[2]})
+elseif ARGV[3] == '0' and found > 0 then
+  table.remove(kept, found)
+end
+if #kept == 0 then
+  redis.call('HDEL', KEYS[1], 'subscriptions')
+  return '[]'
+end
+local encoded = cjson.encode(kept)
+redis.call('HSET', KEYS[1], 'subscriptions', encoded)
+return encoded
+"""
+
 UPDATE = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 redis.call('HSET', KEYS[1], unpack(ARGV))

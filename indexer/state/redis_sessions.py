@@ -35,6 +35,7 @@ from indexer.state.base import (
     RoomFull,
     SessionRecord,
     StateUnavailable,
+    Subscription,
     Swap,
     SwapChange,
     VersionRef,
@@ -49,6 +50,13 @@ ACK_TIMEOUT_MS = 1000  # how long a new session waits for its replicas' confirma
 _BACKENDS_MARGIN_MS = 120_000
 
 BackendRows = dict[bytes, bytes]
+
+
+def _subscriptions(stored: str | bytes | None) -> frozenset[Subscription]:
+    """The subscriptions of a session's hash field (a JSON list of [backend, URI] pairs)."""
+    if not stored:
+        return frozenset()
+    return frozenset(Subscription(str(b), str(u)) for b, u in json.loads(stored))
 
 
 def _backend_sessions(stored: BackendRows) -> dict[str, BackendSession]:
@@ -108,6 +116,7 @@ class RedisSessions:
         self._create = client.register_script(scripts.CREATE)
         self._load = client.register_script(scripts.LOAD)
         self._update = client.register_script(scripts.UPDATE)
+        self._subscribe = client.register_script(scripts.SUBSCRIBE)
         self._swap = client.register_script(scripts.SWAP)
         self._delete = client.register_script(scripts.DELETE)
         self._forget_implied = client.register_script(scripts.FORGET_IMPLIED)
@@ -244,6 +253,7 @@ class RedisSessions:
                 backend_sessions=_backend_sessions(backends),
                 client_capabilities=fields.get("capabilities", ""),
                 log_level=fields.get("log_level", ""),
+                subscriptions=_subscriptions(fields.get("subscriptions")),
             )
             record.swaps.extend(_swap(json.loads(s)) for s in reversed(swap_list[:SWAPS_KEPT]))
             records.append(record)
@@ -340,6 +350,14 @@ class RedisSessions:
         async with guarded("storing a log level"):
             stored = await self._update(keys=[self._keys.session(record.id)], args=["log_level", level])
         return bool(stored)
+
+    async def subscribe(
+        self, record: SessionRecord, subscription: Subscription, subscribed: bool, limit: int
+    ) -> frozenset[Subscription] | None:
+        args: list[str | int] = [*subscription, "1" if subscribed else "0", limit]
+        async with guarded("storing a subscription"):
+            answer = await self._subscribe(keys=[self._keys.session(record.id)], args=args)
+        return None if answer is None else _subscriptions(answer)
 
     def take_expired(self) -> list[EndedSession]:
         ended = list(self._ended)

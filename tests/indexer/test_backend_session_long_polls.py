@@ -1,4 +1,5 @@
-"""A look at a session's backend sessions waits for their change and is woken by it, on any replica.
+"""A look at a session's backend sessions (and subscriptions) waits for their change and is woken by
+it, on any replica.
 
 In process, with the fake embedder: indexers on the memory state, and two on one real Redis standing
 for two replicas. Each long poll asks for the longest wait there is (`MAX_WAIT`), and the test
@@ -15,11 +16,11 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aredis
 
-from indexer.errors import SessionNotFound
+from indexer.errors import InvalidRequest, SessionNotFound
 from indexer.sessions.backend_session_waits import MAX_WAIT, BackendSessionWaits, stamp_of
-from indexer.sessions.manager import SessionManager
+from indexer.sessions.manager import MAX_SUBSCRIPTIONS, SessionManager
 from indexer.sessions.views import LiveSession
-from indexer.state import BackendSession, Principal
+from indexer.state import BackendSession, Principal, Subscription
 from tests.support.indexers import running_indexer
 from tests.support.redis import RedisServer
 from toolsearch.config import Config, parse_config
@@ -27,6 +28,7 @@ from toolsearch.config import Config, parse_config
 ALICE = Principal("https://issuer.test", "alice")
 WOKEN = MAX_WAIT / 3  # seconds a woken long poll may take at most
 NOTES = BackendSession("backend-session-1", "2025-11-25")
+NOTE_A, NOTE_B = Subscription("notes", "notes://a"), Subscription("notes", "notes://b")
 
 
 def config_of(tmp: Path, state: str = "memory") -> Config:
@@ -45,14 +47,14 @@ async def test_a_long_poll_answers_when_a_backend_session_is_kept_not_at_the_end
     tmp_path: Path,
 ) -> None:
     async with one_session(tmp_path) as (sessions, opened):
-        seen = stamp_of(opened.record.backend_sessions)
+        seen = stamp_of(opened.record)
         poll = asyncio.create_task(sessions.backend_sessions(opened.id, ALICE, seen, MAX_WAIT))
         await asyncio.sleep(0)
         assert not poll.done()  # the set it saw has not changed: it waits
         await sessions.set_backend_session(opened.id, ALICE, "notes", "", NOTES)
         answered = await asyncio.wait_for(poll, WOKEN)
     assert dict(answered.record.backend_sessions) == {"notes": NOTES}
-    assert stamp_of(answered.record.backend_sessions) != seen
+    assert stamp_of(answered.record) != seen
 
 
 async def test_a_long_poll_with_another_stamp_answers_at_once_and_an_ended_session_is_not_found(
@@ -63,7 +65,7 @@ async def test_a_long_poll_with_another_stamp_answers_at_once_and_an_ended_sessi
         # a stamp from before the change, or none: the answer comes without waiting
         stale = await asyncio.wait_for(sessions.backend_sessions(opened.id, ALICE, "old", MAX_WAIT), WOKEN)
         assert dict(stale.record.backend_sessions) == {"notes": NOTES}
-        seen = stamp_of(stale.record.backend_sessions)
+        seen = stamp_of(stale.record)
         poll = asyncio.create_task(sessions.backend_sessions(opened.id, ALICE, seen, MAX_WAIT))
         await asyncio.sleep(0)
         await sessions.close(opened.id, ALICE)
@@ -77,12 +79,51 @@ async def test_a_long_poll_on_one_replica_is_woken_by_a_backend_session_kept_thr
     config = config_of(tmp_path, redis_server.url)
     async with running_indexer(config, {}) as one, running_indexer(config, {}) as two:
         opened = await one.sessions.open(ALICE, None)
-        seen = stamp_of(opened.record.backend_sessions)
+        seen = stamp_of(opened.record)
         poll = asyncio.create_task(one.sessions.backend_sessions(opened.id, ALICE, seen, MAX_WAIT))
         await asyncio.sleep(0)
         await two.sessions.set_backend_session(opened.id, ALICE, "notes", "", NOTES)
         answered = await asyncio.wait_for(poll, WOKEN)  # the shared state's event woke it
     assert dict(answered.record.backend_sessions) == {"notes": NOTES}
+
+
+async def test_a_subscription_kept_through_one_replica_wakes_a_long_poll_on_another_and_is_read_there(
+    tmp_path: Path, redis_server: RedisServer, redis_client: aredis.Redis
+) -> None:
+    config = config_of(tmp_path, redis_server.url)
+    async with running_indexer(config, {}) as one, running_indexer(config, {}) as two:
+        opened = await one.sessions.open(ALICE, None)
+        seen = stamp_of(opened.record)
+        poll = asyncio.create_task(one.sessions.backend_sessions(opened.id, ALICE, seen, MAX_WAIT))
+        await asyncio.sleep(0)
+        # two subscriptions at once through the other replica: the store keeps both
+        await asyncio.gather(
+            two.sessions.subscribe(opened.id, ALICE, NOTE_A, True),
+            two.sessions.subscribe(opened.id, ALICE, NOTE_B, True),
+        )
+        answered = await asyncio.wait_for(poll, WOKEN)
+        assert answered.record.subscriptions and stamp_of(answered.record) != seen
+        read = await one.sessions.backend_sessions(opened.id, ALICE)
+        assert read.record.subscriptions == {NOTE_A, NOTE_B}
+        await one.sessions.subscribe(opened.id, ALICE, NOTE_A, False)
+        assert (await two.sessions.backend_sessions(opened.id, ALICE)).record.subscriptions == {NOTE_B}
+
+
+async def test_a_session_keeps_a_bounded_number_of_subscriptions_and_says_how_to_make_room(
+    tmp_path: Path,
+) -> None:
+    async with one_session(tmp_path) as (sessions, opened):
+        for n in range(MAX_SUBSCRIPTIONS):
+            await sessions.subscribe(opened.id, ALICE, Subscription("notes", f"notes://{n}"), True)
+        await sessions.subscribe(opened.id, ALICE, Subscription("notes", "notes://0"), True)  # kept already
+        with pytest.raises(InvalidRequest, match="at most 64 subscriptions: unsubscribe from one first"):
+            await sessions.subscribe(opened.id, ALICE, NOTE_A, True)
+        await sessions.subscribe(opened.id, ALICE, Subscription("notes", "notes://0"), False)
+        await sessions.subscribe(opened.id, ALICE, NOTE_A, True)  # room again
+        assert len(opened.record.subscriptions) == MAX_SUBSCRIPTIONS and NOTE_A in opened.record.subscriptions
+        await sessions.close(opened.id, ALICE)
+        with pytest.raises(SessionNotFound):
+            await sessions.subscribe(opened.id, ALICE, NOTE_B, True)
 
 
 async def test_waits_are_bounded_and_stopping_wakes_every_one() -> None:

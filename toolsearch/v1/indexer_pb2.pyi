@@ -811,25 +811,101 @@ class BackendSessionsResponse(_message.Message):
 
     BACKENDS_FIELD_NUMBER: _builtins.int
     STAMP_FIELD_NUMBER: _builtins.int
+    SUBSCRIPTIONS_FIELD_NUMBER: _builtins.int
     stamp: _builtins.str
-    """names the session's set of backend sessions: `seen` of the next long poll"""
+    """names the session's backend sessions and subscriptions: `seen` of the next long poll"""
     @_builtins.property
     def backends(self) -> _containers.RepeatedCompositeFieldContainer[Global___SessionAtBackend]:
         """those with a session id, of backends still configured"""
+
+    @_builtins.property
+    def subscriptions(self) -> _containers.RepeatedCompositeFieldContainer[Global___Subscription]:
+        """those of backends still configured"""
 
     def __init__(
         self,
         *,
         backends: _abc.Iterable[Global___SessionAtBackend] | None = ...,
         stamp: _builtins.str = ...,
+        subscriptions: _abc.Iterable[Global___Subscription] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["backends", b"backends", "stamp", b"stamp"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["backends", b"backends", "stamp", b"stamp", "subscriptions", b"subscriptions"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___BackendSessionsResponse: _TypeAlias = BackendSessionsResponse  # noqa: Y015
+
+@_typing.final
+class Subscription(_message.Message):
+    """A client's subscription to one resource, at the backend it belongs to, under the backend's URI."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    BACKEND_ID_FIELD_NUMBER: _builtins.int
+    URI_FIELD_NUMBER: _builtins.int
+    backend_id: _builtins.str
+    uri: _builtins.str
+    def __init__(
+        self,
+        *,
+        backend_id: _builtins.str = ...,
+        uri: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["backend_id", b"backend_id", "uri", b"uri"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Subscription: _TypeAlias = Subscription  # noqa: Y015
+
+@_typing.final
+class SubscribeRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    PRINCIPAL_FIELD_NUMBER: _builtins.int
+    SUBSCRIPTION_FIELD_NUMBER: _builtins.int
+    SUBSCRIBED_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    subscribed: _builtins.bool
+    """false: unsubscribe"""
+    @_builtins.property
+    def principal(self) -> Global___Principal: ...
+    @_builtins.property
+    def subscription(self) -> Global___Subscription: ...
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+        principal: Global___Principal | None = ...,
+        subscription: Global___Subscription | None = ...,
+        subscribed: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["principal", b"principal", "subscription", b"subscription"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["principal", b"principal", "session_id", b"session_id", "subscribed", b"subscribed", "subscription", b"subscription"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SubscribeRequest: _TypeAlias = SubscribeRequest  # noqa: Y015
+
+@_typing.final
+class SubscribeResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SubscribeResponse: _TypeAlias = SubscribeResponse  # noqa: Y015
 
 @_typing.final
 class PinnedToolsRequest(_message.Message):

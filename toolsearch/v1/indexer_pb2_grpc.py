@@ -100,6 +100,11 @@ class IndexerStub:
                 request_serializer=toolsearch_dot_v1_dot_indexer__pb2.SetLogLevelRequest.SerializeToString,
                 response_deserializer=toolsearch_dot_v1_dot_indexer__pb2.SetLogLevelResponse.FromString,
                 _registered_method=True)
+        self.Subscribe = channel.unary_unary(
+                '/toolsearch.v1.Indexer/Subscribe',
+                request_serializer=toolsearch_dot_v1_dot_indexer__pb2.SubscribeRequest.SerializeToString,
+                response_deserializer=toolsearch_dot_v1_dot_indexer__pb2.SubscribeResponse.FromString,
+                _registered_method=True)
         self.ToolsChanged = channel.unary_unary(
                 '/toolsearch.v1.Indexer/ToolsChanged',
                 request_serializer=toolsearch_dot_v1_dot_indexer__pb2.ToolsChangedRequest.SerializeToString,
@@ -229,6 +234,18 @@ class IndexerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Subscribe(self, request, context):
+        """Keeps (or drops) a handshake-era client's subscription to a resource of a backend the router
+        speaks 2026-07-28 to, which keeps no subscriptions of its own: the replica holding the client's
+        standalone stream reads the session's subscriptions with its backend sessions (BackendSessions,
+        whose long poll the change wakes) and asks the backend with a listen of its own.
+        INVALID_ARGUMENT for a backend that is not configured, a URI over 2048 characters, or a 65th
+        subscription of one session.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ToolsChanged(self, request, context):
         """A backend told one of the session's clients that its tools changed (notifications/tools/
         list_changed): the replica that probes the backends lists it again soon, rather than at its next
@@ -337,6 +354,11 @@ def add_IndexerServicer_to_server(servicer, server):
                     servicer.SetLogLevel,
                     request_deserializer=toolsearch_dot_v1_dot_indexer__pb2.SetLogLevelRequest.FromString,
                     response_serializer=toolsearch_dot_v1_dot_indexer__pb2.SetLogLevelResponse.SerializeToString,
+            ),
+            'Subscribe': grpc.unary_unary_rpc_method_handler(
+                    servicer.Subscribe,
+                    request_deserializer=toolsearch_dot_v1_dot_indexer__pb2.SubscribeRequest.FromString,
+                    response_serializer=toolsearch_dot_v1_dot_indexer__pb2.SubscribeResponse.SerializeToString,
             ),
             'ToolsChanged': grpc.unary_unary_rpc_method_handler(
                     servicer.ToolsChanged,
@@ -694,6 +716,33 @@ class Indexer:
             '/toolsearch.v1.Indexer/SetLogLevel',
             toolsearch_dot_v1_dot_indexer__pb2.SetLogLevelRequest.SerializeToString,
             toolsearch_dot_v1_dot_indexer__pb2.SetLogLevelResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Subscribe(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/toolsearch.v1.Indexer/Subscribe',
+            toolsearch_dot_v1_dot_indexer__pb2.SubscribeRequest.SerializeToString,
+            toolsearch_dot_v1_dot_indexer__pb2.SubscribeResponse.FromString,
             options,
             channel_credentials,
             insecure,

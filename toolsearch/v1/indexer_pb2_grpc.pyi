@@ -82,6 +82,14 @@ class IndexerStub:
     it (GetSession hands it back), and answers the backend sessions to pass the level on to.
     INVALID_ARGUMENT for a level that is not one of MCP's eight.
     """
+    Subscribe: _grpc.UnaryUnaryMultiCallable[_indexer_pb2.SubscribeRequest, _indexer_pb2.SubscribeResponse]
+    """Keeps (or drops) a handshake-era client's subscription to a resource of a backend the router
+    speaks 2026-07-28 to, which keeps no subscriptions of its own: the replica holding the client's
+    standalone stream reads the session's subscriptions with its backend sessions (BackendSessions,
+    whose long poll the change wakes) and asks the backend with a listen of its own.
+    INVALID_ARGUMENT for a backend that is not configured, a URI over 2048 characters, or a 65th
+    subscription of one session.
+    """
     ToolsChanged: _grpc.UnaryUnaryMultiCallable[_indexer_pb2.ToolsChangedRequest, _indexer_pb2.ToolsChangedResponse]
     """A backend told one of the session's clients that its tools changed (notifications/tools/
     list_changed): the replica that probes the backends lists it again soon, rather than at its next
@@ -158,6 +166,14 @@ class IndexerAsyncStub(IndexerStub):
     """Keeps the log level a client set (logging/setLevel) with its session, so every replica applies
     it (GetSession hands it back), and answers the backend sessions to pass the level on to.
     INVALID_ARGUMENT for a level that is not one of MCP's eight.
+    """
+    Subscribe: _aio.UnaryUnaryMultiCallable[_indexer_pb2.SubscribeRequest, _indexer_pb2.SubscribeResponse]  # type: ignore[assignment]
+    """Keeps (or drops) a handshake-era client's subscription to a resource of a backend the router
+    speaks 2026-07-28 to, which keeps no subscriptions of its own: the replica holding the client's
+    standalone stream reads the session's subscriptions with its backend sessions (BackendSessions,
+    whose long poll the change wakes) and asks the backend with a listen of its own.
+    INVALID_ARGUMENT for a backend that is not configured, a URI over 2048 characters, or a 65th
+    subscription of one session.
     """
     ToolsChanged: _aio.UnaryUnaryMultiCallable[_indexer_pb2.ToolsChangedRequest, _indexer_pb2.ToolsChangedResponse]  # type: ignore[assignment]
     """A backend told one of the session's clients that its tools changed (notifications/tools/
@@ -304,6 +320,20 @@ class IndexerServicer(metaclass=_abc_1.ABCMeta):
         """Keeps the log level a client set (logging/setLevel) with its session, so every replica applies
         it (GetSession hands it back), and answers the backend sessions to pass the level on to.
         INVALID_ARGUMENT for a level that is not one of MCP's eight.
+        """
+
+    @_abc_1.abstractmethod
+    def Subscribe(
+        self,
+        request: _indexer_pb2.SubscribeRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_indexer_pb2.SubscribeResponse, _abc.Awaitable[_indexer_pb2.SubscribeResponse]]:
+        """Keeps (or drops) a handshake-era client's subscription to a resource of a backend the router
+        speaks 2026-07-28 to, which keeps no subscriptions of its own: the replica holding the client's
+        standalone stream reads the session's subscriptions with its backend sessions (BackendSessions,
+        whose long poll the change wakes) and asks the backend with a listen of its own.
+        INVALID_ARGUMENT for a backend that is not configured, a URI over 2048 characters, or a 65th
+        subscription of one session.
         """
 
     @_abc_1.abstractmethod
