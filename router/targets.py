@@ -41,13 +41,23 @@ class BackendTarget:
     session: BackendSession | None
 
 
+class Subscription(NamedTuple):
+    """A client's subscription to a resource of a backend that keeps none itself (one the router
+    speaks 2026-07-28 to), under the backend's own URI."""
+
+    backend_id: str
+    uri: str
+
+
 @dataclass(frozen=True, slots=True)
 class KeptSessions:
-    """A client session's backend sessions, each as its backend's target, and the stamp naming the
-    set, which a long poll for the next change (`IndexerClient.kept_sessions`) gives back."""
+    """A client session's backend sessions, each as its backend's target, its subscriptions, and the
+    stamp naming both, which a long poll for the next change (`IndexerClient.kept_sessions`) gives
+    back."""
 
     stamp: str
     targets: tuple[BackendTarget, ...]
+    subscriptions: frozenset[Subscription] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,12 +12,10 @@ streams (router/upstream/backend_streams.py) and are passed on here:
 - `notifications/message`: a log message, at or above the level the client set (all of them when
   it set none, as for the log messages of a call).
 
-A backend of the 2026-07-28 era keeps no session to read a stream of: unless the client session
-keeps a handshake session there (a backend of both eras), the replica asks it with a
-`subscriptions/listen` of its own for its list changes (router/upstream/backend_listens.py), for as
-long as the client's stream lasts, and listens again `RELISTEN` seconds after the backend ends it
-(later each time, up to `LAST_RELISTEN`, while it ends them at once).
-That reaches the backends the session reaches for resources, prompts or completions.
+A backend the router speaks 2026-07-28 to keeps no session to read a stream of: the replica asks
+it with a `subscriptions/listen` of its own instead, for its list changes and the resources the
+client subscribed to there, for as long as the client's stream lasts
+(router/handlers/modern_listens.py).
 
 `notifications/tools/list_changed` is not passed on: the client's tools are the router's two (and
 the pinned ones, fixed for the session), and find_tool searches what the indexer lists. It goes to
@@ -35,14 +33,13 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import anyio
-from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from router.caller import Caller
 from router.errors import RouterError
+from router.handlers.modern_listens import ModernListens
 from router.handlers.offerings import template_pattern
 from router.handlers.resources import catalogue
-from router.targets import BackendTarget
-from router.upstream.backend_listens import BackendListens, Interest
+from router.upstream.backend_listens import BackendListens
 from router.upstream.backend_requests import BackendRequests
 from router.upstream.backend_streams import BackendStreams
 from router.upstream.relays import passes_level
@@ -54,13 +51,9 @@ PASSED_AS_THEY_ARE = frozenset({"notifications/resources/list_changed", "notific
 UPDATED = "notifications/resources/updated"
 TOOLS_CHANGED = "notifications/tools/list_changed"
 TELL_GAP = 1.0  # seconds between two of this replica's asks to list one backend again
-RELISTEN = 1.0  # seconds before a 2026-07-28 backend that ended its listen is asked again,
-LAST_RELISTEN = 30.0  # doubling up to this while its listens end as soon as they start
 
 # writes one message on the client's stream
 Write = Callable[[Mapping[str, Any]], Awaitable[None]]
-# what is done with each message a backend sends outside calls: its backend id and the message
-Deliver = Callable[[str, Mapping[str, Any]], Awaitable[None]]
 
 
 class Notifications:
@@ -91,36 +84,9 @@ class Notifications:
                 await self.tools_changed(caller, backend_id)
 
         async with anyio.create_task_group() as group:
-            group.start_soon(self._modern_backends, caller, deliver)
-            await self.streams.listen(caller, deliver)  # until cancelled, or the session ends
-
-    async def _modern_backends(self, caller: Caller, deliver: Deliver) -> None:
-        """Listen to the list changes of the session's 2026-07-28 backends it keeps no session at."""
-        try:
-            reach = await self.requests.reach(caller)
-        except RouterError as exc:
-            logger.debug("the session's 2026-07-28 backends are not listened to: %s", exc)
-            return
-        async with anyio.create_task_group() as group:
-            for backend in reach.backends:
-                target = backend.target
-                if target.protocol_version in MODERN_PROTOCOL_VERSIONS and target.session is None:
-                    interest = Interest(True, backend.prompts, backend.resources)
-                    group.start_soon(self._hear, caller, target, interest, deliver)
-
-    async def _hear(
-        self, caller: Caller, target: BackendTarget, interest: Interest, deliver: Deliver
-    ) -> None:
-        pause = RELISTEN
-        while True:
-            started = anyio.current_time()
-            if not await self.listens.listen(caller, target, interest, deliver, lambda: None):
-                return  # it offers none, or failed: not asked again while this stream lasts
-            # it ended the stream (a restart, say): listen again, later each time it ends at once
-            pause = (
-                RELISTEN if anyio.current_time() - started > LAST_RELISTEN else min(pause * 2, LAST_RELISTEN)
-            )
-            await anyio.sleep(pause)
+            modern = ModernListens(self.requests, self.listens, caller, deliver, group)
+            # until cancelled, or the session ends; each look at the session follows its subscriptions
+            await self.streams.listen(caller, deliver, modern.follow)
 
     async def tools_changed(self, caller: Caller, backend_id: str) -> None:
         """Have the indexer list a backend again; once per `TELL_GAP` however many streams say so."""

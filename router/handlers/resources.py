@@ -27,7 +27,7 @@ from router.error_answers import mcp_error
 from router.errors import BackendAnswered, RouterError
 from router.handlers.offerings import Ambiguous, Offering, Target, ambiguity, namespaced, resolve
 from router.handlers.passthrough import PassedThrough
-from router.targets import ReachableTarget
+from router.targets import ReachableTarget, Subscription
 from router.upstream.backend_requests import BackendRequests, Reach, answered
 from router.upstream.broadcast import ask_each
 from toolsearch.naming import prefixed
@@ -155,16 +155,16 @@ class Resources:
     ) -> dict[str, Any]:
         """`resources/subscribe`, passed on to the URI's backend inside the client session's backend
         session, where the backend keeps it; its updates reach the client on the session's
-        standalone stream, whichever replica holds it (router/handlers/notifications.py)."""
-        result = await _forwarded(await self.requests.reach_from(ctx), "resources/subscribe", params)
-        return PassedThrough(answered(result))
+        standalone stream, whichever replica holds it (router/handlers/notifications.py). A backend
+        the router speaks 2026-07-28 to keeps no subscriptions: the session keeps it instead, and
+        the stream's replica asks the backend with a listen (router/handlers/modern_listens.py)."""
+        return await _subscription(await self.requests.reach_from(ctx), "resources/subscribe", params)
 
     async def unsubscribe(
         self, ctx: ServerRequestContext[Any, Any], params: UnsubscribeRequestParams
     ) -> dict[str, Any]:
-        """`resources/unsubscribe`, passed on as `subscribe` is."""
-        result = await _forwarded(await self.requests.reach_from(ctx), "resources/unsubscribe", params)
-        return PassedThrough(answered(result))
+        """`resources/unsubscribe`, passed on (or kept) as `subscribe` is."""
+        return await _subscription(await self.requests.reach_from(ctx), "resources/unsubscribe", params)
 
 
 async def target_of(reach: Reach, uri: str) -> Target:
@@ -182,14 +182,38 @@ async def target_of(reach: Reach, uri: str) -> Target:
     return where
 
 
+async def _subscription(
+    reach: Reach, method: str, params: SubscribeRequestParams | UnsubscribeRequestParams
+) -> dict[str, Any]:
+    """A subscription's change: passed on to the URI's backend, in a handshake session (opened for
+    it at a backend the router speaks 2026-07-28 to); kept with the client session instead when the
+    backend refuses the handshake, and so keeps no subscriptions (router/handlers/modern_listens.py)."""
+    target = await target_of(reach, params.uri)
+    backend = next(b for b in reach.backends if b.backend_id == target.backend_id)
+    if not reach.refuses_sessions(backend):
+        try:
+            return PassedThrough(answered(await _forwarded(reach, method, params, target)))
+        except MCPError:
+            if not reach.refuses_sessions(backend):  # it refused the handshake just now
+                raise
+    subscription = Subscription(target.backend_id, target.original)
+    try:
+        await reach.keep_subscription(subscription, method == "resources/subscribe")
+    except RouterError as exc:
+        raise mcp_error(exc) from None
+    return answered({})
+
+
 async def _forwarded(
     reach: Reach,
     method: str,
     params: ReadResourceRequestParams | SubscribeRequestParams | UnsubscribeRequestParams,
+    target: Target | None = None,
 ) -> dict[str, Any]:
-    """A request naming a URI, sent to the URI's backend under the backend's own URI: its result (a
-    read's under the client's URI again, its backend's requests of the client asked as a call's)."""
-    target = await target_of(reach, params.uri)
+    """A request naming a URI, sent to the URI's backend (`target`, when found already) under the
+    backend's own URI: its result (a read's under the client's URI again, its backend's requests
+    of the client asked as a call's)."""
+    target = target or await target_of(reach, params.uri)
     backend = next(b for b in reach.backends if b.backend_id == target.backend_id)
     wire = {**params.model_dump(mode="json", by_alias=True, exclude_none=True), "uri": target.original}
     try:

@@ -25,7 +25,14 @@ from router.link.backend_targets import (
 )
 from router.link.channels import IndexerChannels
 from router.link.indexer_answers import found, pinned_definitions, status_view
-from router.targets import BackendSession, BackendTarget, KeptSessions, ReachableTargets, ResolvedTool
+from router.targets import (
+    BackendSession,
+    BackendTarget,
+    KeptSessions,
+    ReachableTargets,
+    ResolvedTool,
+    Subscription,
+)
 from toolsearch.transport import ChannelSecurity
 from toolsearch.v1 import indexer_pb2 as pb
 
@@ -162,7 +169,8 @@ class IndexerClient:
         response: pb.BackendSessionsResponse = await self.channels.call(
             lambda stub: stub.BackendSessions, request, timeout=wait + self.timeout
         )
-        return KeptSessions(response.stamp, tuple(session_targets(response)))
+        subscriptions = frozenset(Subscription(s.backend_id, s.uri) for s in response.subscriptions)
+        return KeptSessions(response.stamp, tuple(session_targets(response)), subscriptions)
 
     async def set_log_level(self, session_id: str, principal: Principal, level: str) -> list[BackendTarget]:
         """Keep the log level the session's client set; the backend sessions to pass it on to.
@@ -172,6 +180,21 @@ class IndexerClient:
         request = pb.SetLogLevelRequest(session_id=session_id, principal=_principal(principal), level=level)
         response: pb.SetLogLevelResponse = await self.channels.call(lambda stub: stub.SetLogLevel, request)
         return session_targets(response)
+
+    async def subscribe(
+        self, session_id: str, principal: Principal, subscription: Subscription, subscribed: bool
+    ) -> None:
+        """Keep (or drop) a subscription the session's standalone stream asks its backend for.
+
+        Raises `SessionNotFound`, or `InvalidRequest` beyond the session's bound.
+        """
+        request = pb.SubscribeRequest(
+            session_id=session_id,
+            principal=_principal(principal),
+            subscription=pb.Subscription(backend_id=subscription.backend_id, uri=subscription.uri),
+            subscribed=subscribed,
+        )
+        await self.channels.call(lambda stub: stub.Subscribe, request)
 
     async def tools_changed(self, session_id: str, principal: Principal, backend_id: str) -> None:
         """Tell the indexer a backend of the session said its tools changed: it lists them again soon."""

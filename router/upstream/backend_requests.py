@@ -27,7 +27,7 @@ from router.caller import STATE_KEY, Caller
 from router.error_answers import mcp_error
 from router.errors import BackendError, RouterError
 from router.link.indexer_client import IndexerClient
-from router.targets import BackendSession, BackendTarget, ReachableTarget, ReachableTargets
+from router.targets import BackendSession, BackendTarget, ReachableTarget, ReachableTargets, Subscription
 from router.upstream.backends import BackendCaller
 from router.upstream.credentials import OutgoingCredentials
 from router.upstream.input_rounds import InputRounds, failed_outcome, raise_if_failed
@@ -107,6 +107,20 @@ class Reach:
     def offering(self, what: str) -> list[ReachableTarget]:
         """The backends that declared `what` (resources, prompts, completions) in their capabilities."""
         return [b for b in self.backends if getattr(b, what)]
+
+    def refuses_sessions(self, backend: ReachableTarget) -> bool:
+        """Whether the backend speaks 2026-07-28 only: it refused a handshake session, where a
+        subscription would live, and keeps none of the client's."""
+        target = self._target(backend)
+        return target.session is None and self._requests.backends.refuses_sessions(target)
+
+    async def keep_subscription(self, subscription: Subscription, subscribed: bool) -> None:
+        """Keep (or drop) with the client session a subscription at a backend that keeps none: the
+        replica holding the session's standalone stream asks the backend for its updates."""
+        caller = self.caller
+        await self._requests.indexer.subscribe(
+            caller.session_id, caller.identity.principal, subscription, subscribed
+        )
 
     def _target(self, backend: ReachableTarget) -> BackendTarget:
         """The backend's target, with the backend session this request opened there, if it did."""

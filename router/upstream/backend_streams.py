@@ -32,7 +32,7 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from router.caller import Caller
 from router.errors import RouterError, SessionNotFound
 from router.link.indexer_client import IndexerClient
-from router.targets import BackendSession, BackendTarget
+from router.targets import BackendSession, BackendTarget, Subscription
 from router.upstream.backend_answers import events
 from router.upstream.backends import BackendCaller
 from router.upstream.credentials import OutgoingCredentials
@@ -46,6 +46,14 @@ LAST_PAUSE = 30.0  # up to this
 
 # what is done with each message a backend sends outside calls: its backend id and the message
 Deliver = Callable[[str, Mapping[str, Any]], Awaitable[None]]
+
+
+# given the session's subscriptions at backends that keep none (router/handlers/modern_listens.py)
+Follow = Callable[[frozenset[Subscription]], Awaitable[None]]
+
+
+async def _follow_nothing(subscriptions: frozenset[Subscription]) -> None:
+    pass
 
 
 def _listenable(target: BackendTarget) -> bool:
@@ -67,9 +75,10 @@ class BackendStreams:
         self.backends = backends
         self.credentials = credentials
 
-    async def listen(self, caller: Caller, deliver: Deliver) -> None:
+    async def listen(self, caller: Caller, deliver: Deliver, follow: Follow = _follow_nothing) -> None:
         """Until cancelled, or until the client session ends (`SessionNotFound`), pass each message
-        the session's backends send outside calls to `deliver`."""
+        the session's backends send outside calls to `deliver`; `follow` is given the session's
+        subscriptions at backends that keep none, at first and whenever they change."""
         heard: dict[str, BackendSession] = {}  # backend id: the backend session listened in
         seen = ""  # the stamp of the backend sessions looked at last
         pause = 0.0  # after a failed look, the time until the next one
@@ -89,6 +98,7 @@ class BackendStreams:
                     await anyio.sleep(pause)
                     continue
                 pause = 0.0
+                await follow(kept.subscriptions)
                 for target in kept.targets:
                     if _listenable(target) and heard.get(target.backend_id) != target.session:
                         assert target.session is not None

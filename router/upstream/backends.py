@@ -107,6 +107,10 @@ class BackendCaller:
         )
         return http, bounded
 
+    def refuses_sessions(self, target: BackendTarget) -> bool:
+        """Whether a backend speaks 2026-07-28 only: it refused the handshake (so subscriptions too)."""
+        return self._exchanges.refuses_sessions(target)
+
     def stream_client(self, target: BackendTarget, headers: Mapping[str, str]) -> httpx2.AsyncClient:
         """A client for a long-lived stream from `target` (a backend session's standalone stream):
         its backend's pool of streams, its timeout to connect and to answer, none between two

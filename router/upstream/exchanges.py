@@ -76,6 +76,10 @@ class Exchanges:
             messenger, target.timeout_seconds, method, params, target.session, relay, call_id, on_open
         )
 
+    def refuses_sessions(self, target: BackendTarget) -> bool:
+        """Whether `target` spoke 2026-07-28 at discovery and has refused a handshake session since."""
+        return _modern(target) and target.backend_id in self._sessionless
+
     def session_first(self, target: BackendTarget, declared: Declared, method: str) -> bool:
         """Whether a request to a 2026-07-28 backend is to open a handshake session there first.
 

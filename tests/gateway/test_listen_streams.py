@@ -4,7 +4,8 @@ the listen's own stream, from backends of either era.
 The router in the test's process (a process of its own where its stop is the subject), an indexer
 in its loop; two backends as processes: the asking server (tests/support/asking_server.py: the
 handshake era only, a subscribable note) and the listening server
-(tests/support/listening_server.py: both eras, a 2026-07-28 listen of its own).
+(tests/support/listening_server.py: both eras, a 2026-07-28 listen of its own; once as a server of
+the 2026-07-28 era alone).
 The SDK's 2026-07-28 client listens through the router; another client tells the backends to
 change, directly, as anything else might.
 """
@@ -58,7 +59,7 @@ class Backends:
             [sys.executable, str(SUPPORT / "asking_server.py"), str(self.asking_port)], None
         )
         self.listening = start_process(
-            [sys.executable, str(SUPPORT / "listening_server.py"), str(self.listening_port)], None
+            [sys.executable, "-m", "tests.support.listening_server", str(self.listening_port)], None
         )
 
     @property
@@ -170,6 +171,54 @@ async def test_a_handshake_clients_standalone_stream_hears_a_2026_backends_list_
                 lambda: asyncio.sleep(0, heard("notifications/resources/list_changed")),
                 "the resource list change on the client's standalone stream",
             )
+
+
+async def test_a_subscription_at_a_backend_that_refuses_the_handshake_reaches_the_standalone_stream(
+    tmp_path: Path,
+) -> None:
+    """A backend of the 2026-07-28 era alone keeps no subscriptions: the session keeps the client's
+    in the indexer, and the replica holding its stream asks the backend with a listen."""
+    port = free_port()
+    modern_only = [sys.executable, "-m", "tests.support.listening_server", str(port), "modern"]
+    server = start_process(modern_only, None)
+    try:
+        await wait_for(lambda: port_accepts(port))
+        url = f"http://127.0.0.1:{port}/mcp"
+        entries = [{"id": "notes", "url": url, "timeout": 10}]
+        async with (
+            light_stack(tmp_path, backends=entries) as gateway,
+            httpx2.AsyncClient(timeout=30) as http,
+            Client(url) as direct,
+        ):
+            client = RawClient(http)
+            await client.initialize(gateway.mcp_url)
+            async with listening(http, client, gateway.mcp_url) as listener:
+                subscribed = await client.request(
+                    gateway.mcp_url, "resources/subscribe", {"uri": "notes://a"}
+                )
+                complete = {"jsonrpc": "2.0", "id": 2, "result": {"resultType": "complete"}}
+                assert subscribed == (200, [complete]), subscribed
+
+                def updated(uri: str) -> bool:
+                    return any(
+                        m.get("method") == "notifications/resources/updated" and m["params"] == {"uri": uri}
+                        for m in listener.messages
+                    )
+
+                async def edited() -> bool:  # edited again until the listen, opened anew, hears it
+                    await direct.call_tool("edit", {"uri": "notes://a"})
+                    return updated("notes://a")
+
+                await until(edited, "the subscribed resource's update on the client's standalone stream")
+                await direct.call_tool("edit", {"uri": "notes://b"})  # not subscribed: not heard
+                status, answers = await client.request(
+                    gateway.mcp_url, "resources/unsubscribe", {"uri": "notes://a"}
+                )
+                assert status == 200 and answers[0]["result"] == {"resultType": "complete"}, answers
+            kept = [r.subscriptions for r in await gateway.indexer.sessions.records() if r.subscriptions]
+            assert not kept and not updated("notes://b")
+    finally:
+        server.stop()
 
 
 async def test_a_handshake_clients_standalone_stream_ends_whole_when_the_client_ends_its_session(

@@ -248,7 +248,7 @@ async def _healthy(request: Request) -> Response:
     return PlainTextResponse("ok")
 
 
-class _ModernOnly:
+class ModernOnly:
     """An ASGI app refusing the initialize handshake in front of `app`: a server of the 2026-07-28
     era alone. (A class: Starlette routes an object as an ASGI app, a function as a handler.)"""
 
@@ -293,7 +293,7 @@ def main(port: int, modern_only: bool = False) -> None:
         retry_interval=RETRY_MS,
     )
     endpoint: ASGIApp = StreamableHTTPASGIApp(manager)
-    routes = [Route("/mcp", _ModernOnly(endpoint) if modern_only else endpoint), Route("/healthz", _healthy)]
+    routes = [Route("/mcp", ModernOnly(endpoint) if modern_only else endpoint), Route("/healthz", _healthy)]
     app = Starlette(routes=routes, lifespan=lambda app: manager.run())
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
 

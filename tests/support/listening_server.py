@@ -1,7 +1,8 @@
 """A Streamable HTTP MCP server of both protocol eras made with the SDK's `MCPServer`, whose
 2026-07-28 clients hear of its changes on `subscriptions/listen`.
 
-    python tests/support/listening_server.py PORT
+    python -m tests.support.listening_server PORT            # both eras
+    python -m tests.support.listening_server PORT modern     # refusing the initialize handshake
 
 It offers the resources `notes://a` and `notes://b` and the prompt `summarize`. The tool `edit`
 changes a note (`{"uri": ...}`) and publishes its update; the tool `file` adds the note `notes://c`
@@ -16,6 +17,8 @@ from typing import Any
 
 import uvicorn
 from mcp.server.mcpserver import Context, MCPServer
+
+from tests.support.conformance_server import ModernOnly
 
 server = MCPServer("listening")
 notes = {"notes://a": "first", "notes://b": "second"}
@@ -69,4 +72,5 @@ async def grow(ctx: Context[Any, Any]) -> str:
 
 if __name__ == "__main__":
     app = server.streamable_http_app()
-    uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning")
+    served = ModernOnly(app) if sys.argv[2:] == ["modern"] else app
+    uvicorn.run(served, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning")
