@@ -156,8 +156,9 @@ class Resources:
         """`resources/subscribe`, passed on to the URI's backend inside the client session's backend
         session, where the backend keeps it; its updates reach the client on the session's
         standalone stream, whichever replica holds it (router/handlers/notifications.py). A backend
-        the router speaks 2026-07-28 to keeps no subscriptions: the session keeps it instead, and
-        the stream's replica asks the backend with a listen (router/handlers/modern_listens.py)."""
+        of the 2026-07-28 era alone (it refuses the handshake) keeps none: the session keeps it
+        instead, and the stream's replica asks the backend with a listen
+        (router/handlers/modern_listens.py)."""
         return await _subscription(await self.requests.reach_from(ctx), "resources/subscribe", params)
 
     async def unsubscribe(
