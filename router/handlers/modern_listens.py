@@ -96,8 +96,7 @@ class ModernListens:
         if not self._looked or not known:
             await self._look()
         for backend_id, listened in self._listened.items():
-            uris = frozenset(s.uri for s in subscriptions if s.backend_id == backend_id)
-            if listened.interest.uris != uris:
+            if listened.interest.uris != (uris := self._uris_at(backend_id)):
                 listened.scope.cancel()
                 self._start(listened.backend, uris)
 
@@ -111,7 +110,11 @@ class ModernListens:
         self._looked = True
         for backend in reach.backends:
             if listened_to(backend.target) and backend.backend_id not in self._listened:
-                self._start(backend, frozenset())
+                self._start(backend, self._uris_at(backend.backend_id))
+
+    def _uris_at(self, backend_id: str) -> frozenset[str]:
+        """The URIs the client subscribed to at a backend (under the backend's own URIs)."""
+        return frozenset(s.uri for s in self._subscribed if s.backend_id == backend_id)
 
     async def _delivered(self, backend_id: str, message: Mapping[str, Any]) -> None:
         await self._deliver(backend_id, without_listen_id(message))
