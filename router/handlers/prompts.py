@@ -90,9 +90,8 @@ class Prompts:
     ) -> dict[str, Any]:
         backend = next(b for b in reach.backends if b.backend_id == target.backend_id)
         try:
-            if (
-                method == "prompts/get"
-            ):  # a backend may ask the client first (router/upstream/input_rounds.py)
+            # a backend may ask the client before it gives a prompt (router/upstream/input_rounds.py)
+            if method == "prompts/get":
                 return answered(await reach.asking(backend, method, params))
             return answered(await reach.send(backend, method, params))
         except RouterError as exc:
