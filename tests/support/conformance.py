@@ -1,4 +1,5 @@
-"""The official MCP conformance suite (`@modelcontextprotocol/conformance`, npm), run against a URL.
+"""The official MCP conformance suite (`@modelcontextprotocol/conformance`, npm), run against a URL,
+and the test servers it runs against: the project's own (Python SDK) and the same on the TypeScript SDK.
 
     outcomes = await run_suite(url, "2025-11-25", folder)  # {scenario: Outcome}
 
@@ -20,19 +21,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from commands.ports import free_port
+from tests.support.conformance_content import handshake_content
 from tests.support.processes import start_process
 from tests.support.stack import ROOT
 
-SUITE = (
-    ROOT
-    / "tests"
-    / "servers"
-    / "node_modules"
-    / "@modelcontextprotocol"
-    / "conformance"
-    / "dist"
-    / "index.js"
-)
+SERVERS = ROOT / "tests" / "servers"
+SUITE = SERVERS / "node_modules" / "@modelcontextprotocol" / "conformance" / "dist" / "index.js"
+TYPESCRIPT_SERVER = SERVERS / "conformance-server.mjs"  # the same server, on the TypeScript SDK
 REQUIREMENTS = ("2025-11-25", "2026-07-28")
 RUN_TIMEOUT = 600.0  # seconds for one requirement set's run; each scenario has the suite's own 30 s
 
@@ -47,6 +42,22 @@ def conformance_server(host: str = "127.0.0.1", modern_only: bool = False) -> It
     if modern_only:
         args.append("modern")
     with start_process(args, f"http://127.0.0.1:{port}/healthz", cwd=ROOT):
+        yield f"http://{host}:{port}/mcp"
+
+
+def typescript_server_args(folder: Path, where: str) -> list[str]:
+    """The command of the TypeScript SDK's conformance server (tests/servers/conformance-server.mjs)
+    listening on `where` (a port, or `stdio`), its content written to `folder`."""
+    content = folder / "conformance-content.json"
+    content.write_text(json.dumps(handshake_content()))
+    return ["node", str(TYPESCRIPT_SERVER), where, str(content)]
+
+
+@contextlib.contextmanager
+def typescript_conformance_server(folder: Path, host: str = "127.0.0.1") -> Iterator[str]:
+    """The TypeScript SDK's conformance server as a process on loopback: its MCP URL, under `host`."""
+    port = free_port()
+    with start_process(typescript_server_args(folder, str(port)), f"http://127.0.0.1:{port}/healthz"):
         yield f"http://{host}:{port}/mcp"
 
 

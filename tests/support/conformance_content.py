@@ -278,3 +278,36 @@ def prompt_messages(name: str, arguments: dict[str, str]) -> list[dict[str, Any]
             {"role": "user", "content": _text("Please analyze the image above.")},
         ]
     return None
+
+
+def handshake_content() -> dict[str, Any]:
+    """What a server of another SDK needs to offer the same (tests/servers/conformance-server.mjs),
+    as JSON: the 2025-11-25 era's tools, results, resources and prompts. Text a call or a prompt
+    takes from its arguments is a `{name}` placeholder, filled in by that server."""
+    asking = {}
+    for name, request in ELICITATIONS.items():
+        (tool,) = [t for t in TOOLS if t["name"] == name]
+        argument = next(iter(tool["inputSchema"]["properties"]), "")
+        method, params, label = request({argument: "{argument}"} if argument else {})
+        asking[name] = {"method": method, "params": params, "label": label, "argument": argument}
+    placeholders = {key: f"{{{key}}}" for key in ("arg1", "arg2", "resourceUri")}
+    modern = {*INPUT_ROUNDS, "test_missing_capability"}  # what needs the 2026-07-28 era
+    return {
+        "tools": [t for t in TOOLS if t["name"] not in modern],
+        "results": TOOL_RESULTS,
+        "asking": asking,
+        "resources": RESOURCES,
+        "templates": [
+            {
+                "uriTemplate": "test://template/{id}/data",
+                "name": "template",
+                "description": "A resource template with parameter substitution",
+                "mimeType": "application/json",
+            }
+        ],
+        "prompts": [p for p in PROMPTS if p["name"] not in modern],
+        "prompt_messages": {
+            p["name"]: prompt_messages(p["name"], placeholders) for p in PROMPTS if p["name"] not in modern
+        },
+        "prompt_defaults": {"resourceUri": "test://example-resource"},
+    }

@@ -9,10 +9,12 @@ the same server over stdio behind the bridge, two indexers sharing a Redis and t
 suite's client talking to the first router while each answer it posts (to a backend's request of
 it) reaches the second (tests/support/split_proxy.py); once with the stdio backend as configured by
 default (the bridge speaks the handshake era to it), once configured as a 2026-07-28 server
-(`protocol: 2026-07-28`, held to that requirement set). Every scenario that passes directly must
-pass through toolsearch each way; those whose relay is not built yet are strict xfails, each naming
-what is not relayed, so the list shrinks as relays land. The runs go at once, but each bridge's in
-turn, and the 2026-07-28 bridge's last; docs/gateway.md records the counts.
+(`protocol: 2026-07-28`, held to that requirement set). The same server on the TypeScript SDK
+(tests/servers/conformance-server.mjs, 2025-11-25 only) goes through one router, and over stdio
+through the replicas and the bridge: the relays are the protocol's, not one SDK's. Every scenario
+that passes directly must pass through toolsearch each way; those whose relay is not built yet are
+strict xfails, each naming what is not relayed, so the list shrinks as relays land. The runs go at
+once, but each bridge's in turn, and the 2026-07-28 bridge's last; docs/gateway.md records the counts.
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ from tests.support.conformance import (
     run_scenario,
     run_suite,
     server_scenarios,
+    typescript_conformance_server,
+    typescript_server_args,
 )
 from tests.support.conformance import (
     conformance_server as running_conformance_server,
@@ -55,11 +59,24 @@ NOT_RELAYED: dict[tuple[str, str], str] = {}
 
 BRIDGED = "replicas and the bridge"  # the target of two routers and the bridge
 BRIDGED_MODERN = "replicas and a 2026-07-28 bridge"  # the same, the bridge speaking 2026-07-28 to its server
-ONE_AT_A_TIME = (BRIDGED, BRIDGED_MODERN)  # targets whose runs go in turn
+# the same server on the TypeScript SDK: directly, through one router, and over stdio through the bridge
+TYPESCRIPT = "typescript"
+TYPESCRIPT_THROUGH = "toolsearch to typescript"
+TYPESCRIPT_BRIDGED = "replicas and the bridge to typescript"
+ONE_AT_A_TIME = (BRIDGED, BRIDGED_MODERN, TYPESCRIPT_BRIDGED)  # targets whose runs go in turn
 # the requirement sets each target is held to: a stdio backend configured as a 2026-07-28 server is
 # spoken to in that protocol only, which has no requests of the client and no resources/subscribe,
-# so what the 2025-11-25 set asks of those is not the gateway's to give (docs/gateway.md)
-HELD_TO: dict[str, tuple[str, ...]] = {BRIDGED_MODERN: ("2026-07-28",)}
+# so what the 2025-11-25 set asks of those is not the gateway's to give (docs/gateway.md); the
+# TypeScript SDK's server speaks 2025-11-25 and earlier
+HANDSHAKE_ONLY = ("2025-11-25",)
+HELD_TO: dict[str, tuple[str, ...]] = {
+    BRIDGED_MODERN: ("2026-07-28",),
+    TYPESCRIPT: HANDSHAKE_ONLY,
+    TYPESCRIPT_THROUGH: HANDSHAKE_ONLY,
+    TYPESCRIPT_BRIDGED: HANDSHAKE_ONLY,
+}
+# what each way through toolsearch is compared with: the same server, directly
+DIRECT = {TYPESCRIPT_THROUGH: TYPESCRIPT, TYPESCRIPT_BRIDGED: TYPESCRIPT}
 
 # What does not pass through the bridge to a stdio backend of the default protocol, besides: a
 # 2026-07-28 round of input (the bridge speaks the handshake era to it, and its SDK then refuses to
@@ -186,20 +203,19 @@ def gateway(tmp_path_factory: pytest.TempPathFactory, conformance_server: str) -
         yield stack
 
 
+PYTHON_STDIO = [sys.executable, "-m", "tests.support.conformance_server", "stdio"]
+
+
 @contextmanager
-def _replicas_and_bridge(folder: Path, protocol: str) -> Iterator[tuple[str, SplitProxy]]:
-    """The server over stdio behind the bridge (spoken to in `protocol`), two indexers over Redis,
-    two routers, and a proxy that sends the client's answers to the second router; the proxy's MCP
-    URL, and the proxy."""
+def _replicas_and_bridge(
+    folder: Path, protocol: str, command: list[str] = PYTHON_STDIO
+) -> Iterator[tuple[str, SplitProxy]]:
+    """The server over stdio (`command`) behind the bridge (spoken to in `protocol`), two indexers
+    over Redis, two routers, and a proxy that sends the client's answers to the second router; the
+    proxy's MCP URL, and the proxy."""
     catalog = folder / "catalog.jsonl"
     small_catalog(catalog)
-    stdio = {
-        "id": "conf",
-        "command": sys.executable,
-        "args": ["-m", "tests.support.conformance_server", "stdio"],
-        "cwd": str(ROOT),
-        "protocol": protocol,
-    }
+    stdio = {"id": "conf", "command": command[0], "args": command[1:], "cwd": str(ROOT), "protocol": protocol}
     with running_redis(folder / "redis") as redis, running_bridge(folder, [stdio]) as bridge:
         extra = {
             "bridge": yaml.safe_load(bridge.config_path.read_text())["bridge"],
@@ -240,19 +256,51 @@ def replicas_and_modern_bridge(tmp_path_factory: pytest.TempPathFactory) -> Iter
 
 
 @pytest.fixture(scope="module")
+def typescript_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with typescript_conformance_server(tmp_path_factory.mktemp("typescript"), "localhost") as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def typescript_gateway(tmp_path_factory: pytest.TempPathFactory, typescript_server: str) -> Iterator[Stack]:
+    catalog = tmp_path_factory.mktemp("typescript-catalog") / "catalog.jsonl"
+    small_catalog(catalog)
+    extra = {
+        "backends": [{"id": "conf", "url": typescript_server.replace("localhost", "127.0.0.1")}],
+        "router": {"pinned": ["conf/*"]},
+    }
+    with running_stack(tmp_path_factory.mktemp("typescript-gateway"), catalog=catalog, extra=extra) as stack:
+        yield stack
+
+
+@pytest.fixture(scope="module")
+def typescript_bridged(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, SplitProxy]]:
+    folder = tmp_path_factory.mktemp("typescript-bridged")
+    command = typescript_server_args(folder, "stdio")
+    with _replicas_and_bridge(folder, "2025-11-25", command) as target:
+        yield target
+
+
+@pytest.fixture(scope="module")
 def results(
     tmp_path_factory: pytest.TempPathFactory,
     conformance_server: str,
     gateway: Stack,
     replicas_and_bridge: tuple[str, SplitProxy],
     replicas_and_modern_bridge: tuple[str, SplitProxy],
+    typescript_server: str,
+    typescript_gateway: Stack,
+    typescript_bridged: tuple[str, SplitProxy],
 ) -> Results:
-    """Both requirement sets against the four targets, at once."""
+    """The requirement sets against every target, at once but for the bridges' runs."""
     targets = {
         "direct": conformance_server,
         "toolsearch": gateway.mcp_url.replace("127.0.0.1", "localhost"),
         BRIDGED: replicas_and_bridge[0],
         BRIDGED_MODERN: replicas_and_modern_bridge[0],
+        TYPESCRIPT: typescript_server,
+        TYPESCRIPT_THROUGH: typescript_gateway.mcp_url.replace("127.0.0.1", "localhost"),
+        TYPESCRIPT_BRIDGED: typescript_bridged[0],
     }
 
     async def one_by_one(target: str) -> Results:
@@ -268,11 +316,15 @@ def results(
             (target, requirements): run_suite(url, requirements, tmp_path_factory.mktemp("suite"))
             for target, url in targets.items()
             if target not in ONE_AT_A_TIME
-            for requirements in REQUIREMENTS
+            for requirements in HELD_TO.get(target, REQUIREMENTS)
         }
-        outcomes, bridged = await asyncio.gather(asyncio.gather(*runs.values()), one_by_one(BRIDGED))
+
+        async def bridged() -> Results:
+            return {**await one_by_one(BRIDGED), **await one_by_one(TYPESCRIPT_BRIDGED)}
+
+        outcomes, in_turn = await asyncio.gather(asyncio.gather(*runs.values()), bridged())
         results = dict(zip(runs, outcomes, strict=True))
-        results.update(bridged)
+        results.update(in_turn)
         # last, alone: server-stateless gives one of its calls 500 ms in all, which the longest way
         # (the proxy, two routers, the bridge, the pipe) must not spend waiting for the other runs
         results.update(await one_by_one(BRIDGED_MODERN))
@@ -286,6 +338,8 @@ THROUGH: dict[str, dict[tuple[str, str], str]] = {
     "toolsearch": NOT_RELAYED,
     BRIDGED: BRIDGE_NOT_RELAYED,
     BRIDGED_MODERN: NOT_RELAYED,
+    TYPESCRIPT_THROUGH: NOT_RELAYED,
+    TYPESCRIPT_BRIDGED: NOT_RELAYED,
 }
 
 
@@ -308,11 +362,15 @@ def test_the_listed_scenarios_are_the_ones_the_suite_requires() -> None:
     assert listed == SCENARIOS
 
 
-def test_the_conformance_server_passes_every_required_scenario_directly(results: Results) -> None:
+@pytest.mark.parametrize("server", ["direct", TYPESCRIPT])
+def test_the_conformance_server_passes_every_required_scenario_directly(
+    results: Results, server: str
+) -> None:
+    """The project's server, and the same on the TypeScript SDK (in its own protocol era)."""
     failed = {
         (requirements, name): outcome.failures
-        for requirements in REQUIREMENTS
-        for name, outcome in results[("direct", requirements)].items()
+        for requirements in HELD_TO.get(server, REQUIREMENTS)
+        for name, outcome in results[(server, requirements)].items()
         if not outcome.passed
     }
     assert not failed
@@ -323,8 +381,8 @@ def test_a_scenario_the_server_passes_directly_passes_through_toolsearch(
     results: Results, target: str, requirements: str, scenario: str
 ) -> None:
     """Through one router, and through two replicas, Redis and the bridge, the client's answers
-    sent to the other replica."""
-    direct = results[("direct", requirements)][scenario]
+    sent to the other replica; to the project's server and to the TypeScript SDK's."""
+    direct = results[(DIRECT.get(target, "direct"), requirements)][scenario]
     through = results[(target, requirements)][scenario]
     assert direct.passed, direct.failures
     assert through.passed, through.failures
