@@ -47,6 +47,7 @@ from router.frontdoor.resource_metadata import ResourceMetadata
 from router.frontdoor.streams.call_streams import CallStream
 from router.frontdoor.streams.resumed_streams import ResumedStreams
 from router.frontdoor.streams.standalone import StandaloneStreams
+from router.frontdoor.streams.stream_cursor import is_cursor
 from router.frontdoor.streams.stream_log import StreamLog
 from router.handlers.meta_tool_schemas import CALL_TOOL, FIND_TOOL
 from router.link.indexer_client import IndexerClient
@@ -151,7 +152,9 @@ class SessionLayer:
             elif method == "GET" and self.standalone is not None and is_handshake_era(headers):
                 caller = await self._listener(headers, identity)
                 event_id = headers.get(LAST_EVENT_ID)
-                if event_id is not None and self.resumed is not None:
+                if event_id is not None and is_cursor(event_id):  # a standalone stream's place
+                    await self.standalone.serve(scope, receive, send, caller, event_id)
+                elif event_id is not None and self.resumed is not None:
                     await self.resumed.serve(scope, receive, send, caller, event_id)
                 else:
                     await self.standalone.serve(scope, receive, send, caller)

@@ -52,8 +52,9 @@ UPDATED = "notifications/resources/updated"
 TOOLS_CHANGED = "notifications/tools/list_changed"
 TELL_GAP = 1.0  # seconds between two of this replica's asks to list one backend again
 
-# writes one message on the client's stream
-Write = Callable[[Mapping[str, Any]], Awaitable[None]]
+# writes one message on the client's stream, with the backend it came from and its mark ("" when
+# it has none to resume from: router/upstream/backend_streams.py)
+Write = Callable[[Mapping[str, Any], str, str], Awaitable[None]]
 
 
 class Notifications:
@@ -65,28 +66,29 @@ class Notifications:
         self.listens = listens
         self._told: dict[str, float] = {}  # backend id: when this replica last said its tools changed
 
-    async def listen(self, caller: Caller, write: Write) -> None:
+    async def listen(self, caller: Caller, write: Write, resume: Mapping[str, str] | None = None) -> None:
         """Until cancelled or the session ends (`SessionNotFound`), write each of the session's
-        backends' notifications that is the client's to have."""
+        backends' notifications that is the client's to have; `resume` (by backend id, the mark of
+        the last event the client had) reads each backend's stream from there."""
 
-        async def deliver(backend_id: str, message: Mapping[str, Any]) -> None:
+        async def deliver(backend_id: str, message: Mapping[str, Any], mark: str = "") -> None:
             method = message.get("method")
             if method in PASSED_AS_THEY_ARE:
-                await write(message)
+                await write(message, backend_id, mark)
             elif method == "notifications/message":
                 if passes_level(message, caller.declared.log_floor):
-                    await write(message)
+                    await write(message, backend_id, mark)
             elif method == UPDATED:
                 renamed = await self._renamed(caller, backend_id, message)
                 if renamed is not None:
-                    await write(renamed)
+                    await write(renamed, backend_id, mark)
             elif method == TOOLS_CHANGED:
                 await self.tools_changed(caller, backend_id)
 
         async with anyio.create_task_group() as group:
             modern = ModernListens(self.requests, self.listens, caller, deliver, group)
             # until cancelled, or the session ends; each look at the session follows its subscriptions
-            await self.streams.listen(caller, deliver, modern.follow)
+            await self.streams.listen(caller, deliver, modern.follow, resume)
 
     async def tools_changed(self, caller: Caller, backend_id: str) -> None:
         """Have the indexer list a backend again; once per `TELL_GAP` however many streams say so."""

@@ -93,10 +93,13 @@ async def finished(messages: AsyncIterator[Any]) -> None:
             pass
 
 
-async def events(response: httpx2.Response, limit: int) -> AsyncIterator[Any]:
+async def events(
+    response: httpx2.Response, limit: int, position: StreamPosition | None = None
+) -> AsyncIterator[Any]:
     """The JSON-RPC messages of a long-lived SSE stream as they arrive, no line over `limit` bytes
-    (one that grows past it raises `ValueError`: a stream may last for hours, a line may not)."""
-    parsed = _Events()
+    (one that grows past it raises `ValueError`: a stream may last for hours, a line may not); with
+    `position`, where the stream got to (as each message is yielded, its own event's id)."""
+    parsed = _Events(position)
     pending = b""
     async for chunk in response.aiter_bytes():
         pending += chunk

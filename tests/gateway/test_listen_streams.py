@@ -40,13 +40,13 @@ from router.caller import Caller, Identity, Principal
 from router.handlers.listens import MAX_BACKENDS, MAX_RESOURCES, Listens
 from router.targets import BackendTarget, ReachableTarget, ReachableTargets
 from router.upstream.backend_requests import Reach
+from tests.support.asking import ASKING_SERVER, ROOT
 from tests.support.clients import RawClient, listening, until
 from tests.support.processes import port_accepts, start_process
 from tests.support.routers import LightStack, light_stack
 from tests.support.waits import WAIT, wait_for
 from toolsearch.outgoing import OutgoingAuth
 
-SUPPORT = Path(__file__).parents[1] / "support"
 NOTE = "asking://note"
 
 
@@ -55,9 +55,7 @@ class Backends:
 
     def __init__(self) -> None:
         self.asking_port, self.listening_port = free_port(), free_port()
-        self.asking = start_process(
-            [sys.executable, str(SUPPORT / "asking_server.py"), str(self.asking_port)], None
-        )
+        self.asking = start_process([*ASKING_SERVER, str(self.asking_port)], None, cwd=ROOT)
         self.listening = start_process(
             [sys.executable, "-m", "tests.support.listening_server", str(self.listening_port)], None
         )

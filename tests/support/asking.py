@@ -19,7 +19,8 @@ from tests.support.processes import port_accepts, start_process
 from tests.support.routers import LightStack, another_router, light_stack
 from tests.support.waits import wait_for
 
-ASKING_SERVER = Path(__file__).parent / "asking_server.py"
+ASKING_SERVER = [sys.executable, "-m", "tests.support.asking_server"]  # run from the checkout's root
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @asynccontextmanager
@@ -29,7 +30,7 @@ async def asking_stack(
     """A light stack whose backend `asking` (call `timeout` seconds) is the asking server; `indexer`
     adds to the indexer's section."""
     port = free_port()
-    server = await asyncio.to_thread(start_process, [sys.executable, str(ASKING_SERVER), str(port)], None)
+    server = await asyncio.to_thread(start_process, [*ASKING_SERVER, str(port)], None, cwd=ROOT)
     try:
         await wait_for(lambda: port_accepts(port) or server.returncode is not None)
         backend = {"id": "asking", "url": f"http://127.0.0.1:{port}/mcp/", "timeout": timeout}

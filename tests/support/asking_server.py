@@ -1,7 +1,7 @@
 """A Streamable HTTP MCP server that asks its client to sample, whatever the client declared, and
 that logs at the level its client set.
 
-    python tests/support/asking_server.py PORT
+    python -m tests.support.asking_server PORT
 
 The tool `ask` sends `sampling/createMessage` on the call's own stream and answers with what came
 back: `answered: ...`, or `refused: <the error's message>`. The tool `chatter` sends one log message
@@ -35,6 +35,8 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.message import ServerMessageMetadata
 from starlette.applications import Starlette
 from starlette.routing import Mount
+
+from tests.support.event_store import MemoryEventStore
 
 NOTE = "asking://note"
 ASKED = "asking://asked"  # read, it asks the client first
@@ -180,7 +182,9 @@ def main(port: int) -> None:
         "notifications/roots/list_changed", types.NotificationParams, roots_changed
     )
     server.add_request_handler("logging/setLevel", types.SetLevelRequestParams, set_level)
-    manager = StreamableHTTPSessionManager(server, json_response=False)
+    # with an event store, as a server whose clients resume their streams: what a session's
+    # standalone stream would carry while nobody reads it is kept for its reader to resume
+    manager = StreamableHTTPSessionManager(server, json_response=False, event_store=MemoryEventStore())
     app = Starlette(routes=[Mount("/mcp", app=manager.handle_request)], lifespan=lambda app: manager.run())
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
 

@@ -180,27 +180,37 @@ def _messages(response: httpx2.Response) -> list[dict[str, Any]]:
 
 
 class Listener:
-    """A client session's standalone stream, read in the background: the messages so far."""
+    """A client session's standalone stream, read in the background: the messages so far, and the
+    id of the last event that had one; opened from `last_event_id` (`Last-Event-ID`) when given."""
 
-    def __init__(self, http: httpx2.AsyncClient, client: RawClient, url: str) -> None:
+    def __init__(
+        self, http: httpx2.AsyncClient, client: RawClient, url: str, last_event_id: str = ""
+    ) -> None:
         self.http, self.client, self.url = http, client, url
         self.messages: list[dict[str, Any]] = []
+        self.last_id = last_event_id
         self.status = 0
         self.ended = False  # the router ended the stream whole (a broken one raises instead)
 
     async def run(self) -> None:
         headers = {**self.client.headers(), "Accept": "text/event-stream"}
+        if self.last_id:
+            headers["Last-Event-ID"] = self.last_id
         async with self.http.stream("GET", self.url, headers=headers) as response:
             self.status = response.status_code
             async for line in response.aiter_lines():
-                if line.startswith("data:") and line[5:].strip():
+                if line.startswith("id:"):
+                    self.last_id = line[3:].strip()
+                elif line.startswith("data:") and line[5:].strip():
                     self.messages.append(json.loads(line[5:]))
         self.ended = True
 
 
 @contextlib.asynccontextmanager
-async def listening(http: httpx2.AsyncClient, client: RawClient, url: str) -> AsyncIterator[Listener]:
-    listener = Listener(http, client, url)
+async def listening(
+    http: httpx2.AsyncClient, client: RawClient, url: str, last_event_id: str = ""
+) -> AsyncIterator[Listener]:
+    listener = Listener(http, client, url, last_event_id)
     task = asyncio.create_task(listener.run())
     try:
         await wait_for(lambda: listener.status != 0 or task.done())
