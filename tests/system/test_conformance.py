@@ -191,15 +191,23 @@ def conformance_server() -> Iterator[str]:
         yield url
 
 
-@pytest.fixture(scope="module")
-def gateway(tmp_path_factory: pytest.TempPathFactory, conformance_server: str) -> Iterator[Stack]:
-    catalog = tmp_path_factory.mktemp("conformance-catalog") / "catalog.jsonl"
+@contextmanager
+def _in_front_of(folder: Path, server: str) -> Iterator[Stack]:
+    """An indexer and a router as processes, `server` their one backend beside a small catalog,
+    pinned whole so that the suite reaches its tools, resources and prompts through the router."""
+    catalog = folder / "catalog.jsonl"
     small_catalog(catalog)
     extra = {
-        "backends": [{"id": "conf", "url": conformance_server.replace("localhost", "127.0.0.1")}],
+        "backends": [{"id": "conf", "url": server.replace("localhost", "127.0.0.1")}],
         "router": {"pinned": ["conf/*"]},
     }
-    with running_stack(tmp_path_factory.mktemp("conformance"), catalog=catalog, extra=extra) as stack:
+    with running_stack(folder, catalog=catalog, extra=extra) as stack:
+        yield stack
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory: pytest.TempPathFactory, conformance_server: str) -> Iterator[Stack]:
+    with _in_front_of(tmp_path_factory.mktemp("conformance"), conformance_server) as stack:
         yield stack
 
 
@@ -263,13 +271,7 @@ def typescript_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]
 
 @pytest.fixture(scope="module")
 def typescript_gateway(tmp_path_factory: pytest.TempPathFactory, typescript_server: str) -> Iterator[Stack]:
-    catalog = tmp_path_factory.mktemp("typescript-catalog") / "catalog.jsonl"
-    small_catalog(catalog)
-    extra = {
-        "backends": [{"id": "conf", "url": typescript_server.replace("localhost", "127.0.0.1")}],
-        "router": {"pinned": ["conf/*"]},
-    }
-    with running_stack(tmp_path_factory.mktemp("typescript-gateway"), catalog=catalog, extra=extra) as stack:
+    with _in_front_of(tmp_path_factory.mktemp("typescript-gateway"), typescript_server) as stack:
         yield stack
 
 
