@@ -197,25 +197,30 @@ async def read_standalone(
     resumed = position is not None and bool(position.last_id)
     if position is not None and position.last_id:
         asked["Last-Event-ID"] = position.last_id
-    opened = False
+    opened = refused = False
     try:
         async with http.stream("GET", target.url, headers=asked) as response:
-            if response.status_code != 200:
+            refused = response.status_code != 200
+            if refused:
                 logger.debug(
                     "backend %s: no standalone stream (HTTP %d%s)",
                     target.backend_id,
                     response.status_code,
-                    ", resumed" if resumed else "",
+                    ", asked to resume it" if resumed else "",
                 )
-                if resumed and position is not None:  # an id it does not keep: from now on, then
-                    position.last_id = ""
-                    return await read_standalone(http, target, session, deliver, on_open, position)
-                return False
-            opened = True
-            on_open()
-            async for message in events(response, target.max_response_bytes, position):
-                if isinstance(message, dict) and "method" in message and "id" not in message:
-                    await deliver(target.backend_id, message)
-    except (httpx2.HTTPError, ValueError) as exc:
+            else:
+                opened = True
+                on_open()
+                async for message in events(response, target.max_response_bytes, position):
+                    if isinstance(message, dict) and "method" in message and "id" not in message:
+                        await deliver(target.backend_id, message)
+    except httpx2.HTTPError as exc:
         logger.debug("backend %s: its standalone stream ended: %r", target.backend_id, exc)
+    except ValueError as exc:  # an event over the bound: the stream is not read past it, nor again
+        logger.debug("backend %s: its standalone stream ended: %r", target.backend_id, exc)
+        if position is not None:
+            position.last_id = ""
+    if refused and resumed and position is not None:  # an id it does not keep: from now on, then
+        position.last_id = ""
+        return await read_standalone(http, target, session, deliver, on_open, position)
     return opened

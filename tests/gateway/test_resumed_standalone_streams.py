@@ -1,4 +1,5 @@
-"""A handshake-era client's standalone stream resumed with `Last-Event-ID`, on any router.
+"""A handshake-era client's standalone stream resumed with `Last-Event-ID`, on any router, and the
+backends' standalone streams read from where they got to.
 
 The router keeps nothing of it: each event's id is a cursor of where the stream got to at each
 backend (router/frontdoor/streams/stream_cursor.py), and the backend, a server with an event store,
@@ -13,8 +14,9 @@ import base64
 import functools
 import json
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 import httpx2
 import pytest
@@ -23,12 +25,16 @@ from mcp import Client
 
 from commands.ports import free_port
 from router.frontdoor.streams.stream_cursor import MAX_BACKENDS, MAX_MARK, StreamCursor, is_cursor
+from router.targets import BackendSession, BackendTarget
+from router.upstream.backend_answers import StreamPosition
+from router.upstream.backend_streams import mark, read_standalone, resumed_from
 from tests.support.asking import asking_stack
 from tests.support.clients import Listener, RawClient, listening, until
 from tests.support.in_process import hosted_beside, serve_router
 from tests.support.routers import LightStack
 from tests.support.waits import wait_for
 from toolsearch.config import load_config
+from toolsearch.outgoing import OutgoingAuth
 
 NOTE = "asking://note"
 UPDATED, LOGGED = "notifications/resources/updated", "notifications/message"
@@ -140,3 +146,63 @@ def test_a_cursor_follows_at_most_its_bound_of_backends_and_short_marks() -> Non
 def test_a_malformed_cursor_says_what_is_wrong_with_it(event_id: str, said: str) -> None:
     with pytest.raises(ValueError, match=said):
         StreamCursor.parse(event_id)
+
+
+CHANGED = {"jsonrpc": "2.0", "method": "notifications/resources/list_changed"}
+SESSION = BackendSession("backend-session", "2025-11-25")
+
+
+def backend(answer: Callable[[httpx2.Request], httpx2.Response]) -> tuple[httpx2.AsyncClient, BackendTarget]:
+    """A backend of canned answers to the standalone stream's GETs, and its target (events of at most
+    1,000 bytes)."""
+    target = BackendTarget("canned", "http://canned/mcp", OutgoingAuth(), "", 5.0, 1000, SESSION)
+    return httpx2.AsyncClient(transport=httpx2.MockTransport(answer)), target
+
+
+def stream_of(*events: str) -> httpx2.Response:
+    return httpx2.Response(
+        200, headers={"content-type": "text/event-stream"}, content="".join(events).encode()
+    )
+
+
+async def test_a_backend_that_refuses_the_id_it_is_resumed_from_is_read_from_now_on() -> None:
+    asked: list[str | None] = []
+
+    def answer(request: httpx2.Request) -> httpx2.Response:
+        asked.append(request.headers.get("last-event-id"))
+        if request.headers.get("last-event-id"):
+            return httpx2.Response(
+                400, json={"jsonrpc": "2.0", "id": None, "error": {"code": -32000, "message": "?"}}
+            )
+        return stream_of(f"id: s/9\ndata: {json.dumps(CHANGED)}\n\n")
+
+    http, target = backend(answer)
+    heard: list[tuple[str, str]] = []
+    position = StreamPosition("s/3")
+
+    async def deliver(backend_id: str, message: Mapping[str, Any]) -> None:
+        heard.append((str(message["method"]), position.last_id))
+
+    async with http:
+        assert await read_standalone(http, target, SESSION, deliver, position=position)
+    assert asked == ["s/3", None]
+    assert heard == [("notifications/resources/list_changed", "s/9")]
+
+
+async def test_a_standalone_stream_past_its_bound_is_not_read_past_its_event_again() -> None:
+    http, target = backend(lambda request: stream_of(f"id: s/4\ndata: {'x' * 2000}\n\n"))
+    position = StreamPosition("s/3")
+
+    async def deliver(backend_id: str, message: Mapping[str, Any]) -> None:
+        raise AssertionError("nothing is delivered from an event over the bound")
+
+    async with http:
+        assert await read_standalone(http, target, SESSION, deliver, position=position)
+    assert position.last_id == ""  # so the stream is not opened again from there
+
+
+def test_a_mark_is_followed_only_in_the_backend_session_it_came_from() -> None:
+    marked = mark(SESSION, "_GET_stream/7")
+    assert resumed_from(SESSION, marked) == "_GET_stream/7"
+    assert resumed_from(BackendSession("another", "2025-11-25"), marked) == ""
+    assert mark(SESSION, "") == "" and resumed_from(SESSION, "") == ""
