@@ -24,6 +24,7 @@ import yaml
 from mcp import Client
 
 from commands.ports import free_port
+from router.frontdoor.streams import stream_cursor
 from router.frontdoor.streams.stream_cursor import MAX_BACKENDS, MAX_MARK, StreamCursor, is_cursor
 from router.targets import BackendSession, BackendTarget
 from router.upstream.backend_answers import StreamPosition
@@ -133,6 +134,19 @@ def test_a_cursor_follows_at_most_its_bound_of_backends_and_short_marks() -> Non
     cursor.moved("backend0", "t " + "x" * MAX_MARK)  # too long: the last short one stays
     assert len(cursor.marks) == MAX_BACKENDS and cursor.marks["backend0"] == "t 1"
     assert f"backend{MAX_BACKENDS}" not in StreamCursor.parse(cursor.event_id()).marks
+
+
+def test_a_cursor_stays_within_its_length_keeping_an_earlier_mark_rather_than_none(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(stream_cursor, "MAX_ID", 100)
+    cursor = StreamCursor()
+    cursor.moved("a", "t 1")
+    cursor.moved("b", "t " + "x" * 100)  # would make the id too long: b is not followed
+    cursor.moved("a", "t " + "y" * 100)  # nor is this mark: a's earlier one stays
+    assert cursor.marks == {"a": "t 1"} and len(cursor.event_id()) <= 100
+    with pytest.raises(ValueError, match="longer than 100"):
+        StreamCursor.parse("at1." + "A" * 101)
 
 
 @pytest.mark.parametrize(

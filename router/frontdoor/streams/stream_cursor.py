@@ -11,7 +11,10 @@ a client of its own. Nothing is kept by the router or the indexer for it, so any
 stream; a backend whose events have no ids is read from now on, as before.
 
 An id is `at1.` and the marks as JSON, base64url: at most `MAX_BACKENDS` backends, a mark of at
-most `MAX_MARK` characters (a longer one is not followed: that backend is read from now on).
+most `MAX_MARK` characters (a longer one is not followed: that backend is read from now on), and
+`MAX_ID` characters in all, well inside what the router takes in a request's head: a mark that
+would make the id longer leaves the backend's earlier mark in place, so a resumption sends some of
+its events twice rather than miss any.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from collections.abc import Mapping
 PREFIX = "at1."
 MAX_BACKENDS = 64  # backends one id names
 MAX_MARK = 300  # characters of one backend's mark
+MAX_ID = 4096  # characters of one event id, at most
 
 
 def is_cursor(event_id: str) -> bool:
@@ -36,11 +40,14 @@ class StreamCursor:
 
     def __init__(self, marks: Mapping[str, str] | None = None) -> None:
         self.marks = dict(marks or {})
+        self._id = _encoded(self.marks)
 
     @classmethod
     def parse(cls, event_id: str) -> StreamCursor:
         """The cursor an event id of a standalone stream carries; `ValueError` saying what is wrong."""
         encoded = event_id.strip().removeprefix(PREFIX)
+        if len(encoded) > MAX_ID:
+            raise ValueError(f"it is longer than {MAX_ID} characters")
         try:
             marks = json.loads(base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4)))
         except (ValueError, binascii.Error) as exc:
@@ -55,14 +62,22 @@ class StreamCursor:
 
     def moved(self, backend_id: str, mark: str) -> None:
         """A backend's event was passed on; `mark` is where its stream got to ("": no id to follow)."""
-        if not mark or len(mark) > MAX_MARK:
+        if not mark or len(mark) > MAX_MARK or mark == self.marks.get(backend_id):
             return
-        if backend_id in self.marks or len(self.marks) < MAX_BACKENDS:
-            self.marks[backend_id] = mark
+        if backend_id not in self.marks and len(self.marks) >= MAX_BACKENDS:
+            return
+        moved = {**self.marks, backend_id: mark}
+        encoded = _encoded(moved)
+        if len(encoded) <= MAX_ID:
+            self.marks, self._id = moved, encoded
 
     def event_id(self) -> str:
         """The id of an event written now ("" while no backend's events had ids)."""
-        if not self.marks:
-            return ""
-        data = json.dumps(self.marks, separators=(",", ":"), sort_keys=True).encode()
-        return PREFIX + base64.urlsafe_b64encode(data).decode().rstrip("=")
+        return self._id
+
+
+def _encoded(marks: Mapping[str, str]) -> str:
+    if not marks:
+        return ""
+    data = json.dumps(marks, separators=(",", ":"), sort_keys=True).encode()
+    return PREFIX + base64.urlsafe_b64encode(data).decode().rstrip("=")
