@@ -11,10 +11,10 @@ a client of its own. Nothing is kept by the router or the indexer for it, so any
 stream; a backend whose events have no ids is read from now on, as before.
 
 An id is `at1.` and the marks as JSON, base64url: at most `MAX_BACKENDS` backends, a mark of at
-most `MAX_MARK` characters (a longer one is not followed: that backend is read from now on), and
-`MAX_ID` characters in all, well inside what the router takes in a request's head: a mark that
-would make the id longer leaves the backend's earlier mark in place, so a resumption sends some of
-its events twice rather than miss any.
+most `MAX_MARK` characters, and `MAX_ID` characters in all, well inside what the router takes in a
+request's head. A mark past these bounds is not followed: the backend's earlier mark stays, so a
+resumption sends some of its events twice rather than miss any (a backend with no earlier mark is
+read from now on).
 """
 
 from __future__ import annotations
