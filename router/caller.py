@@ -86,7 +86,7 @@ class Declared:
     @property
     def answers_on_stream(self) -> dict[str, Any]:
         """What a backend may ask a handshake-era client through the router: its sampling,
-        elicitation and roots, whose requests reach it on a call's stream (router/upstream/relays.py).
+        elicitation and roots, whose requests reach it on a call's stream (router/upstream/wire/relays.py).
         None for a 2026-07-28 client, which takes no request on a stream."""
         return {} if self.quiet_unasked else self._answerable()
 

@@ -1,7 +1,7 @@
 """The router's errors: raised where a failure is first seen, translated once for the client.
 
 gRPC failures become these in `router/link/indexer_errors.py`, backend failures in
-`router/upstream/backends.py`.
+`router/upstream/calls/backends.py`.
 They reach clients through one module, `router/error_answers.py`: as HTTP responses (before the SDK's
 handlers run), tool results with `isError`, or JSON-RPC errors.
 

@@ -2,11 +2,12 @@
 subscription the session's standalone stream must ask a backend for).
 
 A router replica holding a client's standalone stream listens in every backend session the client
-session keeps (router/upstream/backend_streams.py). It asks `BackendSessions` with the `stamp` of
-the set it knows, and the answer waits here until that set changes or the wait ends. A change on
-this replica wakes the waiters at once (`changed`); one on another replica reaches this one as an
-event of the shared state (`indexer.upkeep.replica`), which calls `changed` too. Events are hints:
-one that is lost costs the waiter the rest of its wait, after which it reads the set again.
+session keeps (router/upstream/session_wide/backend_streams.py). It asks `BackendSessions` with
+the `stamp` of the set it knows, and the answer waits here until that set changes or the wait
+ends. A change on this replica wakes the waiters at once (`changed`); one on another replica
+reaches this one as an event of the shared state (`indexer.upkeep.replica`), which calls `changed`
+too. Events are hints: one that is lost costs the waiter the rest of its wait, after which it reads
+the set again.
 
 Bounds: `MAX_WAITERS` long polls at once on this replica (beyond, an answer comes without waiting),
 each at most `MAX_WAIT` seconds. On stop every waiter is woken, so a draining server is not held.

@@ -69,12 +69,12 @@ from router.observe.access_log import AccessInterceptor, AccessLog
 from router.observe.latency_window import FindToolLatency
 from router.observe.metrics import RequestObserver, RouterMetrics
 from router.observe.status_page import StatusPage
-from router.upstream.backend_listens import BackendListens
-from router.upstream.backend_requests import BackendRequests
-from router.upstream.backend_streams import BackendStreams
-from router.upstream.backends import BackendCaller
-from router.upstream.input_rounds import InputRounds
-from router.upstream.pools import BackendPools
+from router.upstream.calls.backends import BackendCaller
+from router.upstream.rounds.input_rounds import InputRounds
+from router.upstream.session_wide.backend_listens import BackendListens
+from router.upstream.session_wide.backend_requests import BackendRequests
+from router.upstream.session_wide.backend_streams import BackendStreams
+from router.upstream.wire.pools import BackendPools
 from toolsearch.config import Config
 from toolsearch.outgoing import VERSION
 from toolsearch.transport import ChannelSecurity, TransportConfigError, channel_security
@@ -275,7 +275,7 @@ def create_app(
         try:
             async with manager.run(), streaming.run(), anyio.create_task_group() as rounds:
                 # where the calls a backend may ask a 2026-07-28 client something run; they end
-                # with the app (router/upstream/input_rounds.py)
+                # with the app (router/upstream/rounds/input_rounds.py)
                 tools.rounds = answers.rounds = requests.rounds = InputRounds(
                     indexer, caller, requests.credentials, rounds
                 )

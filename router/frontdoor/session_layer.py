@@ -60,7 +60,8 @@ JSONRPC_ID_KEY = "toolsearch.jsonrpc_id"  # and the posted message's id, for ans
 SESSION_HEADER = "mcp-session-id"
 LAST_EVENT_ID = "last-event-id"
 MISSING_SESSION = "missing Mcp-Session-Id header: send the id returned by initialize"
-# a handshake client's notifications its backend sessions are told of (router/upstream/backend_notices.py)
+# a handshake client's notifications its backend sessions are told of
+# (router/upstream/session_wide/backend_notices.py)
 PASSED_ON = frozenset({"notifications/cancelled", "notifications/roots/list_changed"})
 # requests besides calls a backend may ask its client something during (a handshake-era client
 # answers on the request's stream)

@@ -2,7 +2,7 @@
 
 During a call, a backend may ask its client for something (sampling, elicitation, roots); the
 replica running the call passes the request on, on the call's stream, under an id that names the
-backend and the backend's own id (router/upstream/relays.py). The client posts its answer like any
+backend and the backend's own id (router/upstream/wire/relays.py). The client posts its answer like any
 message, and a stateless router cannot choose the replica that gets it. None needs to: the backend
 waits for the answer inside the client session's backend session, which the indexer keeps, so the
 replica that has the answer asks the indexer for the session's backend sessions (`BackendSessions`)
@@ -11,7 +11,7 @@ on with the call, and the replica running it reads the rest from the backend's s
 
 A 2026-07-28 backend keeps no session to post an answer in: what it asked came in an input-required
 result, and the replica running the call waits for the answers in the indexer, where this replica
-keeps each (router/upstream/input_rounds.py).
+keeps each (router/upstream/rounds/input_rounds.py).
 
 An answer can only reach the backend sessions of the session it is posted in: one naming another
 session's request reaches that backend in this session, where no such request waits, and the
@@ -26,10 +26,10 @@ from typing import Any
 from router.caller import Caller
 from router.errors import InvalidRequest
 from router.link.indexer_client import IndexerClient
-from router.upstream.backends import BackendCaller
-from router.upstream.credentials import OutgoingCredentials
-from router.upstream.input_rounds import InputRounds
-from router.upstream.relays import relayed_from
+from router.upstream.calls.backends import BackendCaller
+from router.upstream.calls.credentials import OutgoingCredentials
+from router.upstream.rounds.input_rounds import InputRounds
+from router.upstream.wire.relays import relayed_from
 
 PASS_ON_TIMEOUT = 10.0  # seconds a backend may take to take a client's answer, at most
 
@@ -57,7 +57,7 @@ class ClientAnswers:
             return False
         backend_id, request_id = origin
         if self.rounds is not None and await self.rounds.answered(caller, backend_id, request_id, answer):
-            return True  # kept for the replica running the call (router/upstream/input_rounds.py)
+            return True  # kept for the replica running the call (router/upstream/rounds/input_rounds.py)
         found = await self.indexer.backend_sessions(caller.session_id, caller.identity.principal)
         target = next((t for t in found if t.backend_id == backend_id), None)
         if target is None:

@@ -12,10 +12,11 @@ the router needs, so the replica serving it holds nothing anyone else must know:
    that can change (find_tool searches the rest).
 2. The acknowledgment comes first, as the spec has it, honoring what the plan can deliver: a URI no
    backend serves is left out of it, and so is `toolsListChanged` when nothing is pinned.
-3. Each backend is listened to for the listen's life (router/upstream/backend_listens.py), and what
-   it sends is passed on under the subscription id, a resource's update under the URI the client
-   named. A backend's `tools/list_changed` also has the indexer list it again (as on a handshake
-   client's stream, router/handlers/notifications.py).
+3. Each backend is listened to for the listen's life
+   (router/upstream/session_wide/backend_listens.py), and what it sends is passed on under the
+   subscription id, a resource's update under the URI the client named. A backend's
+   `tools/list_changed` also has the indexer list it again (as on a handshake client's stream,
+   router/handlers/notifications.py).
 
 The stream ends gracefully (its `SubscriptionsListenResult`) when a backend's stream that was open
 ends (the backend restarted or went away: the client listens again, and the new listen is planned
@@ -61,8 +62,8 @@ from router.caller import Caller
 from router.handlers.notifications import TOOLS_CHANGED, Notifications
 from router.handlers.resources import target_of
 from router.targets import BackendTarget
-from router.upstream.backend_listens import BackendListens, Interest
-from router.upstream.backend_requests import BackendRequests, Reach, caller_of
+from router.upstream.session_wide.backend_listens import BackendListens, Interest
+from router.upstream.session_wide.backend_requests import BackendRequests, Reach, caller_of
 
 logger = logging.getLogger(__name__)
 

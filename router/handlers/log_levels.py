@@ -5,10 +5,10 @@ router keeps it with the session in the indexer (`SetLogLevel`), so every replic
 (`GetSession`) hands it back; the same answer names the session's backend sessions, and the
 request is passed on inside each of them at once, so the backends send what the client asked for.
 A backend session opened later gets the level right after its `initialize`
-(router/upstream/backend_messages.py), when the backend declared `logging`. A 2026-07-28 backend
+(router/upstream/wire/backend_messages.py), when the backend declared `logging`. A 2026-07-28 backend
 keeps no session: each request it gets says the client's level in its `_meta`
-(router/upstream/modern.py). Whatever a backend sends, the relay passes on no message below the
-level (router/upstream/relays.py).
+(router/upstream/wire/modern.py). Whatever a backend sends, the relay passes on no message below the
+level (router/upstream/wire/relays.py).
 
 Passing the level on is best effort: each backend gets it within `PASS_ON_TIMEOUT` (or its own
 timeout, if lower), and one that refuses it or does not answer is logged at debug; the client's
@@ -27,7 +27,7 @@ from mcp.server.context import ServerRequestContext
 from router.error_answers import mcp_error
 from router.errors import RouterError
 from router.targets import BackendTarget
-from router.upstream.backend_requests import BackendRequests, caller_of
+from router.upstream.session_wide.backend_requests import BackendRequests, caller_of
 
 logger = logging.getLogger(__name__)
 

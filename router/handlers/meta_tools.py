@@ -32,11 +32,11 @@ from router.handlers.meta_tool_schemas import (
 from router.handlers.passthrough import PassedThrough, answer
 from router.handlers.tool_calls import ToolCalls
 from router.link.indexer_client import IndexerClient
-from router.upstream.backend_messages import backend_request_id
-from router.upstream.backend_requests import caller_of
-from router.upstream.backends import BackendCaller
-from router.upstream.input_rounds import InputRounds
-from router.upstream.relays import NotificationRelay
+from router.upstream.calls.backends import BackendCaller
+from router.upstream.rounds.input_rounds import InputRounds
+from router.upstream.session_wide.backend_requests import caller_of
+from router.upstream.wire.backend_messages import backend_request_id
+from router.upstream.wire.relays import NotificationRelay
 from toolsearch.answers import Answer, AnswerServer, AnswerTool, render_answer
 from toolsearch.indexer_settings import Search
 

@@ -4,15 +4,15 @@ changes, and the updates of the resources the client subscribed to there.
 A backend the router speaks 2026-07-28 to, where the client session keeps no handshake session,
 has no session stream to read: while a handshake-era client holds its standalone stream, the
 replica holding it asks each such backend with a `subscriptions/listen` of its own
-(router/upstream/backend_listens.py) for its tool, prompt and resource list changes. One that
+(router/upstream/session_wide/backend_listens.py) for its tool, prompt and resource list changes. One that
 refuses the handshake keeps no subscriptions either: the client's `resources/subscribe` there,
 sent through any replica, is kept with the session in the indexer (router/handlers/resources.py),
 and the long poll the stream's replica holds on the session's backend sessions brings it back
-(`follow`, router/upstream/backend_streams.py), so that backend's listen asks for those URIs' updates
-too. A change of a backend's URIs ends its listen and opens one with the new set; updates that come
-in between are missed, as between two listens of a 2026-07-28 client. A backend that ends its
-listen is asked again `RELISTEN` seconds later (later each time, up to `LAST_RELISTEN`, while it
-ends them at once).
+(`follow`, router/upstream/session_wide/backend_streams.py), so that backend's listen asks for those
+URIs' updates too. A change of a backend's URIs ends its listen and opens one with the new set;
+updates that come in between are missed, as between two listens of a 2026-07-28 client. A backend
+that ends its listen is asked again `RELISTEN` seconds later (later each time, up to
+`LAST_RELISTEN`, while it ends them at once).
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from router.caller import Caller
 from router.errors import RouterError
 from router.targets import BackendTarget, ReachableTarget, Subscription
-from router.upstream.backend_listens import BackendListens, Deliver, Interest
-from router.upstream.backend_requests import BackendRequests
+from router.upstream.session_wide.backend_listens import BackendListens, Deliver, Interest
+from router.upstream.session_wide.backend_requests import BackendRequests
 
 logger = logging.getLogger(__name__)
 

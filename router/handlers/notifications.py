@@ -3,7 +3,7 @@ names the client knows.
 
 A handshake-era client opens its session's standalone stream with `GET /mcp` (on whichever replica;
 router/frontdoor/streams/standalone.py); the backends' messages come from their own backend sessions'
-streams (router/upstream/backend_streams.py) and are passed on here:
+streams (router/upstream/session_wide/backend_streams.py) and are passed on here:
 
 - `notifications/resources/updated` (a subscribed resource changed), its URI the one the client
   knows: the backend's own, or the prefixed form when URIs collide (router/handlers/offerings.py);
@@ -39,10 +39,10 @@ from router.errors import RouterError
 from router.handlers.modern_listens import ModernListens
 from router.handlers.offerings import template_pattern
 from router.handlers.resources import catalogue
-from router.upstream.backend_listens import BackendListens
-from router.upstream.backend_requests import BackendRequests
-from router.upstream.backend_streams import BackendStreams
-from router.upstream.relays import passes_level
+from router.upstream.session_wide.backend_listens import BackendListens
+from router.upstream.session_wide.backend_requests import BackendRequests
+from router.upstream.session_wide.backend_streams import BackendStreams
+from router.upstream.wire.relays import passes_level
 from toolsearch.naming import prefixed
 
 logger = logging.getLogger(__name__)
@@ -53,7 +53,7 @@ TOOLS_CHANGED = "notifications/tools/list_changed"
 TELL_GAP = 1.0  # seconds between two of this replica's asks to list one backend again
 
 # writes one message on the client's stream, with the backend it came from and its mark ("" when
-# it has none to resume from: router/upstream/backend_streams.py)
+# it has none to resume from: router/upstream/session_wide/backend_streams.py)
 Write = Callable[[Mapping[str, Any], str, str], Awaitable[None]]
 
 

@@ -23,8 +23,8 @@ from router.handlers.offerings import Ambiguous, Offering, Target, ambiguity, na
 from router.handlers.passthrough import PassedThrough
 from router.handlers.resources import RESOURCE_NOT_FOUND, catalogue
 from router.targets import ReachableTarget
-from router.upstream.backend_requests import BackendRequests, Reach, answered
-from router.upstream.broadcast import ask_each
+from router.upstream.session_wide.backend_requests import BackendRequests, Reach, answered
+from router.upstream.session_wide.broadcast import ask_each
 
 NO_COMPLETION: dict[str, Any] = {"completion": {"values": [], "hasMore": False}}
 
@@ -90,7 +90,7 @@ class Prompts:
     ) -> dict[str, Any]:
         backend = next(b for b in reach.backends if b.backend_id == target.backend_id)
         try:
-            # a backend may ask the client before it gives a prompt (router/upstream/input_rounds.py)
+            # a backend may ask the client before it gives a prompt (router/upstream/rounds/input_rounds.py)
             if method == "prompts/get":
                 return answered(await reach.asking(backend, method, params))
             return answered(await reach.send(backend, method, params))

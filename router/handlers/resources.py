@@ -1,9 +1,10 @@
 """`resources/list`, `resources/templates/list` and `resources/read` over the session's reachable backends.
 
-Each request asks the indexer which backends the session reaches now (router/upstream/backend_requests.py),
-lists what those that offer resources have (router/upstream/broadcast.py: at once, bounded, a failing backend
-left out), names it on collision (router/handlers/offerings.py) and answers with one page: the router keeps
-no cursor between requests, so a listing is whole, up to `MAX_ENTRIES` per backend. A read finds the
+Each request asks the indexer which backends the session reaches now
+(router/upstream/session_wide/backend_requests.py), lists what those that offer resources have
+(router/upstream/session_wide/broadcast.py: at once, bounded, a failing backend left out), names
+it on collision (router/handlers/offerings.py) and answers with one page: the router keeps no
+cursor between requests, so a listing is whole, up to `MAX_ENTRIES` per backend. A read finds the
 backend a URI belongs to the same way, and forwards it under the backend's own URI; when only one
 reachable backend offers resources and nothing is prefixed, the read goes to it without a listing.
 `resources/subscribe` and `resources/unsubscribe` go to the URI's backend the same way.
@@ -28,8 +29,8 @@ from router.errors import BackendAnswered, RouterError
 from router.handlers.offerings import Ambiguous, Offering, Target, ambiguity, namespaced, resolve
 from router.handlers.passthrough import PassedThrough
 from router.targets import ReachableTarget, Subscription
-from router.upstream.backend_requests import BackendRequests, Reach, answered
-from router.upstream.broadcast import ask_each
+from router.upstream.session_wide.backend_requests import BackendRequests, Reach, answered
+from router.upstream.session_wide.broadcast import ask_each
 from toolsearch.naming import prefixed
 
 RESOURCE_NOT_FOUND = -32002  # MCP's code for a resource that does not exist

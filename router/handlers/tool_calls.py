@@ -22,14 +22,14 @@ from router.handlers.arguments import parse_call_tool
 from router.handlers.schemas import SchemaValidators
 from router.link.indexer_client import IndexerClient
 from router.targets import BackendTarget
-from router.upstream.backend_messages import backend_request_id
-from router.upstream.backend_notices import BackendNotices
-from router.upstream.backends import BackendCaller, CallOutcome
-from router.upstream.credentials import OutgoingCredentials
-from router.upstream.relays import ClientAsker, NotificationRelay
-from router.upstream.running_calls import RunningCalls
-from router.upstream.session_keeping import SessionKeeper
-from router.upstream.session_notes import noted_call
+from router.upstream.calls.backends import BackendCaller, CallOutcome
+from router.upstream.calls.credentials import OutgoingCredentials
+from router.upstream.calls.running_calls import RunningCalls
+from router.upstream.calls.session_keeping import SessionKeeper
+from router.upstream.calls.session_notes import noted_call
+from router.upstream.session_wide.backend_notices import BackendNotices
+from router.upstream.wire.backend_messages import backend_request_id
+from router.upstream.wire.relays import ClientAsker, NotificationRelay
 
 logger = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ class ToolCalls:
         """call_tool: resolve the name in the caller's session, check the arguments, call the backend;
         the backend's result as it came (with a note when its backend session was replaced).
         `retry` is what a retried input-required call carries back to its backend; `asker` asks the
-        client what a backend of the other era asks it (router/upstream/input_rounds.py)."""
+        client what a backend of the other era asks it (router/upstream/rounds/input_rounds.py)."""
         args = parse_call_tool(arguments, self.max_arguments_bytes)
         # resolved with the session check from the same `tool_name`, unless it did not resolve there
         tool = caller.resolved or await self.indexer.resolve_tool(

@@ -20,9 +20,9 @@ from starlette.routing import Route
 
 from commands.ports import free_port
 from router.targets import BackendTarget
-from router.upstream import backend_answers
-from router.upstream.backends import BackendCaller
-from router.upstream.pools import BackendPools
+from router.upstream.calls.backends import BackendCaller
+from router.upstream.wire import backend_answers
+from router.upstream.wire.pools import BackendPools
 from tests.support.in_process import serve_app
 from toolsearch.outgoing import OutgoingAuth
 

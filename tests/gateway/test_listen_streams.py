@@ -39,7 +39,7 @@ from commands.ports import free_port
 from router.caller import Caller, Identity, Principal
 from router.handlers.listens import MAX_BACKENDS, MAX_RESOURCES, Listens
 from router.targets import BackendTarget, ReachableTarget, ReachableTargets
-from router.upstream.backend_requests import Reach
+from router.upstream.session_wide.backend_requests import Reach
 from tests.support.asking import ASKING_SERVER, ROOT
 from tests.support.clients import RawClient, listening, until
 from tests.support.processes import port_accepts, start_process

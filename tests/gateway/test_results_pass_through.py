@@ -27,8 +27,8 @@ from starlette.routing import Route
 from router.errors import BackendError
 from router.handlers.passthrough import PassedThrough, PassThroughMiddleware, holding
 from router.targets import BackendTarget
-from router.upstream.backends import BackendCaller
-from router.upstream.pools import BackendPools
+from router.upstream.calls.backends import BackendCaller
+from router.upstream.wire.pools import BackendPools
 from tests.support.conformance_content import AUDIO, IMAGE
 from toolsearch.outgoing import OutgoingAuth
 

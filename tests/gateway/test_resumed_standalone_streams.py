@@ -27,8 +27,8 @@ from commands.ports import free_port
 from router.frontdoor.streams import stream_cursor
 from router.frontdoor.streams.stream_cursor import MAX_BACKENDS, MAX_MARK, StreamCursor, is_cursor
 from router.targets import BackendSession, BackendTarget
-from router.upstream.backend_answers import StreamPosition
-from router.upstream.backend_streams import mark, read_standalone, resumed_from
+from router.upstream.session_wide.backend_streams import mark, read_standalone, resumed_from
+from router.upstream.wire.backend_answers import StreamPosition
 from tests.support.asking import asking_stack
 from tests.support.clients import Listener, RawClient, listening, until
 from tests.support.in_process import hosted_beside, serve_router

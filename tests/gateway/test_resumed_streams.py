@@ -22,8 +22,8 @@ from starlette.routing import Route
 
 from router.errors import BackendUnavailable
 from router.targets import BackendTarget
-from router.upstream.backends import BackendCaller
-from router.upstream.pools import BackendPools
+from router.upstream.calls.backends import BackendCaller
+from router.upstream.wire.pools import BackendPools
 from tests.support.conformance import conformance_server
 from toolsearch.outgoing import OutgoingAuth
 

@@ -3,7 +3,7 @@
 The router runs the SDK's server stateless, and a stateless server cannot send a request of its
 client: it would wait for an answer that, over HTTP, comes back in another POST, maybe to another
 replica. The router needs no answer on this stream, though: it passes a backend's request of its
-client on (sampling, elicitation, roots; router/upstream/relays.py) and the client's answer, posted
+client on (sampling, elicitation, roots; router/upstream/wire/relays.py) and the client's answer, posted
 to any replica, goes to the backend directly (router/handlers/client_answers.py). So the session
 layer hands the SDK a `CallStream`'s `send` in place of the server's, and the handlers write such a
 request through `CallStream.send`: one SSE event, between two of the SDK's, never inside one (each

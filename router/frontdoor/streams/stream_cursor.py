@@ -4,7 +4,7 @@ The router keeps nothing of a client's standalone stream (router/frontdoor/strea
 what it carries comes from the backends' own standalone streams, and a backend with an event store
 keeps what it sends while nobody reads. So the id of each event the router writes says, for every
 backend whose events came with ids, the mark of the last one passed on (its backend session's tag
-and the backend's own event id: router/upstream/backend_streams.py). A client whose connection
+and the backend's own event id: router/upstream/session_wide/backend_streams.py). A client whose connection
 dropped sends the last id it read (`Last-Event-ID`) to any replica, which reads each backend's
 stream from there: the backend sends what the client missed, then what comes next, as it would to
 a client of its own. Nothing is kept by the router or the indexer for it, so any replica resumes any

@@ -1,6 +1,6 @@
 """What a backend's HTTP answer holds: its JSON-RPC messages, as one JSON body or as SSE events read as
 they arrive, and what an error answer means (a forgotten session, a JSON-RPC error, a capability
-the client lacks), for the messenger (router/upstream/backend_messages.py) to act on.
+the client lacks), for the messenger (router/upstream/wire/backend_messages.py) to act on.
 """
 
 from __future__ import annotations

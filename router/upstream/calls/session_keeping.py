@@ -25,8 +25,8 @@ from router.caller import Caller
 from router.errors import RouterError
 from router.link.indexer_client import IndexerClient
 from router.targets import BackendSession, BackendTarget
-from router.upstream.backends import BackendCaller
-from router.upstream.session_notes import SessionNote, replaced, unkept
+from router.upstream.calls.backends import BackendCaller
+from router.upstream.calls.session_notes import SessionNote, replaced, unkept
 
 logger = logging.getLogger(__name__)
 
@@ -96,7 +96,7 @@ class SessionKeeper:
         return opened
 
     def note(self, replaced_because: str) -> SessionNote | None:
-        """What the result is to say of its backend session (router/upstream/session_notes.py), given
+        """What the result is to say of its backend session (router/upstream/calls/session_notes.py), given
         why a gone session was replaced ("" if none was)."""
         if replaced_because:
             return replaced(self._target.backend_id, replaced_because)

@@ -43,9 +43,9 @@ from router.caller import Caller
 from router.errors import RouterError, SessionNotFound
 from router.link.indexer_client import IndexerClient
 from router.targets import BackendSession, BackendTarget, Subscription
-from router.upstream.backend_answers import StreamPosition, events
-from router.upstream.backends import BackendCaller
-from router.upstream.credentials import OutgoingCredentials
+from router.upstream.calls.backends import BackendCaller
+from router.upstream.calls.credentials import OutgoingCredentials
+from router.upstream.wire.backend_answers import StreamPosition, events
 from toolsearch.outgoing import SESSION_HEADER, VERSION_HEADER
 
 logger = logging.getLogger(__name__)

@@ -20,8 +20,8 @@ from router.caller import Caller
 from router.errors import RouterError
 from router.link.indexer_client import IndexerClient
 from router.targets import BackendTarget
-from router.upstream.backends import BackendCaller
-from router.upstream.credentials import OutgoingCredentials
+from router.upstream.calls.backends import BackendCaller
+from router.upstream.calls.credentials import OutgoingCredentials
 
 logger = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@
 A 2026-07-28 backend keeps no session: each request says in its `_meta` which protocol it speaks,
 who asks and what the client can answer, and in its headers its protocol, method and name (for a
 load balancer that routes on them), and the trace it belongs to in `_meta` too. The router posts
-such requests itself (router/upstream/backend_messages.py), as it does inside a handshake-era
+such requests itself (router/upstream/wire/backend_messages.py), as it does inside a handshake-era
 backend session, so the backend's answer reaches the client as it came: the SDK's client would
 check the result against its own idea of the schema first, and refuse one that omits an optional
 field (`resultType`, which some servers leave out).
@@ -13,7 +13,7 @@ elicitation, roots): the backend asks for them with an input-required result, wh
 client as it came, and the client's retry carries its answers and the backend's request state back
 in its params, which the router passes on untouched (the backend checks the state's integrity).
 A handshake-era client is offered as nothing here: it would not know such a result (it is asked
-in a handshake session instead, router/upstream/backends.py). Log messages are asked for only on a
+in a handshake session instead, router/upstream/calls/backends.py). Log messages are asked for only on a
 call whose client gets them (a relay with a level): at the client's level.
 """
 
@@ -31,7 +31,7 @@ from mcp_types import (
 )
 from opentelemetry import propagate
 
-from router.upstream.relays import NotificationRelay
+from router.upstream.wire.relays import NotificationRelay
 from toolsearch.outgoing import ROUTER_CLIENT_NAME, VERSION_HEADER, client_info
 
 

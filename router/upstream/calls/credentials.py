@@ -16,7 +16,7 @@ from router.caller import Identity
 from router.errors import MissingCredentials
 from router.link.indexer_client import IndexerClient
 from router.targets import BackendTarget
-from router.upstream.backends import outgoing_headers
+from router.upstream.calls.backends import outgoing_headers
 
 
 class OutgoingCredentials:

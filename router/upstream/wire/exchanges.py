@@ -1,9 +1,9 @@
 """One request's exchange with a backend, and the era it goes in.
 
 A backend that spoke 2026-07-28 at discovery gets one stamped request of the router's own
-(`_once`; router/upstream/modern.py); a handshake-era backend gets the request inside the client
+(`_once`; router/upstream/wire/modern.py); a handshake-era backend gets the request inside the client
 session's backend session, one opened first when there is none or the backend forgot it
-(`_in_session`; router/upstream/backend_messages.py). Each exchange runs under the backend's
+(`_in_session`; router/upstream/wire/backend_messages.py). Each exchange runs under the backend's
 deadline, its transport's failures turned into router errors (`translated`).
 
 A few requests go to a 2026-07-28 backend in a handshake session instead (`Exchanges.session_first`):
@@ -35,14 +35,14 @@ from router.errors import (
     BackendUnavailable,
 )
 from router.targets import BackendSession, BackendTarget
-from router.upstream.backend_messages import BackendMessenger
-from router.upstream.modern import modern_request
-from router.upstream.relays import NotificationRelay
+from router.upstream.wire.backend_messages import BackendMessenger
+from router.upstream.wire.modern import modern_request
+from router.upstream.wire.relays import NotificationRelay
 
 logger = logging.getLogger(__name__)
 
 # what a request does with a backend session it opened, before it is sent in it: returns the
-# session to send it in (router/upstream/session_keeping.py)
+# session to send it in (router/upstream/calls/session_keeping.py)
 OnOpen = Callable[[BackendSession], Awaitable[BackendSession]]
 # requests that live in a handshake session: a 2026-07-28 backend takes them in one only
 _IN_SESSION_ONLY = frozenset({"resources/subscribe", "resources/unsubscribe"})
@@ -135,7 +135,7 @@ async def _once(
     relay: NotificationRelay | None,
     call_id: str | None,
 ) -> dict[str, Any]:
-    """One 2026-07-28 request, stamped as that protocol has it (router/upstream/modern.py).
+    """One 2026-07-28 request, stamped as that protocol has it (router/upstream/wire/modern.py).
 
     With the messenger's `asker` and a handshake-era client that answers on the call's stream, the
     backend is offered what that client can answer, and each input-required result it gives is

@@ -8,7 +8,7 @@ their pools free. Backend ids come from the configuration the indexer serves, so
 many as the backends.
 
 Long-lived streams (a backend session's standalone stream, which a client's own standalone stream
-holds open: router/upstream/backend_streams.py) go through a second pool per backend, of
+holds open: router/upstream/session_wide/backend_streams.py) go through a second pool per backend, of
 `MAX_STREAMS` connections, so that they never take the connections calls need.
 
 A test may hand in one transport for every backend instead; the application then leaves closing it

@@ -10,7 +10,7 @@ id that names the backend, the round and the request's place in it (`round:<toke
 the indexer until an answer to each is there. The replica the client's answer reaches
 (`keep_answer`, router/handlers/client_answers.py) checks that the round is open in this session
 and at that backend, and keeps the answer there. The call is then sent to the backend again with the
-answers and the backend's own request state (router/upstream/exchanges.py), all within the backend's
+answers and the backend's own request state (router/upstream/wire/exchanges.py), all within the backend's
 `timeout`. A client that refuses a request fails the call, saying so.
 """
 
@@ -26,7 +26,7 @@ from router.caller import Caller
 from router.errors import BackendError, InvalidRequest
 from router.link.indexer_client import IndexerClient
 from router.targets import BackendSession
-from router.upstream.relays import NotificationRelay
+from router.upstream.wire.relays import NotificationRelay
 
 ROUND = "round:"  # the own id of a request a `StreamAsker` asked, before its round's token and place
 KEPT_AFTER = 60.0  # seconds a round outlives its call's timeout, for the client's last answer or retry

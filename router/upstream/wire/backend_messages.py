@@ -36,7 +36,7 @@ from router.errors import (
     CapabilityMissing,
 )
 from router.targets import BackendSession
-from router.upstream.backend_answers import (
+from router.upstream.wire.backend_answers import (
     StreamPosition,
     answered,
     error_body,
@@ -46,7 +46,7 @@ from router.upstream.backend_answers import (
     messages_of,
     streamed,
 )
-from router.upstream.relays import ClientAsker, NotificationRelay
+from router.upstream.wire.relays import ClientAsker, NotificationRelay
 from toolsearch.outgoing import ROUTER_CLIENT_NAME, SESSION_HEADER, VERSION_HEADER, client_info
 from toolsearch.responses import STREAMED, BoundedTransport
 
@@ -147,7 +147,7 @@ class BackendMessenger:
         `-32021`), whatever the backend made of the refusal. A request that ends without its result
         (its deadline, a failure) tells the backend that what it asked the client goes unanswered.
         `request_id` is the id to send (a counter's when None); `extra_headers` go with the POST (a
-        2026-07-28 request's, router/upstream/modern.py).
+        2026-07-28 request's, router/upstream/wire/modern.py).
         """
         if request_id is None:
             self._next_id += 1

@@ -2,7 +2,7 @@
 
 A backend session can end under a client session: the server restarted and forgot it, a
 per_session process behind the bridge was reaped for idleness or exited. The router then opens a new
-one and sends the request again in it (router/upstream/backends.py), which keeps the call working,
+one and sends the request again in it (router/upstream/calls/backends.py), which keeps the call working,
 but whatever earlier calls set up in the old session (a counter, an open page, a login) is gone. And
 a caller whose session others share keeps no backend session at all (router/upstream/
 session_keeping.py): each of its calls starts from nothing. An agent that does not know acts on

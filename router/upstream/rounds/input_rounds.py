@@ -8,7 +8,7 @@ answer. The router joins the two:
 1. A 2026-07-28 client's call that may be asked (it declared what answers a backend's request) runs
    in a task of the router's own (`InputRounds.run`), not the client's request: the backend's
    session is offered the client's capabilities, and the call's stream is read there. A resource
-   read or a prompt is run the same way (router/upstream/backend_requests.py, `Reach.asking`).
+   read or a prompt is run the same way (router/upstream/session_wide/backend_requests.py, `Reach.asking`).
 2. When the backend asks, the replica running the call keeps a record of the round with the client
    session in the indexer (`KeepInputRound`: the backend, its session, its request's id), under a
    token of its own, and answers the client's request with an input-required result carrying the
@@ -22,7 +22,7 @@ answer. The router joins the two:
    kept first. It answers the client with that.
 
 The other way round, a 2026-07-28 backend's input-required result for a handshake-era client, is
-router/upstream/stream_rounds.py's.
+router/upstream/rounds/stream_rounds.py's.
 
 Nothing but the indexer is shared between replicas. Bounds: at most `MAX_RUNNING` such calls in tasks
 on one replica (beyond, a backend's request of such a client is refused, as one from a client that
@@ -49,10 +49,10 @@ from router.error_answers import mcp_error, tool_result_for
 from router.errors import InvalidRequest, RouterError
 from router.link.indexer_client import IndexerClient
 from router.targets import BackendSession
-from router.upstream.backends import BackendCaller
-from router.upstream.credentials import OutgoingCredentials
-from router.upstream.relays import NotificationRelay
-from router.upstream.stream_rounds import KEPT_AFTER, POLL_FIRST, POLL_LAST, StreamAsker, keep_answer
+from router.upstream.calls.backends import BackendCaller
+from router.upstream.calls.credentials import OutgoingCredentials
+from router.upstream.rounds.stream_rounds import KEPT_AFTER, POLL_FIRST, POLL_LAST, StreamAsker, keep_answer
+from router.upstream.wire.relays import NotificationRelay
 
 logger = logging.getLogger(__name__)
 
@@ -183,7 +183,7 @@ class InputRounds:
         self, caller: Caller, backend_id: str, request_id: str | int, answer: Mapping[str, Any]
     ) -> bool:
         """Keep a handshake-era client's answer to a request a `StreamAsker` asked; False when the
-        id names none (router/upstream/stream_rounds.py). Raises `InvalidRequest`."""
+        id names none (router/upstream/rounds/stream_rounds.py). Raises `InvalidRequest`."""
         return await keep_answer(self.indexer, caller, backend_id, request_id, answer)
 
     @staticmethod

@@ -7,7 +7,7 @@ what it needs through a `Reach`. A handshake-era backend is asked inside the bac
 client session keeps there, the same one `call_tool` uses (router/handlers/tool_calls.py), so a stateful
 server sees one client: a resource a tool call made in the session can be listed and read. A request
 that had to open a backend session (none yet, or the backend forgot it) stores it with the client
-session before it is sent in it (router/upstream/session_keeping.py), as a call does, and the
+session before it is sent in it (router/upstream/calls/session_keeping.py), as a call does, and the
 requests after it in the same client request use it; a caller whose session others share keeps
 none, and each of its requests runs in a backend session of its own.
 """
@@ -28,12 +28,12 @@ from router.error_answers import mcp_error
 from router.errors import BackendError, RouterError
 from router.link.indexer_client import IndexerClient
 from router.targets import BackendSession, BackendTarget, ReachableTarget, ReachableTargets, Subscription
-from router.upstream.backends import BackendCaller
-from router.upstream.credentials import OutgoingCredentials
-from router.upstream.input_rounds import InputRounds, failed_outcome, raise_if_failed
-from router.upstream.relays import ClientAsker, NotificationRelay
-from router.upstream.session_keeping import SessionKeeper
-from router.upstream.session_notes import noted_result
+from router.upstream.calls.backends import BackendCaller
+from router.upstream.calls.credentials import OutgoingCredentials
+from router.upstream.calls.session_keeping import SessionKeeper
+from router.upstream.calls.session_notes import noted_result
+from router.upstream.rounds.input_rounds import InputRounds, failed_outcome, raise_if_failed
+from router.upstream.wire.relays import ClientAsker, NotificationRelay
 from toolsearch.naming import Prefix
 
 logger = logging.getLogger(__name__)
@@ -155,7 +155,7 @@ class Reach:
         """`send` for a request a backend may ask its client something during (a read, a prompt),
         its result `shaped` as the client is to get it: a 2026-07-28 client that can answer gets
         what a handshake-era backend asks as input rounds, as during a call
-        (router/upstream/input_rounds.py), and a later round's retry the result shaped too."""
+        (router/upstream/rounds/input_rounds.py), and a later round's retry the result shaped too."""
 
         async def sent(asker: ClientAsker | None = None) -> dict[str, Any]:
             return shaped(await self.send(backend, method, params, asker))

@@ -2,7 +2,7 @@
 updates of the resources the client named, read from the backend for as long as the client listens.
 
 A 2026-07-28 backend is asked the way the client asked the router: a `subscriptions/listen` of the
-router's own, stamped as every 2026-07-28 request is (router/upstream/modern.py), whose answer is
+router's own, stamped as every 2026-07-28 request is (router/upstream/wire/modern.py), whose answer is
 the stream; its acknowledgment stays here, since the router acknowledged the client already. A
 handshake-era backend keeps subscriptions in a session: the listen opens one of its own there
 (`initialize`), subscribes to each URI in it, reads its standalone stream, and when the listen
@@ -31,11 +31,11 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from router.caller import Caller
 from router.errors import RouterError
 from router.targets import BackendTarget
-from router.upstream.backend_answers import events
-from router.upstream.backend_streams import read_standalone
-from router.upstream.backends import BackendCaller
-from router.upstream.credentials import OutgoingCredentials
-from router.upstream.modern import modern_request
+from router.upstream.calls.backends import BackendCaller
+from router.upstream.calls.credentials import OutgoingCredentials
+from router.upstream.session_wide.backend_streams import read_standalone
+from router.upstream.wire.backend_answers import events
+from router.upstream.wire.modern import modern_request
 
 logger = logging.getLogger(__name__)
 

@@ -82,7 +82,7 @@ def relayed_from(client_id: object) -> tuple[str, str | int] | None:
 
 class ClientAsker(Protocol):
     """How a call asks its client what its backend asks across the two eras, with input-required
-    rounds (router/upstream/input_rounds.py): one implementation for each kind of client."""
+    rounds (router/upstream/rounds/input_rounds.py): one implementation for each kind of client."""
 
     async def ask(
         self, backend_id: str, session: BackendSession, request: Mapping[str, Any], within: float

@@ -7,7 +7,7 @@ protocol, and the client session's backend session there.
 Arguments are checked against the tool's input schema first (`SchemaValidators`, router/handlers/schemas.py),
 so a call the backend would refuse never leaves the router.
 
-Each backend has its own connection pool (router/upstream/pools.py) for as long as the application runs;
+Each backend has its own connection pool (router/upstream/wire/pools.py) for as long as the application runs;
 each call wraps its backend's pool in a lightweight `httpx2.AsyncClient` carrying that call's
 headers and timeout, through a `BoundedTransport` (toolsearch/responses.py) that cuts the answer at
 the backend's `max_response_bytes` while it is read. The SDK leaves a client it was given open, and
@@ -16,12 +16,12 @@ the per-call client is never closed either: the pool is the application's.
 A handshake-era backend is called inside the client session's backend session (router/
 backend_messages.py): opened at the session's first call to it, kept in the indexer, reused by every
 replica, ended by the indexer when the client session ends. A backend that spoke 2026-07-28 at
-discovery is called with one stamped request of the router's own (router/upstream/modern.py); a
+discovery is called with one stamped request of the router's own (router/upstream/wire/modern.py); a
 legacy SSE backend is a handshake-era one at the bridge, which holds its sessions. Every result
 comes back as the backend sent it: only its being a JSON object is checked
 (router/handlers/passthrough.py carries it to the client). Requests other than tools/call
-(`request`: resources, prompts, completions; router/upstream/backend_requests.py) take the very
-same ways; which of them a request takes is router/upstream/exchanges.py's choice.
+(`request`: resources, prompts, completions; router/upstream/session_wide/backend_requests.py) take the very
+same ways; which of them a request takes is router/upstream/wire/exchanges.py's choice.
 """
 
 from __future__ import annotations
@@ -42,10 +42,10 @@ from router.errors import (
     MissingCredentials,
 )
 from router.targets import BackendSession, BackendTarget
-from router.upstream.backend_messages import BackendMessenger
-from router.upstream.exchanges import Exchanges, OnOpen, translated
-from router.upstream.pools import BackendPools
-from router.upstream.relays import ClientAsker, NotificationRelay
+from router.upstream.wire.backend_messages import BackendMessenger
+from router.upstream.wire.exchanges import Exchanges, OnOpen, translated
+from router.upstream.wire.pools import BackendPools
+from router.upstream.wire.relays import ClientAsker, NotificationRelay
 from toolsearch.outgoing import AuthSettings, OutgoingAuthError, auth_headers
 from toolsearch.responses import BoundedTransport
 
@@ -63,7 +63,7 @@ def outgoing_headers(
     exchanged: str | None = None,
 ) -> dict[str, str]:
     """The headers that authenticate a call to a backend (toolsearch/outgoing.py); `exchanged` is a
-    token_exchange backend's token (router/upstream/credentials.py).
+    token_exchange backend's token (router/upstream/calls/credentials.py).
 
     Raises `MissingCredentials` for a missing secret or caller token, before anything is sent.
     """
@@ -149,7 +149,7 @@ class BackendCaller:
         backend (`inputResponses`, `requestState`), sent as it came. With an `asker`, what a
         handshake-era backend asks a 2026-07-28 client goes to it, and what a 2026-07-28 backend
         asks a handshake-era client in an input-required result is asked through it, the call sent
-        again with the answers (router/upstream/input_rounds.py).
+        again with the answers (router/upstream/rounds/input_rounds.py).
 
         Raises `BackendTimeout` after the target's `timeout_seconds`, `BackendRejected` on HTTP
         401/403, `BackendTooLarge` for an answer over its `max_response_bytes`, and
@@ -180,10 +180,10 @@ class BackendCaller:
         The same ways to the backend as `call_tool`, and the same errors: inside the client
         session's backend session for a handshake-era backend (a new one opened when there is none
         or it was forgotten), in a connection of its own for a 2026-07-28 backend (but see
-        router/upstream/exchanges.py). With a `relay` (a streamed answer), what the backend sends
+        router/upstream/wire/exchanges.py). With a `relay` (a streamed answer), what the backend sends
         before its result goes to the client as during a call: its progress, its log messages, its
         requests of the client. With an `asker`, a 2026-07-28 client's: as input rounds
-        (router/upstream/input_rounds.py).
+        (router/upstream/rounds/input_rounds.py).
         """
         messenger = self._messenger(target, headers, declared=declared, asker=asker)
         answer, kept, replaced = await self._exchanges.send(
