@@ -1,12 +1,12 @@
 """The bridge: every stdio and legacy SSE backend of a configuration, each served as Streamable HTTP.
 
-`create_app` builds, per such backend, the forwarding server (bridge/forwarding.py), the SDK's
+`create_app` builds, per such backend, the forwarding server (bridge/speaking/forwarding.py), the SDK's
 stateful session manager in front of it, the endpoint that picks the upstream server
-(bridge/endpoints.py), and its keeper: for a stdio backend, `Supervisor` for `isolation: shared`,
+(bridge/serving/endpoints.py), and its keeper: for a stdio backend, `Supervisor` for `isolation: shared`,
 `ProcessPool` for `per_session` (with a `Supervisor` of its own as its lister); for a legacy SSE
-backend, a `ProcessPool` of event streams, one per session (bridge/legacy.py). A stdio backend of
+backend, a `ProcessPool` of event streams, one per session (bridge/transports/legacy.py). A stdio backend of
 `protocol: 2026-07-28` has no session manager nor forwarding server: its `Supervisor` keeps a
-`ModernUpstream`, and a `ModernEndpoint` passes each request on (bridge/modern_endpoint.py). Besides
+`ModernUpstream`, and a `ModernEndpoint` passes each request on (bridge/serving/modern_endpoint.py). Besides
 `/<backend id>/mcp` it serves `/healthz`
 (the bridge answers; every backend's state, as JSON) and `/readyz` (200 once each shared backend's
 and each lister's first start has succeeded or failed, so the indexer's first listing does not
@@ -42,18 +42,18 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp
 
-from bridge.endpoints import PerSessionEndpoint, SharedEndpoint
-from bridge.first_starts import FirstStarts
-from bridge.forwarding import build_server
-from bridge.legacy import dial_of
-from bridge.links import Opener
-from bridge.listeners import Listeners
-from bridge.modern_endpoint import ModernEndpoint
-from bridge.modern_upstream import ModernUpstream
-from bridge.pool import ProcessPool
-from bridge.process import Launch, launch_of
-from bridge.supervisor import Supervisor
-from bridge.upstream import Notify, Upstream, UpstreamSettings
+from bridge.keeping.first_starts import FirstStarts
+from bridge.keeping.listeners import Listeners
+from bridge.keeping.pool import ProcessPool
+from bridge.keeping.supervisor import Supervisor
+from bridge.serving.endpoints import PerSessionEndpoint, SharedEndpoint
+from bridge.serving.modern_endpoint import ModernEndpoint
+from bridge.speaking.forwarding import build_server
+from bridge.speaking.modern_upstream import ModernUpstream
+from bridge.speaking.upstream import Notify, Upstream, UpstreamSettings
+from bridge.transports.legacy import dial_of
+from bridge.transports.links import Opener
+from bridge.transports.process import Launch, launch_of
 from toolsearch.backend_settings import Backend, Bridge
 from toolsearch.config import Config
 
@@ -159,7 +159,8 @@ def _serve(backend: Backend, bridge: Bridge, environ: Mapping[str, str], firsts:
 def _modern(
     launch: Launch, settings: UpstreamSettings, notify: Notify
 ) -> AbstractAsyncContextManager[ModernUpstream]:
-    # a 2026-07-28 server has no sessions to notify: its changes go to listens (bridge/modern_upstream.py)
+    # a 2026-07-28 server has no sessions to notify: its changes go to listens
+    # (bridge/speaking/modern_upstream.py)
     return ModernUpstream.open(launch, settings)
 
 
@@ -197,7 +198,7 @@ def create_app(config: Config, environ: Mapping[str, str]) -> Starlette:
         return JSONResponse({"status": "ok", "backends": {s.backend.id: s.state() for s in served}})
 
     async def readyz(request: Request) -> Response:
-        # one server that never answers holds nobody's readiness (bridge/first_starts.py)
+        # one server that never answers holds nobody's readiness (bridge/keeping/first_starts.py)
         status, code = ("ready", 200) if firsts.ready() else ("starting", 503)
         return JSONResponse({"status": status, "starting": firsts.starting()}, code)
 

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from bridge.app import serve
-from bridge.process import LaunchError
+from bridge.transports.process import LaunchError
 from commands.options import add_config, add_logging
 from toolsearch.config import load_config
 from toolsearch.logs import configure_logging

@@ -1,5 +1,5 @@
 """Whom a stdio server's requests of its client and its log messages go to: the caller of the one
-call in flight in its process (bridge/callers.py). In process: the callers are stand-ins behind the
+call in flight in its process (bridge/speaking/callers.py). In process: the callers are stand-ins behind the
 `Caller` protocol, which the bridge's forwarding server implements over the call's own stream."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 import mcp_types as types
 import pytest
 
-from bridge.callers import Callers
+from bridge.speaking.callers import Callers
 
 SAMPLE = types.CreateMessageRequestParams(
     messages=[types.SamplingMessage(role="user", content=types.TextContent(type="text", text="hi?"))],
@@ -110,5 +110,5 @@ async def test_a_log_message_goes_to_the_one_call_in_flight_and_otherwise_to_the
     with ExitStack() as flight:
         for stand_in in stand_ins:
             flight.enter_context(callers.waiting(stand_in))
-        assert not await callers.log(_log())  # the listeners' to have (bridge/listeners.py)
+        assert not await callers.log(_log())  # the listeners' to have (bridge/keeping/listeners.py)
     assert all(not s.told for s in stand_ins)

@@ -1,4 +1,4 @@
-"""How the bridge answers one request of a 2026-07-28 stdio backend (bridge/modern_endpoint.py): JSON
+"""How the bridge answers one request of a 2026-07-28 stdio backend (bridge/serving/modern_endpoint.py): JSON
 when nothing comes before the answer, an event stream when notifications do, and an error instead
 of an unbounded backlog for a client that does not read them. In process: the upstream is a
 stand-in behind the one method the endpoint calls, `exchange`."""
@@ -12,8 +12,8 @@ from typing import Any
 import anyio
 from starlette.types import Message
 
-from bridge.modern_endpoint import EVENT_BACKLOG, _Exchange
-from bridge.modern_upstream import Deliver
+from bridge.serving.modern_endpoint import EVENT_BACKLOG, _Exchange
+from bridge.speaking.modern_upstream import Deliver
 
 
 class StandIn:

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from bridge.process import LaunchError, launch_of
+from bridge.transports.process import LaunchError, launch_of
 from toolsearch.config import ConfigError, load_config
 
 CLAUDE_DESKTOP = {

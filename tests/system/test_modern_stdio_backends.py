@@ -20,7 +20,7 @@ import mcp_types as types
 import pytest
 from mcp.shared.subscriptions import ToolsListChanged
 
-from bridge.modern_endpoint import MAX_BODY
+from bridge.serving.modern_endpoint import MAX_BODY
 from tests.support.bridges import Bridge, fake, mcp_client, poll_until, running_bridge
 
 MODERN_SERVER = Path(__file__).resolve().parents[1] / "support" / "modern_stdio_server.py"

@@ -12,7 +12,7 @@ Notifications find their request by what they carry: progress by its token (the 
 sent as one of the bridge's own, since two callers may choose the same), a listen's changes by
 their `io.modelcontextprotocol/subscriptionId` (the listen's id on the pipe). A log message names no
 request; it goes to the one call in flight when there is one and is dropped otherwise, as with a
-handshake-era server (bridge/callers.py). A caller that leaves, or a request that outlives the
+handshake-era server (bridge/speaking/callers.py). A caller that leaves, or a request that outlives the
 backend's timeout, is cancelled at the server (`notifications/cancelled`); a listen has no timeout,
 it lasts until its caller leaves, and at most `max_listens` run at once.
 
@@ -35,9 +35,9 @@ from mcp.shared.message import SessionMessage
 from mcp.shared.subscriptions import SUBSCRIPTION_ID_META_KEY
 from mcp_types.version import LATEST_MODERN_VERSION
 
-from bridge.forwarding import WORKING
-from bridge.links import Link, Opener, Reads, StartFailed, Writes
-from bridge.upstream import CLIENT_INFO, DESCRIBE_WAIT, WRITE_MARGIN, Unavailable, UpstreamSettings
+from bridge.speaking.forwarding import WORKING
+from bridge.speaking.upstream import CLIENT_INFO, DESCRIBE_WAIT, WRITE_MARGIN, Unavailable, UpstreamSettings
+from bridge.transports.links import Link, Opener, Reads, StartFailed, Writes
 
 LISTEN = "subscriptions/listen"
 CANCEL_WAIT = 1.0  # seconds to tell the server a request was cancelled, at most

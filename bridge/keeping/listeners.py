@@ -20,7 +20,7 @@ import anyio
 import mcp_types as types
 from mcp.server.session import ServerSession
 
-from bridge.stderr import LogBudget
+from bridge.transports.stderr import LogBudget
 
 logger = logging.getLogger(__name__)
 

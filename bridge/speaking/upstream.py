@@ -1,14 +1,14 @@
 """An upstream server as an MCP client session: what the bridge's handlers forward requests to.
 
 `Upstream.open` opens its link (a stdio server's process, or a legacy SSE server's event stream:
-bridge/links.py) and runs the initialize handshake within `start_timeout`; a server that exits or
+bridge/transports/links.py) and runs the initialize handshake within `start_timeout`; a server that exits or
 refuses first, writes only noise or never answers fails with `StartFailed`, saying which.
 `forward` sends one request as it came (its raw params, less the caller's progress token: progress
 is relayed through a token of our own) and waits at most the backend's call timeout, covering the
 write too, since a server that stops reading its stdin would otherwise hold the request forever.
 Its failures are `MCPError`s whose message names the backend; the server's own errors pass as they
 are. The server's notifications go to `on_notification`, which must not block; its requests of its
-client, and its log messages during a call, go to the caller of that call (bridge/callers.py).
+client, and its log messages during a call, go to the caller of that call (bridge/speaking/callers.py).
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from bridge.callers import Caller, Callers
-from bridge.links import Link, Opener, StartFailed
+from bridge.speaking.callers import Caller, Callers
+from bridge.transports.links import Link, Opener, StartFailed
 from toolsearch.outgoing import VERSION
 
 logger = logging.getLogger(__name__)
@@ -98,7 +98,8 @@ class Upstream:
         self.init = init
         self._session = session
         self.timeout = timeout  # seconds for each request
-        self._callers = callers  # whom its requests of the client and its logs go to (bridge/callers.py)
+        # whom its requests of the client and its logs go to (bridge/speaking/callers.py)
+        self._callers = callers
 
     @property
     def backend_id(self) -> str:
@@ -155,7 +156,7 @@ class Upstream:
         caller: Caller | None = None,
     ) -> dict[str, Any]:
         """Send one request to the server and return its raw result; raises `MCPError`. What the
-        server asks of its client meanwhile, and logs, goes to `caller` (bridge/callers.py)."""
+        server asks of its client meanwhile, and logs, goes to `caller` (bridge/speaking/callers.py)."""
         request = Forwarded(method=method, params=_outbound(params))
         try:
             with anyio.fail_after(self.timeout + WRITE_MARGIN), self._callers.waiting(caller):

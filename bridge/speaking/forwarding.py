@@ -5,13 +5,13 @@ handlers do no MCP work of their own: each passes its request on to the `Upstrea
 `Channel` gives (the ASGI endpoint puts the channel in the request's scope: the backend's one shared
 process, or the session's own) and returns the stdio server's answer. Progress the caller asked for
 is relayed on the call's own stream, and so are the server's requests of its client and its log
-messages during the call (bridge/callers.py); a caller's cancellation cancels the handler, which
+messages during the call (bridge/speaking/callers.py); a caller's cancellation cancels the handler, which
 makes the SDK tell the stdio server (`notifications/cancelled`).
 
 `initialize` is answered with what the stdio server said of itself when it started (capabilities,
 name, instructions), and `server/discover` is refused, so clients speak the initialize handshake:
 a session is what `per_session` isolation keys on, and what the stdio servers speak anyway (a
-backend configured `protocol: 2026-07-28` is served without this server: bridge/modern_endpoint.py).
+backend configured `protocol: 2026-07-28` is served without this server: bridge/serving/modern_endpoint.py).
 Each request also marks its session as listening to the server's notifications (`Listeners`).
 """
 
@@ -32,10 +32,10 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERS
 from pydantic import BaseModel
 from starlette.requests import Request
 
-from bridge.upstream import Forwarded, RawResult, Upstream
+from bridge.speaking.upstream import Forwarded, RawResult, Upstream
 
 CHANNEL_KEY = "toolsearch.bridge.channel"  # the ASGI scope key of a request's channel
-# the requests during which a server does its work, and may ask its client or log (bridge/callers.py)
+# the requests during which a server does its work, and may ask its client or log (bridge/speaking/callers.py)
 WORKING = frozenset({"tools/call", "resources/read", "prompts/get", "completion/complete"})
 
 # what the bridge forwards, with the model the SDK checks each request's params against
@@ -85,7 +85,7 @@ def _progress_relay(ctx: ServerRequestContext[Any]) -> ProgressFnT | None:
 
 class _Caller:
     """The caller of one forwarded request, asked and told on its request's own stream
-    (bridge/callers.py)."""
+    (bridge/speaking/callers.py)."""
 
     def __init__(self, ctx: ServerRequestContext[Any], timeout: float) -> None:
         self._ctx = ctx

@@ -29,7 +29,7 @@ from anyio.streams.memory import MemoryObjectSendStream
 from mcp.client.sse import sse_client
 from mcp.shared.message import SessionMessage
 
-from bridge.links import Link, Reads, StartFailed, Writes
+from bridge.transports.links import Link, Reads, StartFailed, Writes
 from toolsearch.backend_settings import Backend
 from toolsearch.responses import BoundedTransport, ResponseTooLarge
 

@@ -8,7 +8,7 @@ flight in that process that can answer it (its session declared the capability),
 own stream, and gives the server the caller's answer; a log message goes on the stream of the one
 call in flight, as a server over HTTP sends a call's log messages (with no call in flight, or
 several, it goes to the sessions that listen, as any other notification of the server:
-bridge/listeners.py). With `isolation: per_session` a process serves one session, so its caller is
+bridge/keeping/listeners.py). With `isolation: per_session` a process serves one session, so its caller is
 always known; a shared process running several such calls at once cannot tell whose request it
 is, and answers it with an error saying so, as it does when no caller that can answer is waiting.
 The bridge's client session offers all three capabilities to the server, since callers come and go

@@ -19,7 +19,7 @@ from toolsearch.readiness import cut_at, waited_enough
 
 
 class Starting(Protocol):
-    """A server the bridge keeps, as its first start goes (bridge/supervisor.py)."""
+    """A server the bridge keeps, as its first start goes (bridge/keeping/supervisor.py)."""
 
     @property
     def backend_id(self) -> str: ...

@@ -1,10 +1,10 @@
 """What the bridge holds under each upstream MCP session, whichever transport the server speaks.
 
-A stdio server's session is its process (bridge/process.py: `Launch`, `ServerProcess`); a legacy
-HTTP+SSE server's is its open event stream (bridge/legacy.py: `Dial`, `LegacyConnection`). Both
+A stdio server's session is its process (bridge/transports/process.py: `Launch`, `ServerProcess`); a legacy
+HTTP+SSE server's is its open event stream (bridge/transports/legacy.py: `Dial`, `LegacyConnection`). Both
 give the bridge the same two things: an `Opener`, which opens one session's `Link` and the pair of
 message streams a `ClientSession` runs on, and the `Link`, which says whether and how it ended.
-The rest of the bridge (bridge/upstream.py, the supervisor, the pool) works on these alone.
+The rest of the bridge (bridge/speaking/upstream.py, the supervisor, the pool) works on these alone.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The ASGI endpoint of one backend, `/<backend id>/mcp`: the right upstream server for each request.
 
 In front of the backend's SDK session manager, each endpoint finds the `Channel` a request is
-served by and puts it in the request's scope for the forwarding handlers (bridge/forwarding.py):
+served by and puts it in the request's scope for the forwarding handlers (bridge/speaking/forwarding.py):
 
 - `SharedEndpoint`: the backend's one process (`Supervisor`). While it is down and not about to
   come back, a request opening a session is answered 503 with the reason, so a health probe fails
@@ -31,10 +31,10 @@ from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.types import Message, Receive, Scope, Send
 
-from bridge.forwarding import CHANNEL_KEY
-from bridge.pool import Lease, ProcessPool
-from bridge.supervisor import Supervisor
-from bridge.upstream import Unavailable, Upstream
+from bridge.keeping.pool import Lease, ProcessPool
+from bridge.keeping.supervisor import Supervisor
+from bridge.speaking.forwarding import CHANNEL_KEY
+from bridge.speaking.upstream import Unavailable, Upstream
 
 _SESSION_HEADER = MCP_SESSION_ID_HEADER.encode()
 

@@ -10,7 +10,7 @@ within `QUICK_RESTART` of the restart of a server that ran and then exited, wait
 `start_timeout`; otherwise (a server that keeps failing) it fails at once with the reason
 (`Unavailable`), so a dead backend costs its callers nothing but the answer. A first start far
 slower than the other servers' is waited for only as long as the bridge's readiness waits for it
-(bridge/first_starts.py).
+(bridge/keeping/first_starts.py).
 """
 
 from __future__ import annotations
@@ -24,11 +24,11 @@ from typing import Generic, Literal, Protocol, TypeVar
 import anyio
 from mcp.server.session import ServerSession
 
-from bridge.first_starts import FirstStarts
-from bridge.links import Link, StartFailed
-from bridge.listeners import Listeners
-from bridge.process import Launch
-from bridge.upstream import Notify, Unavailable, UpstreamSettings
+from bridge.keeping.first_starts import FirstStarts
+from bridge.keeping.listeners import Listeners
+from bridge.speaking.upstream import Notify, Unavailable, UpstreamSettings
+from bridge.transports.links import Link, StartFailed
+from bridge.transports.process import Launch
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +56,7 @@ Opens = Callable[[Launch, UpstreamSettings, Notify], AbstractAsyncContextManager
 
 class Supervisor(Generic[U]):
     """The state of one shared backend's server; changed only by its own `run`. `opens` starts it:
-    a handshake-era server (`Upstream`) or a 2026-07-28 one (bridge/modern_upstream.py)."""
+    a handshake-era server (`Upstream`) or a 2026-07-28 one (bridge/speaking/modern_upstream.py)."""
 
     def __init__(
         self,

@@ -4,7 +4,7 @@ A backend configured with `protocol: 2026-07-28` is served as that protocol's St
 it: no session, no `initialize` (a method not found, as the protocol has it), each POST one JSON-RPC
 request, checked as that protocol's HTTP servers check them (the `_meta` envelope, and headers that
 agree with it: the stdio server sees no headers), then passed on to the server as it came
-(bridge/modern_upstream.py). The answer is JSON, with the HTTP status the protocol maps its error
+(bridge/speaking/modern_upstream.py). The answer is JSON, with the HTTP status the protocol maps its error
 codes to, unless a notification of the request (its progress, a log message, a listen's changes)
 comes first, or nothing within `PING_INTERVAL`: then the answer is an event stream, pinged while it
 waits, that ends with the result. A client that closes it cancels the request. A notification POST is
@@ -36,9 +36,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from bridge.endpoints import error_answer, write_answer
-from bridge.modern_upstream import LISTEN, ModernUpstream
-from bridge.supervisor import Supervisor
+from bridge.keeping.supervisor import Supervisor
+from bridge.serving.endpoints import error_answer, write_answer
+from bridge.speaking.modern_upstream import LISTEN, ModernUpstream
 
 MAX_BODY = 4 * 1024 * 1024  # bytes of one request, as the SDK's servers take them
 PING_INTERVAL = 15.0  # seconds before a quiet answer becomes a pinged event stream, and between pings

@@ -40,8 +40,8 @@ from mcp.os.posix.utilities import terminate_posix_process_tree
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
-from bridge.links import Link, Reads, StartFailed, Writes
-from bridge.stderr import LogBudget, StderrLog
+from bridge.transports.links import Link, Reads, StartFailed, Writes
+from bridge.transports.stderr import LogBudget, StderrLog
 from toolsearch.backend_settings import ENV_REFERENCE, Backend
 
 logger = logging.getLogger(__name__)

@@ -18,7 +18,7 @@ A `Lease` ends when its session ends (DELETE), when it has been idle for the bac
 then ends with it: the process held the session's state, so a request naming it is answered 404,
 and the client starts a new session, as MCP has it do for a session the server forgot.
 
-A legacy SSE backend's sessions are leases too, each its own event stream (bridge/legacy.py)
+A legacy SSE backend's sessions are leases too, each its own event stream (bridge/transports/legacy.py)
 rather than a process, at most `bridge.max_sessions` of them: the endpoint opens a session's stream
 at its `initialize`, with the auth header that request carried, so there is no lister (a stream
 costs a connection, not a process, and a backend listed per caller must be listed with each
@@ -37,10 +37,10 @@ from anyio.abc import TaskGroup, TaskStatus
 from mcp.server.session import ServerSession
 from mcp.shared.exceptions import MCPError
 
-from bridge.links import Opener, StartFailed
-from bridge.listeners import Listeners
-from bridge.supervisor import Supervisor
-from bridge.upstream import DESCRIBE_WAIT, Unavailable, Upstream, UpstreamSettings
+from bridge.keeping.listeners import Listeners
+from bridge.keeping.supervisor import Supervisor
+from bridge.speaking.upstream import DESCRIBE_WAIT, Unavailable, Upstream, UpstreamSettings
+from bridge.transports.links import Opener, StartFailed
 
 logger = logging.getLogger(__name__)
 

@@ -16,6 +16,7 @@ from collections.abc import Callable
 import anyio
 from anyio.abc import ByteReceiveStream
 
+# named for what it is, not where it lives: operators filter their log on this name
 logger = logging.getLogger("bridge.stderr")
 
 MAX_LINE_CHARS = 2000  # a longer line is logged cut
