@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from commands.bench.plan import CONCURRENCY, QUERY_SETS
-from commands.scoring import PEER
+from commands.retrieval.scoring import PEER
 
 CHART = "bench-latency.png"
 # find_tool CPU columns: the process names the run measures, and how the table heads them

@@ -1,6 +1,6 @@
 """Part 10: a peer in the same run: FastMCP's proxy with its BM25 search transform, beside toolsearch.
 
-The proxy (`commands.fastmcp_peer`: FastMCP as it ships, but 8 results a search, find_tool's default
+The proxy (`commands.retrieval.fastmcp_peer`: FastMCP as it ships, but 8 results a search, find_tool's default
 answer) runs as a process in front of the small stack's catalog server, each of its servers one
 entry of the proxy's configuration, as toolsearch's indexer has them. Both get the same queries at
 1, 8 and 32 concurrent clients, each client a session of its own made by the SDK's client; set by
@@ -27,9 +27,9 @@ from commands.bench.common import CatalogFile
 from commands.bench.latency import find_tool_load
 from commands.bench.plan import QUERY_SETS
 from commands.bench.stack import Stack, http_answers, wait_for
-from commands.fastmcp_peer import SEARCH_TOOL, searched_names, version
 from commands.ports import free_port
-from commands.scoring import PEER
+from commands.retrieval.fastmcp_peer import SEARCH_TOOL, searched_names, version
+from commands.retrieval.scoring import PEER
 
 READY_TIMEOUT = 120.0  # seconds for the proxy to serve: it connects to no server before a request
 
@@ -46,7 +46,7 @@ async def peer_find(client: Client, query: str) -> list[str]:
 async def start_peer(stack: Stack, catalog: CatalogFile) -> str:
     """Start the proxy in front of the stack's catalog server; returns its MCP URL once it serves."""
     port = free_port()
-    args = [sys.executable, "-m", "commands.fastmcp_peer", "--catalog", str(catalog.path)]
+    args = [sys.executable, "-m", "commands.retrieval.fastmcp_peer", "--catalog", str(catalog.path)]
     args += ["--catalog-url", stack.catalogs["main"].url, "--port", str(port)]
     proc = stack.launch("peer", args)
     await wait_for(functools.partial(http_answers, f"http://127.0.0.1:{port}/healthz"), READY_TIMEOUT, proc)

@@ -34,7 +34,8 @@ TUNING = "tuning.json"
 LOW_RANK = "low_rank.safetensors"
 WEIGHTS = "model.safetensors"
 TUNING_FORMAT = 1
-# hidden folders a tuned folder is made in and its predecessor waits in, as `commands.model` clears them
+# hidden folders a tuned folder is made in and its predecessor waits in, as `commands.retrieval.model`
+# clears them
 TEMP_PREFIX = ".tuned.tmp-"
 OLD_PREFIX = ".tuned.old-"
 

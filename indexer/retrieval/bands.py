@@ -19,7 +19,7 @@ from indexer.embedder.tuning import read_tuning
 class Bands:
     """Where `Hit.match` turns from weak to possible and from possible to strong.
 
-    Calibrated per model on the training corpus's check part (`commands.corpus.calibrate_bands`):
+    Calibrated per model on the training corpus's check part (`commands.retrieval.corpus.calibrate_bands`):
     `strong` is the similarity the best tool of a catalog that cannot serve the request (another
     source's tools) reaches for one request in twenty; `possible` the one a tenth of the right tools
     fall under.

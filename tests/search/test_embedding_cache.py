@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from commands.model import prepare_default_model
+from commands.retrieval.model import prepare_default_model
 from indexer.embedder import Embedder, EmbedderError, FakeEmbedder, Vectors
 from indexer.embedder.sentence import padding_batches
 from indexer.retrieval.embeddings import Embeddings

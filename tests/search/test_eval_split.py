@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import random
 
-from commands.evaluation import SHIPPED_SETS
-from commands.scoring import HELD_APART_PERCENT, load_queries, split_of
+from commands.retrieval.evaluation import SHIPPED_SETS
+from commands.retrieval.scoring import HELD_APART_PERCENT, load_queries, split_of
 
 
 def test_the_split_depends_on_the_id_alone() -> None:

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from commands.cli import main
-from commands.fastmcp_peer import PeerSearch, evaluate_peer, peer_names, searched_names, version
-from commands.fastmcp_peer import main as serve
-from commands.scoring import PEER, EvalQuery
+from commands.retrieval.fastmcp_peer import PeerSearch, evaluate_peer, peer_names, searched_names, version
+from commands.retrieval.fastmcp_peer import main as serve
+from commands.retrieval.scoring import PEER, EvalQuery
 from toolsearch.catalog import CatalogTool
 
 WEATHER = CatalogTool(

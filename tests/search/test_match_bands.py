@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from commands.bands import bands_table, measure_bands
 from commands.cli import main
-from commands.evaluation import SHIPPED_SETS, build_index
-from commands.model import prepare_default_model, prepare_tuned_models
+from commands.retrieval.bands import bands_table, measure_bands
+from commands.retrieval.evaluation import SHIPPED_SETS, build_index
+from commands.retrieval.model import prepare_default_model, prepare_tuned_models
 from indexer.embedder import FakeEmbedder, load_embedder
 from indexer.embedder.base import Embedder
 from indexer.retrieval.bands import UNTRAINED_BANDS, Bands, match_band, model_bands

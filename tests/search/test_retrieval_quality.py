@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from commands.cli import main
-from commands.evaluation import SHIPPED_SETS, build_index, evaluate
-from commands.model import prepare_default_model, prepare_tuned_models
-from commands.scoring import METRICS, PEER, load_queries, score_ranking
+from commands.retrieval.evaluation import SHIPPED_SETS, build_index, evaluate
+from commands.retrieval.model import prepare_default_model, prepare_tuned_models
+from commands.retrieval.scoring import METRICS, PEER, load_queries, score_ranking
 from indexer.embedder import Embedder, load_embedder
 from indexer.retrieval.embeddings import Embeddings
 from indexer.retrieval.query import Query

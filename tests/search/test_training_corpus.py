@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from commands.corpus import (
+from commands.retrieval.corpus import (
     CorpusError,
     CorpusVectors,
     Pair,

@@ -16,7 +16,7 @@ from typing import Any
 
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
-from commands.scoring import PEER
+from commands.retrieval.scoring import PEER
 from tests.support.stack import MODEL, ROOT
 
 RUN_TIMEOUT = 900  # seconds; the quick run takes about two minutes on two idle cores

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from commands.cli import main
-from commands.model import (
+from commands.retrieval.model import (
     BASE_MODEL_NAME,
     DEFAULT_WEIGHTS_SHA256,
     WEIGHTS_FILE,

@@ -1,6 +1,6 @@
 """The tuned model: trained the same way twice, made on any machine from what ships, refused when changed.
 
-`toolsearch model train` learns low-rank changes over all-MiniLM-L6-v2 (`commands.training`); what
+`toolsearch model train` learns low-rank changes over all-MiniLM-L6-v2 (`commands.retrieval.training`); what
 ships is the changes and their record (`indexer.embedder.tuning`), from which `toolsearch model
 prepare` makes the tuned folder and its ONNX export without torch. The real base model is used;
 training runs a few steps over a small slice of the corpus.
@@ -22,10 +22,10 @@ import numpy as np
 import pytest
 
 from commands.cli import main
-from commands.corpus import Corpus, read_corpus
-from commands.model import prepare_default_model, prepare_tuned_models
-from commands.train_command import kept_settings
-from commands.training import fit_low_rank
+from commands.retrieval.corpus import Corpus, read_corpus
+from commands.retrieval.model import prepare_default_model, prepare_tuned_models
+from commands.retrieval.train_command import kept_settings
+from commands.retrieval.training import fit_low_rank
 from indexer.embedder import load_embedder
 from indexer.embedder.files import file_sha256, read_manifest
 from indexer.embedder.recipe import find_recipe
@@ -109,7 +109,7 @@ def test_the_shipped_tuning_makes_its_recorded_weights_and_export_without_torch(
     # a Python that cannot import torch: what a fresh `make run` has
     script = (
         "import sys; sys.modules['torch'] = None; from pathlib import Path; "
-        "from commands.model import prepare_tuned_models; "
+        "from commands.retrieval.model import prepare_tuned_models; "
         f"print(prepare_tuned_models(Path({str(models)!r})))"
     )
     done = subprocess.run(
@@ -154,7 +154,7 @@ def test_a_tuned_folder_whose_weights_changed_is_made_again(
     (tuned,) = prepare_tuned_models(models, export=False)
     (tuning,) = shipped_tunings()
     _tamper(tuned / "model.safetensors")
-    with caplog.at_level(logging.WARNING, logger="commands.model"):
+    with caplog.at_level(logging.WARNING, logger="commands.retrieval.model"):
         assert prepare_tuned_models(models, export=False) == [tuned]
     assert file_sha256(tuned / "model.safetensors") == tuning.weights_sha256
     assert "making" in caplog.text and "again" in caplog.text

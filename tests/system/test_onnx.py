@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from commands.cli import main
-from commands.model import BASE_MODEL_NAME, ModelError, ensure_export, prepare_default_model
+from commands.retrieval.model import BASE_MODEL_NAME, ModelError, ensure_export, prepare_default_model
 from indexer.embedder import EMBEDDER_KINDS, EmbedderError, load_embedder
 from indexer.embedder.files import (
     MANIFEST,

@@ -4,7 +4,7 @@ It is the most-used Python way to put one search tool in front of many servers: 
 a configuration of servers, and `BM25SearchTransform`, which hides the tools behind `search_tools`
 and `call_tool`. `toolsearch eval` ranks each labelled query with the transform's own search tool
 over the catalog in process (`PeerSearch`); `toolsearch bench` runs the proxy as a process in front
-of the same catalog server toolsearch fronts (`python -m commands.fastmcp_peer`) and sends both the
+of the same catalog server toolsearch fronts (`python -m commands.retrieval.fastmcp_peer`) and sends both the
 same queries.
 
 The peer runs as FastMCP ships it: its defaults everywhere but `max_results`, set to the depth the
@@ -33,7 +33,7 @@ from fastmcp.tools.base import Tool, ToolResult
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse
 
-from commands.scoring import (
+from commands.retrieval.scoring import (
     DEPTH,
     PEER,
     PROGRESS_AFTER,
@@ -144,7 +144,7 @@ def proxy(catalog_url: str, servers: Sequence[str], depth: int) -> FastMCP[Any]:
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Serve the proxy over HTTP at `/mcp` until stopped."""
-    parser = argparse.ArgumentParser(prog="python -m commands.fastmcp_peer", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m commands.retrieval.fastmcp_peer", description=__doc__)
     parser.add_argument("--catalog", type=Path, required=True, help="the catalog the catalog server serves")
     parser.add_argument("--catalog-url", required=True, help="the catalog server: http://127.0.0.1:9100")
     parser.add_argument("--port", type=int, required=True)

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from commands.scoring import EvalError, load_queries
+from commands.retrieval.scoring import EvalError, load_queries
 from indexer.retrieval.bands import Bands
 from indexer.retrieval.embeddings import Embeddings
 from indexer.retrieval.text import document_texts, query_text

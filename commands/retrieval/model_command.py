@@ -1,6 +1,6 @@
 """`toolsearch model`: prepare the default embedding model, verify a model folder, write a recipe.
 
-The work is done in `commands.model` (the default model) and `indexer.embedder` (exports and
+The work is done in `commands.retrieval.model` (the default model) and `indexer.embedder` (exports and
 recipes); this module only reads the command line and prints the one line each action answers with.
 """
 
@@ -10,7 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from commands.model import (
+from commands.retrieval.model import (
     DEFAULT_WEIGHTS_SHA256,
     WEIGHTS_FILE,
     ModelError,
@@ -18,7 +18,7 @@ from commands.model import (
     prepare_tuned_models,
     verify_model_dir,
 )
-from commands.train_command import add_train_parser
+from commands.retrieval.train_command import add_train_parser
 from indexer.embedder.files import EXPORT_DIR, ExportError, Manifest, export_dir, read_manifest
 from indexer.embedder.recipe import write_recipe
 from indexer.embedder.tuning import read_tuning
@@ -106,7 +106,7 @@ def run_cli(args: argparse.Namespace) -> int:
                 manifest = None if args.no_export else read_manifest(export_dir(tuned))
                 print(f"{tuned}: ready, tuned from {path.name}{_described(manifest)}")
         elif args.model_command == "train":
-            from commands.train_command import run_train
+            from commands.retrieval.train_command import run_train
 
             return run_train(args)
         elif args.model_command == "recipe":

@@ -1,6 +1,6 @@
 """`toolsearch model train`: fine-tune the default model on the training corpus, as low-rank changes.
 
-Each training pair of the corpus (`commands.corpus`; its check part is never trained on) gives one
+Each training pair of the corpus (`commands.retrieval.corpus`; its check part is never trained on) gives one
 example per relevant tool: the request as the indexer embeds a whole query, against one of the
 tool's views as the indexer embeds them (`indexer.retrieval.text.document_views`, chosen at random
 per example), so what is learned is learned over the texts find_tool compares. The loss is the
@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from commands.corpus import Corpus, CorpusVectors, corpus_part, similarities
+from commands.retrieval.corpus import Corpus, CorpusVectors, corpus_part, similarities
 from indexer.embedder.tuning import TrainSettings
 from indexer.retrieval.text import document_views, query_text
 

@@ -24,7 +24,8 @@ from toolsearch.catalog import CatalogTool
 METRICS = ("R@1", "R@5", "R@8", "R@10", "nDCG@10", "MRR@10", "completeness@5")
 DEPTH = 10  # the deepest rank any metric reads
 PROGRESS_AFTER = 500  # queries: shorter runs need no progress bar
-PEER = "fastmcp-bm25"  # FastMCP's BM25 search transform, a row beside the methods (commands.fastmcp_peer)
+# FastMCP's BM25 search transform, a row beside the methods (commands.retrieval.fastmcp_peer)
+PEER = "fastmcp-bm25"
 Split = Literal["tune", "held-apart"]
 SPLITS: tuple[Split, ...] = get_args(Split)
 HELD_APART_PERCENT = 30

@@ -5,8 +5,8 @@ indexer's two steps (`indexer.search.build_tool_index`: `tool_documents`, then `
 which the indexer's `Builder` runs too), each server of the catalog file a backend named by its slug
 (tools without a server form one unnamed backend); queries are embedded in batches and searched
 one by one with `SearchIndex.search`. The metrics and the two splits of each set are
-`commands.scoring`'s. A peer's row (`--method fastmcp-bm25`, and with `--all`): FastMCP's BM25
-search transform over the same catalog and queries (`commands.fastmcp_peer`).
+`commands.retrieval.scoring`'s. A peer's row (`--method fastmcp-bm25`, and with `--all`): FastMCP's BM25
+search transform over the same catalog and queries (`commands.retrieval.fastmcp_peer`).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Any, Literal, get_args
 
 import numpy as np
 
-from commands.scoring import (
+from commands.retrieval.scoring import (
     DEPTH,
     METRICS,
     PEER,
@@ -264,7 +264,7 @@ def _peer_reports(
 ) -> list[EvalReport]:
     """The peer's row of each set; without fastmcp installed, an error if asked for, else a note."""
     try:
-        from commands.fastmcp_peer import evaluate_peer
+        from commands.retrieval.fastmcp_peer import evaluate_peer
     except ImportError:
         message = f"the {PEER} row needs fastmcp (the bench extra: pip install 'toolsearch[bench]')"
         if required:

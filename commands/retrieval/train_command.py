@@ -1,6 +1,6 @@
 """`toolsearch model train`: the shipped tuning, made again from the corpus (docs/retrieval.md).
 
-Trains the low-rank changes (`commands.training`) over the prepared default model, then writes what
+Trains the low-rank changes (`commands.retrieval.training`) over the prepared default model, then writes what
 ships: the tuning (`indexer/embedder/tunings/<name>/`: the changes, and `tuning.json` with the match
 bands calibrated for the tuned vectors on the corpus's check part and the check part's R@5 before
 and after), the tuned model folder (`models/<name>/`, made from the tuning as `toolsearch model
@@ -31,13 +31,13 @@ from toolsearch.catalog import TRAIN_DATA
 from toolsearch.indexer_settings import BASE_MODEL_NAME, TUNED_MODEL_NAME
 
 if TYPE_CHECKING:
-    from commands.corpus import Corpus
+    from commands.retrieval.corpus import Corpus
 
 
 def _measured(model_dir: Path, corpus: Corpus, threads: int) -> tuple[dict[str, float], float]:
     """The bands calibrated for `model_dir`'s vectors on the corpus, and its check part's R@5."""
-    from commands.corpus import calibrate_bands, embed_corpus
-    from commands.training import check_recall
+    from commands.retrieval.corpus import calibrate_bands, embed_corpus
+    from commands.retrieval.training import check_recall
     from indexer.embedder import load_embedder
     from indexer.retrieval.embeddings import Embeddings
 
@@ -78,9 +78,9 @@ def train_tuning(
     the tuning, the tuned model folder and its export's recipe; returns the tuning."""
     from safetensors.numpy import save_file
 
-    from commands.corpus import read_corpus
-    from commands.model import prepare_default_model
-    from commands.training import fit_low_rank
+    from commands.retrieval.corpus import read_corpus
+    from commands.retrieval.model import prepare_default_model
+    from commands.retrieval.training import fit_low_rank
     from indexer.embedder import load_embedder
     from indexer.embedder.export import export_onnx
     from indexer.embedder.files import file_sha256, folder_digest
@@ -189,8 +189,8 @@ def run_train(args: argparse.Namespace) -> int:
         threads=args.threads,
         merge=args.merge,
     )
-    from commands.corpus import CorpusError
-    from commands.model import ModelError
+    from commands.retrieval.corpus import CorpusError
+    from commands.retrieval.model import ModelError
     from indexer.embedder import EmbedderError
 
     started = time.perf_counter()

@@ -7,7 +7,7 @@ catalog that cannot serve the request, each set's queries against the other sets
 the best hit is wrong by construction and should be weak, or at most possible.
 
 `--calibrate` also embeds the training corpus and prints the bands its check part gives
-(`commands.corpus.calibrate_bands`), beside the ones the indexer serves
+(`commands.retrieval.corpus.calibrate_bands`), beside the ones the indexer serves
 (`indexer.retrieval.bands.model_bands`).
 """
 
@@ -22,9 +22,9 @@ from pathlib import Path
 
 import numpy as np
 
-from commands.corpus import CorpusError, calibrate_bands, embed_corpus, read_corpus
-from commands.evaluation import SHIPPED_SETS, build_index
-from commands.scoring import EvalError, EvalQuery, load_queries, split_of
+from commands.retrieval.corpus import CorpusError, calibrate_bands, embed_corpus, read_corpus
+from commands.retrieval.evaluation import SHIPPED_SETS, build_index
+from commands.retrieval.scoring import EvalError, EvalQuery, load_queries, split_of
 from indexer.embedder import DEFAULT_EMBEDDER, EVAL_KINDS, Embedder
 from indexer.retrieval.bands import Bands, match_band, model_bands
 from indexer.retrieval.embeddings import Embeddings
