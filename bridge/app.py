@@ -54,8 +54,8 @@ from bridge.speaking.upstream import Notify, Upstream, UpstreamSettings
 from bridge.transports.legacy import dial_of
 from bridge.transports.links import Opener
 from bridge.transports.process import Launch, launch_of
-from toolsearch.backend_settings import Backend, Bridge
 from toolsearch.config import Config
+from toolsearch.sections.backend_settings import Backend, Bridge
 
 MAX_CONNECTIONS = 1000  # open HTTP connections; uvicorn answers 503 beyond
 KEEP_ALIVE = 5  # seconds an idle connection stays open

@@ -15,12 +15,12 @@ from typing import TypeVar
 import yaml
 from pydantic import ValidationError, field_validator, model_validator
 
-from toolsearch.backend_settings import Backend, BackendAuth, Bridge, CatalogServer, bridge_url
 from toolsearch.catalog import CatalogError, group_by_server, load_catalog
-from toolsearch.indexer_settings import Indexer, IndexerClientTls, IndexerTls
-from toolsearch.mcp_servers import ServersFileError, read_servers_file
-from toolsearch.router_settings import Router
-from toolsearch.settings import Section
+from toolsearch.sections.backend_settings import Backend, BackendAuth, Bridge, CatalogServer, bridge_url
+from toolsearch.sections.indexer_settings import Indexer, IndexerClientTls, IndexerTls
+from toolsearch.sections.mcp_servers import ServersFileError, read_servers_file
+from toolsearch.sections.router_settings import Router
+from toolsearch.sections.settings import Section
 
 
 class ConfigError(ValueError):

@@ -24,8 +24,8 @@ from typing import Any
 
 import grpc
 
-from toolsearch.indexer_settings import Indexer
-from toolsearch.router_settings import Router
+from toolsearch.sections.indexer_settings import Indexer
+from toolsearch.sections.router_settings import Router
 
 MIN_SECRET_BYTES = 32  # as long as an HS256 key: guessing it must be out of reach
 AUTHORIZATION = "authorization"

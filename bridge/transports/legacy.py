@@ -30,8 +30,8 @@ from mcp.client.sse import sse_client
 from mcp.shared.message import SessionMessage
 
 from bridge.transports.links import Link, Reads, StartFailed, Writes
-from toolsearch.backend_settings import Backend
 from toolsearch.responses import BoundedTransport, ResponseTooLarge
+from toolsearch.sections.backend_settings import Backend
 
 IDLE_MARGIN = 60.0  # seconds a stream may stay silent beyond the longest wait a session allows
 

@@ -42,7 +42,7 @@ from pydantic import ValidationError
 
 from bridge.transports.links import Link, Reads, StartFailed, Writes
 from bridge.transports.stderr import LogBudget, StderrLog
-from toolsearch.backend_settings import ENV_REFERENCE, Backend
+from toolsearch.sections.backend_settings import ENV_REFERENCE, Backend
 
 logger = logging.getLogger(__name__)
 

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 from indexer.embedder import EMBEDDER_KINDS
-from toolsearch.indexer_settings import TUNED_MODEL_NAME
+from toolsearch.sections.indexer_settings import TUNED_MODEL_NAME
 
 BOTH = ("onnx", "torch")  # --embedder both: the first runs every part, the second the floor and find_tool
 

@@ -36,7 +36,7 @@ from commands.bench.sessions import cold_open, open_many
 from commands.bench.stack import CatalogSpec, Stack, secret
 from commands.bench.stdio import stdio_part
 from indexer.embedder import Embedder
-from toolsearch.indexer_settings import Health
+from toolsearch.sections.indexer_settings import Health
 
 CHECKOUT = Path(__file__).resolve().parents[2]  # the project's folder, when run from a checkout
 FLOOR_WARMUP = 5  # model calls before the floor's clock starts: the first ones of a process are slow

@@ -33,7 +33,7 @@ from indexer.retrieval.search import SearchIndex, SearchSettings
 from indexer.retrieval.text import query_texts
 from indexer.state.disk import disk_embeddings
 from toolsearch.catalog import TRAIN_DATA, CatalogError, load_catalog
-from toolsearch.indexer_settings import TUNED_MODEL_NAME
+from toolsearch.sections.indexer_settings import TUNED_MODEL_NAME
 
 BANDS_QUERIES = 1000  # per set: enough for a rate to a point, without 20,000 metatool queries
 # one catalog per set: metatool's two query files share one catalog, as do mcpbench's

@@ -48,7 +48,7 @@ from indexer.retrieval.tools import advertise
 from indexer.state.disk import disk_embeddings
 from toolsearch.answers import Answer, AnswerTool, compact_definition, estimate_tokens, render_answer
 from toolsearch.catalog import EVAL_DATA, CatalogTool, load_catalog
-from toolsearch.indexer_settings import BASE_MODEL_NAME, TUNED_MODEL_NAME
+from toolsearch.sections.indexer_settings import BASE_MODEL_NAME, TUNED_MODEL_NAME
 
 Method = Literal["hybrid", "dense", "lexical"]
 METHODS: tuple[Method, ...] = get_args(Method)

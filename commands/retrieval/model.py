@@ -45,7 +45,7 @@ from indexer.embedder.recipe import find_recipe, install_export
 from indexer.embedder.tuning import OLD_PREFIX as TUNED_OLD_PREFIX
 from indexer.embedder.tuning import TEMP_PREFIX as TUNED_TEMP_PREFIX
 from indexer.embedder.tuning import TuningError, apply_tuning, read_tuning, shipped_tunings
-from toolsearch.indexer_settings import BASE_MODEL_NAME
+from toolsearch.sections.indexer_settings import BASE_MODEL_NAME
 
 DEFAULT_WEIGHTS_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
 WEIGHTS_FILE = "model.safetensors"

@@ -22,7 +22,7 @@ from commands.retrieval.train_command import add_train_parser
 from indexer.embedder.files import EXPORT_DIR, ExportError, Manifest, export_dir, read_manifest
 from indexer.embedder.recipe import write_recipe
 from indexer.embedder.tuning import read_tuning
-from toolsearch.indexer_settings import BASE_MODEL_NAME, TUNED_MODEL_NAME
+from toolsearch.sections.indexer_settings import BASE_MODEL_NAME, TUNED_MODEL_NAME
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 from indexer.embedder.recipe import RECIPES
 from indexer.embedder.tuning import LOW_RANK, TUNING, TUNINGS, TrainSettings, Tuning
 from toolsearch.catalog import TRAIN_DATA
-from toolsearch.indexer_settings import BASE_MODEL_NAME, TUNED_MODEL_NAME
+from toolsearch.sections.indexer_settings import BASE_MODEL_NAME, TUNED_MODEL_NAME
 
 if TYPE_CHECKING:
     from commands.retrieval.corpus import Corpus

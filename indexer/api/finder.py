@@ -30,7 +30,7 @@ from indexer.state import VersionRef
 from indexer.state.listings import ServerInfo
 from indexer.traces import tracer
 from toolsearch.answers import compact_definition, trim
-from toolsearch.indexer_settings import Search
+from toolsearch.sections.indexer_settings import Search
 
 MAX_KEYWORDS = 32
 SERVER_DESCRIPTION_CHARS = 300  # what a server says of itself, as an answer carries it

@@ -22,8 +22,8 @@ from indexer.retrieval.tools import Tool
 from indexer.sessions.views import LiveSession
 from indexer.state import BackendSession, Principal, SessionRecord, Subscription, VersionRef
 from indexer.state.stream_events import EventsToKeep, KeptEvents, StreamEnd
-from toolsearch.backend_settings import Backend
-from toolsearch.indexer_settings import Naming
+from toolsearch.sections.backend_settings import Backend
+from toolsearch.sections.indexer_settings import Naming
 from toolsearch.v1 import indexer_pb2 as pb
 
 LOG_LEVELS: tuple[str, ...] = get_args(LoggingLevel)  # MCP's eight, least severe first

@@ -21,7 +21,7 @@ from indexer.backends.registry import Registry
 from indexer.sessions.views import LiveSession
 from indexer.state import BackendSession
 from indexer.state.listings import Listing, Offers
-from toolsearch.backend_settings import Backend
+from toolsearch.sections.backend_settings import Backend
 
 
 class Reachable(NamedTuple):

@@ -28,7 +28,7 @@ from indexer.retrieval.text import name_key
 from indexer.retrieval.tools import Tool
 from indexer.sessions.views import LiveSession
 from indexer.state import BackendSession, VersionRef
-from toolsearch.backend_settings import Backend
+from toolsearch.sections.backend_settings import Backend
 
 
 @dataclass(frozen=True, slots=True)

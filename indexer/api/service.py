@@ -50,8 +50,8 @@ from indexer.sessions.manager import SessionManager
 from indexer.state import BackendSession, StateUnavailable, Subscription
 from indexer.state.rounds import LocalRounds, RoundStore
 from indexer.state.stream_events import MAX_EVENTS, LocalStreams, StreamStore
-from toolsearch.backend_settings import Backend
-from toolsearch.indexer_settings import Naming
+from toolsearch.sections.backend_settings import Backend
+from toolsearch.sections.indexer_settings import Naming
 from toolsearch.trailers import ERROR_KEY, RETRY_AFTER_KEY, SUGGESTIONS_KEY, ErrorKind
 from toolsearch.v1 import indexer_pb2 as pb
 from toolsearch.v1 import indexer_pb2_grpc as pb_grpc

@@ -24,7 +24,7 @@ import logging
 from indexer.backends.token_exchange import TokenEndpoints
 from indexer.errors import NoCallerToken
 from indexer.state import Principal, TokenStore
-from toolsearch.backend_settings import Backend
+from toolsearch.sections.backend_settings import Backend
 
 logger = logging.getLogger(__name__)
 

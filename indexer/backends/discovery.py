@@ -27,7 +27,7 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSI
 from indexer.errors import BackendRejected, BackendUnavailable
 from indexer.state.listings import Listing, Offers, ServerInfo
 from toolsearch.responses import BoundedTransport
-from toolsearch.settings import DEFAULT_MAX_RESPONSE_BYTES
+from toolsearch.sections.settings import DEFAULT_MAX_RESPONSE_BYTES
 
 # A server that pages forever must not hang discovery.
 MAX_PAGES = 1000

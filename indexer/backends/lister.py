@@ -32,9 +32,9 @@ from indexer.errors import (
 )
 from indexer.state import LocalTokens, Principal
 from indexer.state.listings import Listing
-from toolsearch.backend_settings import Backend
 from toolsearch.outgoing import MissingCallerToken, MissingSecret, auth_headers, per_caller
 from toolsearch.readiness import cut_at
+from toolsearch.sections.backend_settings import Backend
 
 
 class BackendLister:

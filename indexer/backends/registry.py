@@ -22,7 +22,7 @@ from types import MappingProxyType
 from indexer.errors import BackendError
 from indexer.state.backends import ADVERTISED, BackendHealth, Status
 from indexer.state.listings import Listing, listing_digest
-from toolsearch.backend_settings import Backend
+from toolsearch.sections.backend_settings import Backend
 
 
 @dataclass(frozen=True, slots=True)

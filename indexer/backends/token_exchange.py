@@ -27,7 +27,7 @@ from urllib.parse import quote
 import httpx2
 
 from indexer.errors import ExchangeFailed, ExchangeRefused
-from toolsearch.backend_settings import Backend, BackendAuth
+from toolsearch.sections.backend_settings import Backend, BackendAuth
 
 GRANT_TYPE = "urn:ietf:params:oauth:grant-type:token-exchange"
 ACCESS_TOKEN = "urn:ietf:params:oauth:token-type:access_token"

@@ -20,7 +20,7 @@ from indexer.retrieval.index import IndexVersion, VersionPool, fingerprint
 from indexer.retrieval.tools import Tool, advertise
 from indexer.state import CatalogRef, CatalogStore
 from indexer.state.listings import Listing, digest_of
-from toolsearch.indexer_settings import Naming
+from toolsearch.sections.indexer_settings import Naming
 
 logger = logging.getLogger(__name__)
 

@@ -49,8 +49,8 @@ from indexer.state import (
     VersionRef,
 )
 from indexer.state.listings import intern_backends
-from toolsearch.indexer_settings import Naming
 from toolsearch.outgoing import per_caller
+from toolsearch.sections.indexer_settings import Naming
 
 BACKEND_SESSIONS_EVENT = "backend-sessions"  # the shared event: a session's backend sessions changed
 MAX_SUBSCRIPTIONS = 64  # subscriptions kept per session (at backends that keep none themselves)

@@ -33,7 +33,7 @@ from redis.retry import Retry as SyncRetry
 
 from indexer.state.base import StateUnavailable
 from indexer.state.redis_sentinel import SyncVotingSentinel, VotingSentinel
-from toolsearch.state_url import SENTINEL_SCHEME, SentinelAddress, parse_sentinel_url
+from toolsearch.sections.state_url import SENTINEL_SCHEME, SentinelAddress, parse_sentinel_url
 
 TIMEOUT = 2.0  # seconds to connect, and for each answer
 SENTINEL_TIMEOUT = 0.5  # seconds per sentinel asked where the primary is: they answer from memory

@@ -29,9 +29,9 @@ from indexer.state.listings import Listing
 from indexer.upkeep.rebuilds import Rebuilder
 from indexer.upkeep.replica import Replica
 from indexer.upkeep.verdicts import CircuitBreaker, Clock, Outcome, answered, change_reason, judge
-from toolsearch.backend_settings import Backend
-from toolsearch.indexer_settings import Health
 from toolsearch.outgoing import per_caller
+from toolsearch.sections.backend_settings import Backend
+from toolsearch.sections.indexer_settings import Health
 
 logger = logging.getLogger(__name__)
 

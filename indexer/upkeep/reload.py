@@ -18,7 +18,7 @@ from indexer.backends.lister import BackendLister
 from indexer.sessions.versions import SessionVersions
 from indexer.upkeep.health import HealthMonitor
 from indexer.upkeep.rebuilds import Rebuilder
-from toolsearch.backend_settings import Backend
+from toolsearch.sections.backend_settings import Backend
 
 logger = logging.getLogger(__name__)
 

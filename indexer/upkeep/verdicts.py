@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Literal
 
 from indexer.state.backends import ADVERTISED, Status
-from toolsearch.indexer_settings import Health
+from toolsearch.sections.indexer_settings import Health
 
 Outcome = Literal["ok", "rejected", "failed"]
 Circuit = Literal["closed", "open", "half-open"]

@@ -33,7 +33,7 @@ from starlette.datastructures import Headers
 
 from router.caller import Authenticator, Identity, Principal
 from router.errors import AuthConfigError, Unauthenticated
-from toolsearch.router_settings import RouterAuth
+from toolsearch.sections.router_settings import RouterAuth
 
 logger = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from router.frontdoor.bursts import BurstLog
-from toolsearch.router_settings import Router
+from toolsearch.sections.router_settings import Router
 
 logger = logging.getLogger(__name__)
 

@@ -30,7 +30,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import Scope
 
-from toolsearch.router_settings import RouterAuth
+from toolsearch.sections.router_settings import RouterAuth
 
 WELL_KNOWN = "/.well-known/oauth-protected-resource"
 RESOURCE_PATH = "/mcp"

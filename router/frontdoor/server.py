@@ -30,7 +30,7 @@ from router.frontdoor.bounds import FrontDoor, raise_fd_limit
 from router.frontdoor.connections import protocol_for
 from router.frontdoor.session_layer import JSONRPC_ID_KEY
 from router.frontdoor.streams.held import Stopping
-from toolsearch.router_settings import Router
+from toolsearch.sections.router_settings import Router
 
 
 def _only_cancellation(exc: BaseException) -> bool:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from toolsearch.indexer_settings import Search
+from toolsearch.sections.indexer_settings import Search
 
 FIND_TOOL = "find_tool"
 CALL_TOOL = "call_tool"

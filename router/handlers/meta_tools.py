@@ -38,7 +38,7 @@ from router.upstream.session_wide.backend_requests import caller_of
 from router.upstream.wire.backend_messages import backend_request_id
 from router.upstream.wire.relays import NotificationRelay
 from toolsearch.answers import Answer, AnswerServer, AnswerTool, render_answer
-from toolsearch.indexer_settings import Search
+from toolsearch.sections.indexer_settings import Search
 
 logger = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from typing import NamedTuple
 from router.targets import BackendSession, BackendTarget, ReachableTarget, ReachableTargets, ResolvedTool
 from toolsearch.naming import Prefix
 from toolsearch.outgoing import OutgoingAuth
-from toolsearch.settings import DEFAULT_BACKEND_TIMEOUT, DEFAULT_MAX_RESPONSE_BYTES
+from toolsearch.sections.settings import DEFAULT_BACKEND_TIMEOUT, DEFAULT_MAX_RESPONSE_BYTES
 from toolsearch.v1 import indexer_pb2 as pb
 
 

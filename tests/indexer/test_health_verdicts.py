@@ -30,9 +30,9 @@ from indexer.upkeep.health import HealthMonitor
 from indexer.upkeep.rebuilds import Rebuilder, summarise
 from indexer.upkeep.verdicts import CircuitBreaker, judge
 from tests.support.waits import wait_for
-from toolsearch.backend_settings import Backend, BackendAuth
-from toolsearch.indexer_settings import CircuitBreaker as BreakerConfig
-from toolsearch.indexer_settings import Health
+from toolsearch.sections.backend_settings import Backend, BackendAuth
+from toolsearch.sections.indexer_settings import CircuitBreaker as BreakerConfig
+from toolsearch.sections.indexer_settings import Health
 
 SETTINGS = Health(unhealthy_after=3, degraded_latency=1.0)
 WAIT = 5.0  # seconds any condition below may take at most

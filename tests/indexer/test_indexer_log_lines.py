@@ -13,8 +13,8 @@ from indexer.errors import BackendUnavailable
 from indexer.retrieval.embeddings import Embeddings
 from indexer.state.listings import Listing
 from indexer.upkeep.health import HealthMonitor
-from toolsearch.backend_settings import Backend
-from toolsearch.indexer_settings import Health
+from toolsearch.sections.backend_settings import Backend
+from toolsearch.sections.indexer_settings import Health
 
 
 def listing() -> Listing:

@@ -37,8 +37,8 @@ from indexer.state import BackendSession, LocalSessions, Principal
 from indexer.state.listings import Listing
 from tests.support.clients import until
 from tests.support.waits import wait_for
-from toolsearch.backend_settings import Backend, BackendAuth
-from toolsearch.indexer_settings import Naming
+from toolsearch.sections.backend_settings import Backend, BackendAuth
+from toolsearch.sections.indexer_settings import Naming
 
 TTL = 60.0
 ALICE = Principal("https://issuer.test", "alice")

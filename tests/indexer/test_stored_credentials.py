@@ -40,9 +40,9 @@ from tests.support.in_process import catalog_server_in_process
 from tests.support.indexers import running_indexer
 from tests.support.tokens import hs256
 from tests.support.waits import wait_for
-from toolsearch.backend_settings import Backend, BackendAuth
 from toolsearch.config import Config, parse_config
-from toolsearch.indexer_settings import Naming
+from toolsearch.sections.backend_settings import Backend, BackendAuth
+from toolsearch.sections.indexer_settings import Naming
 
 WAIT = 15.0  # seconds any condition below may take at most
 SECRET = "a-test-secret-that-is-long-enough-for-hs256"

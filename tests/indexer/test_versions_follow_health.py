@@ -43,9 +43,9 @@ from tests.support.indexers import running_indexer
 from tests.support.redis import RedisServer
 from tests.support.tokens import hs256
 from tests.support.waits import wait_for
-from toolsearch.backend_settings import Backend
 from toolsearch.config import Config, parse_config
-from toolsearch.indexer_settings import Naming
+from toolsearch.sections.backend_settings import Backend
+from toolsearch.sections.indexer_settings import Naming
 
 SECRET = "a-test-secret-that-is-long-enough-for-hs256"
 SECRET_ENV = "TOOLSEARCH_CATALOG_JWT_SECRET"

@@ -185,7 +185,7 @@ def test_files_as_clients_keep_them_are_imported_and_the_client_keys_named_in_on
         "gemini.json": GEMINI_AS_KEPT,
     }
     path = configure(tmp_path, {"backends_from": list(files)}, **files)
-    with caplog.at_level(logging.INFO, logger="toolsearch.mcp_servers"):
+    with caplog.at_level(logging.INFO, logger="toolsearch.sections.mcp_servers"):
         backends = {b.id: b for b in load_config(path).backends}
     assert set(backends) == {"memory", "time", "docs", "git", "search", "fetch"}
     # a per-server timeout is the backend's: seconds, or Gemini CLI's milliseconds

@@ -13,8 +13,8 @@ from indexer.backends.registry import Registry
 from indexer.errors import BackendRejected, BackendSecretUnset
 from router.errors import MissingCredentials
 from router.upstream.calls.backends import outgoing_headers
-from toolsearch.backend_settings import Backend
 from toolsearch.outgoing import MissingCallerToken, MissingSecret, OutgoingAuth, auth_headers
+from toolsearch.sections.backend_settings import Backend
 
 REASON = "has no value for its credential: set the environment variable WEATHER_KEY"
 

@@ -34,7 +34,7 @@ from router.frontdoor.auth import (
 from router.frontdoor.resource_metadata import ResourceMetadata
 from router.frontdoor.session_layer import SessionLayer
 from toolsearch.config import ConfigError, parse_config
-from toolsearch.router_settings import RouterAuth
+from toolsearch.sections.router_settings import RouterAuth
 
 ISSUER = "https://issuer.test"
 AUDIENCE = "toolsearch"

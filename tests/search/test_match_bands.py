@@ -27,7 +27,7 @@ from indexer.retrieval.text import document_texts, query_texts
 from indexer.state.disk import DiskEmbeddings
 from tests.support.stack import EMBEDDING_CACHE
 from toolsearch.catalog import EVAL_DATA, CatalogTool, load_catalog
-from toolsearch.indexer_settings import BASE_MODEL_NAME, TUNED_MODEL_NAME
+from toolsearch.sections.indexer_settings import BASE_MODEL_NAME, TUNED_MODEL_NAME
 
 ROOT = Path(__file__).resolve().parents[2]
 # the served model and the published one, each under its own bands

@@ -25,7 +25,7 @@ from indexer.retrieval.text import name_key, query_texts
 from indexer.state.disk import DiskEmbeddings
 from tests.support.stack import EMBEDDING_CACHE
 from toolsearch.catalog import load_catalog
-from toolsearch.indexer_settings import TUNED_MODEL_NAME
+from toolsearch.sections.indexer_settings import TUNED_MODEL_NAME
 
 ROOT = Path(__file__).resolve().parents[2]
 SLICE = 200  # queries of each set the regression floors are measured on

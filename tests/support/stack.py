@@ -19,7 +19,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from commands.ports import free_port
 from tests.support.processes import Proc, start_process
 from toolsearch.config import load_config
-from toolsearch.indexer_settings import TUNED_MODEL_NAME
+from toolsearch.sections.indexer_settings import TUNED_MODEL_NAME
 from toolsearch.transport import ChannelSecurity, channel_security, sync_channel
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -24,7 +24,7 @@ from tests.support.redis import START_TIMEOUT
 from tests.support.sentinel import DOWN_AFTER_MS, FAILOVER_TIMEOUT_MS, QUORUM, node
 from tests.support.stack import wait_until
 from toolsearch.config import Config, parse_config
-from toolsearch.state_url import parse_sentinel_url
+from toolsearch.sections.state_url import parse_sentinel_url
 
 KUBERNETES_VERSION = kubernetes_validate.utils.latest_version()
 SECRET_WORDS = re.compile(r"SECRET|PASSWORD|TOKEN|AUTH|KEY", re.IGNORECASE)

@@ -39,7 +39,7 @@ from indexer.embedder.recipe import (
     read_recipe,
     write_recipe,
 )
-from toolsearch.indexer_settings import TUNED_MODEL_NAME
+from toolsearch.sections.indexer_settings import TUNED_MODEL_NAME
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -41,7 +41,7 @@ from indexer.embedder.tuning import (
 )
 from indexer.retrieval.bands import UNTRAINED_BANDS, Bands, model_bands
 from toolsearch.catalog import TRAIN_DATA
-from toolsearch.indexer_settings import BASE_MODEL_NAME, TUNED_MODEL_NAME
+from toolsearch.sections.indexer_settings import BASE_MODEL_NAME, TUNED_MODEL_NAME
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = TrainSettings(steps=2, batch=8, rank=2)

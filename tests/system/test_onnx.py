@@ -39,7 +39,7 @@ from indexer.embedder.sentence import SentenceTransformerEmbedder
 from tests.support.stack import HEADERS, open_session, running_stack
 from toolsearch.catalog import load_catalog
 from toolsearch.config import ConfigError, load_config
-from toolsearch.indexer_settings import TUNED_MODEL_NAME, Indexer
+from toolsearch.sections.indexer_settings import TUNED_MODEL_NAME, Indexer
 
 ROOT = Path(__file__).resolve().parents[2]
 TOLERANCE = 1e-5

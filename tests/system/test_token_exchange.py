@@ -45,7 +45,7 @@ from tests.support.redis import RedisServer
 from tests.support.routers import LightStack, another_router, light_stack
 from tests.support.stack import CLI, wait_until
 from tests.support.token_endpoint import ISSUER as ENDPOINT_ISSUER
-from toolsearch.backend_settings import Backend
+from toolsearch.sections.backend_settings import Backend
 
 SECRET = "a-test-secret-that-is-long-enough-for-hs256"  # the callers' tokens: routers and endpoint
 ISSUER = "https://login.test"

@@ -11,7 +11,7 @@ from typing import Final, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from toolsearch.settings import (
+from toolsearch.sections.settings import (
     DEFAULT_BACKEND_TIMEOUT,
     DEFAULT_MAX_RESPONSE_BYTES,
     BackendId,

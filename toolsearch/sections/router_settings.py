@@ -10,8 +10,8 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from toolsearch.indexer_settings import IndexerClientTls
-from toolsearch.settings import (
+from toolsearch.sections.indexer_settings import IndexerClientTls
+from toolsearch.sections.settings import (
     Section,
     check_host_pattern,
     check_http_url,

@@ -10,8 +10,8 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from toolsearch.settings import Section, check_listen
-from toolsearch.state_url import check_state_url
+from toolsearch.sections.settings import Section, check_listen
+from toolsearch.sections.state_url import check_state_url
 
 # all-MiniLM-L6-v2 fine-tuned on the public training corpus (`toolsearch model train`), made beside it
 # by `toolsearch model prepare` (docs/retrieval.md); the untrained model stays selectable by its folder
