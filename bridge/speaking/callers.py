@@ -4,15 +4,16 @@ the server is running.
 A stdio server may ask its client for something during a call (a `tools/call`, or a read, a prompt
 or a completion: listings and pings are not calls here), and log as it works. Over a pipe, neither
 says which call it belongs to, so the bridge passes a request on to the caller of the one call in
-flight in that process that can answer it (its session declared the capability), on that call's
-own stream, and gives the server the caller's answer; a log message goes on the stream of the one
-call in flight, as a server over HTTP sends a call's log messages (with no call in flight, or
-several, it goes to the sessions that listen, as any other notification of the server:
-bridge/keeping/listeners.py). With `isolation: per_session` a process serves one session, so its caller is
-always known; a shared process running several such calls at once cannot tell whose request it
-is, and answers it with an error saying so, as it does when no caller that can answer is waiting.
-The bridge's client session offers all three capabilities to the server, since callers come and go
-over a process's life; the refusals above are what a caller that cannot answer costs.
+flight in that process, when its session declared the capability, on that call's own stream, and
+gives the server the caller's answer; a log message goes on the stream of the one call in flight,
+as a server over HTTP sends a call's log messages (with no call in flight, or several, it goes to
+the sessions that listen, as any other notification of the server: bridge/keeping/listeners.py).
+With `isolation: per_session` a process serves one session, so its caller is always known; a
+shared process running several calls at once cannot tell whose request it is, even when only one
+of their callers could answer it (the request may be another's, whose caller cannot), and answers
+it with an error saying so, as it does when the caller cannot answer. The bridge's client session
+offers all three capabilities to the server, since callers come and go over a process's life; the
+refusals above are what that costs.
 """
 
 from __future__ import annotations
@@ -92,26 +93,29 @@ class Callers:
     async def _relay(
         self, method: str, capability: str, params: BaseModel | None, kind: type[_Result]
     ) -> _Result | types.ErrorData:
-        able = [caller for caller in self._waiting if caller.answers(capability)]
-        if not able:
+        # Only the caller of the one call in flight can be meant. With several, the request may be
+        # that of a call whose caller cannot answer it (the server was told every caller can), so
+        # asking the one that can would hand it another caller's request: refused instead.
+        if len(self._waiting) > 1:
+            return types.ErrorData(
+                code=types.INVALID_REQUEST,
+                message=(
+                    f"{len(self._waiting)} calls run in backend {self.backend_id}'s one process at "
+                    f"once: the bridge cannot tell whose {method} this is (isolation: per_session "
+                    "gives each session a process of its own)"
+                ),
+            )
+        if not self._waiting or not self._waiting[0].answers(capability):
             return types.ErrorData(
                 code=types.METHOD_NOT_FOUND,
                 message=f"no caller that can answer {method} is waiting on backend {self.backend_id}",
             )
-        if len(able) > 1:
-            return types.ErrorData(
-                code=types.INVALID_REQUEST,
-                message=(
-                    f"{len(able)} calls run in backend {self.backend_id}'s one process at once: the "
-                    f"bridge cannot tell whose {method} this is (isolation: per_session gives each "
-                    "session a process of its own)"
-                ),
-            )
+        (caller,) = self._waiting
         wire = (
             params.model_dump(by_alias=True, mode="json", exclude_none=True) if params is not None else None
         )
         try:
-            return kind.model_validate(await able[0].ask(method, wire))
+            return kind.model_validate(await caller.ask(method, wire))
         except MCPError as exc:
             return exc.error
         except ValidationError:

@@ -50,17 +50,28 @@ def _log() -> types.LoggingMessageNotification:
     )
 
 
-async def test_a_request_goes_to_the_one_caller_in_flight_that_can_answer_it_and_its_answer_back() -> None:
+async def test_a_request_goes_to_the_caller_of_the_one_call_in_flight_and_its_answer_back() -> None:
     callers = Callers("time")
-    able, unable = StandIn("sampling"), StandIn("roots")
-    with callers.waiting(able), callers.waiting(unable):
+    able = StandIn("sampling")
+    with callers.waiting(able):
         result = await callers.sampling(None, SAMPLE)  # type: ignore[arg-type]
     assert isinstance(result, types.CreateMessageResult)
     assert result.content == types.TextContent(type="text", text="hello")
     assert able.asked == [
         ("sampling/createMessage", SAMPLE.model_dump(by_alias=True, mode="json", exclude_none=True))
     ]
-    assert unable.asked == []
+
+
+async def test_a_request_beside_another_call_is_refused_though_only_one_caller_could_answer() -> None:
+    # the request may be the other call's, whose caller cannot answer it: never handed to another
+    callers = Callers("time")
+    able, unable = StandIn("sampling"), StandIn("roots")
+    with callers.waiting(able), callers.waiting(unable):
+        result = await callers.sampling(None, SAMPLE)  # type: ignore[arg-type]
+    assert isinstance(result, types.ErrorData)
+    assert result.code == types.INVALID_REQUEST
+    assert "2 calls run in backend time's one process at once" in result.message
+    assert able.asked == unable.asked == []
 
 
 async def test_a_request_two_callers_in_flight_could_answer_is_refused_naming_per_session_isolation() -> None:
