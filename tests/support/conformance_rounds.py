@@ -1,5 +1,7 @@
-"""2026-07-28 input-required results of the conformance test server (tests/support/conformance_server.py):
-each round's requests of the client, and request state signed so that a tampered one is refused."""
+"""The conformance test server's tools that need answers from the client first
+(tests/support/conformance_server.py): in 2026-07-28, input-required results, each round's requests
+of the client with request state signed so that a tampered one is refused; in the handshake era,
+which has no such result, the same requests asked on the call's stream, one after the other."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import hashlib
 import hmac
 import json
 import secrets
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import mcp_types as types
@@ -68,10 +71,33 @@ def input_required(
             "inputRequests": rounds[step + 1],
             "requestState": _sealed({"round": step + 1}),
         }
-    gathered = json.dumps({key: answered[key] for key in asked}, sort_keys=True)
+    return _finished(name, {key: answered[key] for key in asked}, bool(params.request_state))
+
+
+# a request of the client on the call's stream, answered: its method, its params
+Ask = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
+
+
+async def asked_in_turn(name: str, ask: Ask, declared: Any) -> dict[str, Any]:
+    """The same tool or prompt in the handshake era, which has no input-required result: each round's
+    requests asked of the client on the call's stream (`ask`), one after the other, as a server of
+    that era asks. `declared`: the capabilities the client declared at initialize."""
+    answered: dict[str, Any] = {}
+    for requests in INPUT_ROUNDS[name]:
+        asked = requests
+        if name == "test_input_required_result_capabilities":
+            kinds = _capability_names(declared)
+            asked = {k: r for k, r in requests.items() if r["method"].split("/")[0] in kinds}
+        answered = {key: await ask(r["method"], r.get("params", {})) for key, r in asked.items()}
+    return _finished(name, answered, True)
+
+
+def _finished(name: str, answered: dict[str, Any], with_state: bool) -> dict[str, Any]:
+    """What the tool or prompt answers once its last round's requests are answered."""
+    gathered = json.dumps(answered, sort_keys=True)
     if name == "test_input_required_result_prompt":
         return {"messages": [{"role": "user", "content": {"type": "text", "text": f"context: {gathered}"}}]}
-    prefix = "state-ok " if params.request_state else ""
+    prefix = "state-ok " if with_state else ""
     return text(f"{prefix}Hello, {gathered}")
 
 

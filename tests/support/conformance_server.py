@@ -7,7 +7,8 @@
 What each one does is what the suite's server scenarios (`@modelcontextprotocol/conformance`) ask
 of it: content of every type, logs and progress during a call, requests of the client (sampling,
 elicitation, roots) on a 2025-11-25 call's stream, 2026-07-28 input-required results with
-integrity-protected request state, and SSE polling (`test_reconnection` closes its call's stream
+integrity-protected request state (asked on the call's stream instead in the handshake era, which
+has no such result), and SSE polling (`test_reconnection` closes its call's stream
 before the result, which its event store replays to a client that resumes with Last-Event-ID).
 Built on the `mcp` SDK's lowlevel server, which serves both eras on one endpoint (`/mcp`), with a
 session per 2025-11-25 client; or, with `stdio`, one 2025-11-25 client on its stdin and stdout (for
@@ -50,7 +51,7 @@ from tests.support.conformance_content import (
     prompt_messages,
     template_contents,
 )
-from tests.support.conformance_rounds import input_required, text
+from tests.support.conformance_rounds import asked_in_turn, input_required, text
 from tests.support.event_store import MemoryEventStore
 
 _ASK_TIMEOUT = 30.0  # seconds a request of the client may take
@@ -85,6 +86,16 @@ async def _ask(ctx: ServerRequestContext[Any], method: str, params: dict[str, An
         metadata=ServerMessageMetadata(related_request_id=ctx.request_id),
     )
     return answer.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+async def _rounds(ctx: ServerRequestContext[Any], name: str, params: Any) -> dict[str, Any]:
+    """A tool or prompt that needs answers first: input-required results in 2026-07-28, requests of
+    the client on the call's stream in the handshake era."""
+    if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+        return input_required(ctx, name, params)
+    client = ctx.session.client_params
+    declared = client.capabilities.model_dump(exclude_none=True) if client is not None else {}
+    return await asked_in_turn(name, lambda method, asked: _ask(ctx, method, asked), declared)
 
 
 async def _asking_tool(
@@ -143,7 +154,7 @@ async def call_tool(ctx: ServerRequestContext[Any], params: types.CallToolReques
     if name in ELICITATIONS:
         return await _asking_tool(ctx, name, arguments)
     if name in INPUT_ROUNDS:
-        return input_required(ctx, name, params)
+        return await _rounds(ctx, name, params)
     raise MCPError(types.INVALID_PARAMS, f"unknown tool {name}")
 
 
@@ -184,7 +195,7 @@ async def list_prompts(ctx: ServerRequestContext[Any], params: types.PaginatedRe
 
 async def get_prompt(ctx: ServerRequestContext[Any], params: types.GetPromptRequestParams) -> Any:
     if params.name in INPUT_ROUNDS:
-        return input_required(ctx, params.name, params)
+        return await _rounds(ctx, params.name, params)
     messages = prompt_messages(params.name, params.arguments or {})
     if messages is None:
         raise MCPError(types.INVALID_PARAMS, f"unknown prompt {params.name}")
