@@ -90,16 +90,33 @@ def bridge_config(
 
 @contextmanager
 def running_bridge(
-    workdir: Path, backends: list[dict[str, Any]], env: dict[str, str] | None = None, **settings: Any
+    workdir: Path,
+    backends: list[dict[str, Any]],
+    env: dict[str, str] | None = None,
+    every_start: bool = True,
+    **settings: Any,
 ) -> Iterator[Bridge]:
-    """`toolsearch bridge` over `backends`, ready once every shared server has started or failed."""
+    """`toolsearch bridge` over `backends`, once every shared server has started or failed.
+
+    Its readiness stops waiting for a server far slower than the others (a busy machine can make
+    one so), and requests for it are refused until it answers; so unless `every_start` is False (a
+    test of a server that never answers), each first start is waited for too, at most 90 s.
+    """
     path, config = bridge_config(workdir, backends, **settings)
     url = f"http://{config['bridge']['listen']}"
     proc = start_process([*CLI, "bridge", "--config", str(path)], f"{url}/readyz", timeout=90, env=env)
     try:
+        if every_start:
+            poll_until(lambda: _all_started(url), 90, "every stdio server's first start")
         yield Bridge(url, proc, path)
     finally:
         proc.stop()
+
+
+def _all_started(url: str) -> bool:
+    """Whether the bridge at `url` says no server's first start is pending."""
+    answer = httpx2.get(f"{url}/readyz", timeout=10)
+    return answer.status_code == 200 and not answer.json()["starting"]
 
 
 @asynccontextmanager

@@ -71,10 +71,15 @@ def peer_part(peer: dict[str, Any]) -> None:
     for name in ("stabletoolbench", "metatool"):
         for clients in ("1", "8", "32"):
             run = peer["find"][name][clients]
-            for side in ("toolsearch", PEER):
-                assert run[side]["clients"] == int(clients) and run[side]["errors"] == 0, run[side]
-                latency(run[side])
-            assert run["toolsearch"]["count"] == run[PEER]["count"]  # the same queries, each answered
+            ours, theirs = run["toolsearch"], run[PEER]
+            assert ours["clients"] == theirs["clients"] == int(clients), run
+            assert ours["errors"] == 0, ours
+            for side in (ours, theirs):
+                latency(side)
+            # the same queries to each, every one answered by toolsearch; the peer may fail some on a
+            # machine as busy as a test run can make it (6 of 32 clients' once, its p50 at 7 s):
+            # those are its own figures, which the report shows beside its latency
+            assert theirs["count"] + theirs["errors"] == ours["count"], run
             assert run["peer_over_toolsearch_p50"] > 0
             has(run[PEER]["cpu"], "peer", "catalog-main")
 

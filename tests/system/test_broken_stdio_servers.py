@@ -42,7 +42,9 @@ def bridge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bridge]:
         *({"id": name, **backend} for name, (backend, _) in BROKEN.items()),
     ]
     folder = tmp_path_factory.mktemp("broken")
-    with running_bridge(folder, backends, start_timeout=START_TIMEOUT, max_restart_delay=2) as running:
+    with running_bridge(
+        folder, backends, every_start=False, start_timeout=START_TIMEOUT, max_restart_delay=2
+    ) as running:
         yield running
 
 
@@ -114,7 +116,8 @@ async def test_a_server_that_never_answers_holds_nobodys_readiness(tmp_path: Pat
     # it has all the time in the world to start, so whatever waited for it would wait 600 s
     backends = [fake("echo", id="good"), fake("silent", id="stuck")]
     (tmp_path / "stack").mkdir()
-    with running_bridge(tmp_path, backends, start_timeout=600) as bridge:  # ready within 90 s
+    # ready within 90 s, the stuck one's start going on
+    with running_bridge(tmp_path, backends, every_start=False, start_timeout=600) as bridge:
         served = [{"id": b["id"], "url": bridge.mcp_url(b["id"])} for b in backends]
         indexer = {"discovery_timeout": 600, "health": {"enabled": True, "interval": 60}}
         async with (
