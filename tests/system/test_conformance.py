@@ -12,9 +12,10 @@ default (the bridge speaks the handshake era to it), once configured as a 2026-0
 (`protocol: 2026-07-28`, held to that requirement set). The same server on the TypeScript SDK
 (tests/servers/conformance-server.mjs, 2025-11-25 only) goes through one router, and over stdio
 through the replicas and the bridge: the relays are the protocol's, not one SDK's. Every scenario
-that passes directly must pass through toolsearch each way; those whose relay is not built yet are
-strict xfails, each naming what is not relayed, so the list shrinks as relays land. The runs go at
-once, but each bridge's in turn, and the 2026-07-28 bridge's last; docs/gateway.md records the counts.
+that passes directly must pass through toolsearch each way; those that cannot are strict xfails,
+each naming why (today only through the bridge's one shared stdio process), so the list shrinks as
+the gateway learns. The runs go at once, but each bridge's in turn, and the 2026-07-28 bridge's
+last; docs/gateway.md records the counts.
 """
 
 from __future__ import annotations
