@@ -7,9 +7,11 @@ decided here and nowhere else:
   layer), or a client's answer the backend that asked did not take: 401, 404, 429, 502, 503 and so
   on, each with a JSON-RPC error body.
 - `tool_result_for`: a call_tool or find_tool result with `isError`, for a mistake the model can
-  correct (an unknown tool, a bad argument, a backend's failure); the router's own faults, and a
-  capability the client lacks (`-32021`, the client's to mend), are raised as `MCPError` instead.
-- `mcp_error`: the JSON-RPC error of a request other than a tool call (resources, prompts).
+  correct (an unknown tool, a bad argument, a backend's failure); the router's own faults, a
+  capability the client lacks (`-32021`, the client's to mend) and a retry's request state that
+  names no round (`-32602`, the client's too) are raised as `MCPError` instead.
+- `mcp_error`: the JSON-RPC error of a request other than a tool call (resources, prompts): a
+  request the client got wrong is invalid params (`-32602`).
 
 `jsonrpc_error_body` is the body all of them and the front door's own refusals send.
 """
@@ -21,7 +23,7 @@ import logging
 from typing import Any
 
 from mcp.shared.exceptions import MCPError
-from mcp_types import INTERNAL_ERROR, INVALID_REQUEST
+from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST
 from starlette.responses import Response
 
 from router.errors import (
@@ -32,6 +34,7 @@ from router.errors import (
     IndexerFailed,
     IndexerUnavailable,
     InvalidRequest,
+    InvalidRequestState,
     RouterError,
     SessionNotFound,
     SessionsFull,
@@ -92,8 +95,8 @@ def tool_result_for(exc: RouterError) -> dict[str, Any]:
     """The tool result for an error the model can act on; raises `MCPError` for the router's own faults."""
     if isinstance(exc, ToolNotFound):
         return text_result(not_found_message(exc), is_error=True)
-    if isinstance(exc, CapabilityMissing):
-        raise mcp_error(exc)  # the spec's error: the client, not the model, lacks what it takes
+    if isinstance(exc, CapabilityMissing | InvalidRequestState):
+        raise mcp_error(exc)  # the spec's errors: the client, not the model, is to mend them
     if isinstance(exc, InvalidRequest | BackendError):
         return text_result(str(exc), is_error=True)
     raise mcp_error(exc)
@@ -105,6 +108,8 @@ def mcp_error(exc: RouterError) -> MCPError:
         return MCPError(exc.code, str(exc), exc.data)
     if isinstance(exc, SessionNotFound):
         return MCPError(INVALID_REQUEST, SESSION_GONE)
+    if isinstance(exc, InvalidRequest):
+        return MCPError(INVALID_PARAMS, str(exc))
     return MCPError(INTERNAL_ERROR, str(exc))
 
 

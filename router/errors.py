@@ -105,6 +105,12 @@ class InvalidRequest(RouterError):
     """Raised when a request's arguments are wrong or break a limit; the message says how to fix it."""
 
 
+class InvalidRequestState(InvalidRequest):
+    """Raised when a 2026-07-28 client's retry names no round the router made in its session, or does
+    not answer it: a tampered, foreign or ended `requestState`, or `inputResponses` that do not fit.
+    The client sent them, not the model, so the answer is the spec's invalid-params error."""
+
+
 class BackendError(RouterError):
     """Raised when a backend cannot run a tool call; the message names the backend."""
 

@@ -15,7 +15,6 @@ SDK's handshake-era client answers on its call's stream, its answers reaching ei
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -30,6 +29,7 @@ from mcp import Client
 from mcp.client.session import ClientRequestContext, SamplingFnT
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.inbound import MCP_METHOD_HEADER, MCP_NAME_HEADER
+from mcp_types import INVALID_PARAMS
 
 from router.caller import Principal
 from router.errors import InvalidRequest
@@ -79,7 +79,18 @@ def port(url: str) -> int:
 
 
 async def call(http: httpx2.AsyncClient, url: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    """call_tool of the asking server's `ask`, as a raw 2026-07-28 request that declares sampling."""
+    """call_tool of the asking server's `ask`, as a raw 2026-07-28 request that declares sampling:
+    its result."""
+    answer = await answer_to(http, url, extra)
+    assert "result" in answer, answer
+    result: dict[str, Any] = answer["result"]
+    return result
+
+
+async def answer_to(
+    http: httpx2.AsyncClient, url: str, extra: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The JSON-RPC answer to `call`'s request: a result or an error."""
     meta = {
         "io.modelcontextprotocol/protocolVersion": MODERN,
         "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "1"},
@@ -94,9 +105,10 @@ async def call(http: httpx2.AsyncClient, url: str, extra: dict[str, Any] | None 
     }
     message = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params}
     response = await http.post(url, json=message, headers=headers)
-    assert response.status_code == 200, response.text
     answer: dict[str, Any] = response.json()
-    return answer["result"]
+    # a JSON-RPC error the client is to mend comes with HTTP 400, the 2026-07-28 transport's way
+    assert response.status_code == (400 if "error" in answer else 200), response.text
+    return answer
 
 
 @asynccontextmanager
@@ -173,17 +185,17 @@ async def test_a_round_carries_the_backends_request_as_it_came_and_the_router_s_
     assert not done.get("isError") and SAID in done["content"][0]["text"], done
 
 
-async def test_an_altered_request_state_is_refused_and_reaches_no_backend(
+async def test_an_altered_request_state_is_refused_as_invalid_params_and_reaches_no_backend(
     replicas: tuple[LightStack, str],
 ) -> None:
     stack, other = replicas
     async with httpx2.AsyncClient(timeout=30) as http:
         first = await call(http, stack.mcp_url)
         state = first["requestState"]
-        altered = state[:-2] + ("AA" if not state.endswith("AA") else "BB")
-        refused = await call(http, other, {"inputResponses": {"0": ANSWER}, "requestState": altered})
-        assert refused.get("isError"), refused
-        assert "requestState names no call that waits for input" in refused["content"][0]["text"]
+        for altered in (state[:-2] + ("AA" if not state.endswith("AA") else "BB"), f"{state}-TAMPERED"):
+            refused = await answer_to(http, other, {"inputResponses": {"0": ANSWER}, "requestState": altered})
+            assert refused["error"]["code"] == INVALID_PARAMS, refused
+            assert "requestState names no call that waits for input" in refused["error"]["message"]
         # the real round is still open, and answered as it should be
         done = await call(http, stack.mcp_url, {"inputResponses": {"0": ANSWER}, "requestState": state})
     assert SAID in done["content"][0]["text"], done
@@ -198,8 +210,12 @@ async def test_a_round_nobody_answers_ends_at_the_backends_timeout_and_says_so_t
 
         async def ended() -> dict[str, Any] | None:
             # a retry without the answers finds the round open until the call ends at the timeout
-            late = await call(http, other, {"requestState": first["requestState"]})
-            return None if "carries inputResponses" in json.dumps(late) else late
+            late = await answer_to(http, other, {"requestState": first["requestState"]})
+            if "error" in late:
+                assert "carries inputResponses" in late["error"]["message"], late
+                return None
+            result: dict[str, Any] = late["result"]
+            return result
 
         late = await until(ended, "the call's timeout ended the round")
     assert late.get("isError") and f"did not answer within {TIMEOUT}s" in late["content"][0]["text"], late

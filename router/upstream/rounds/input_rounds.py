@@ -46,7 +46,7 @@ from mcp_types import INTERNAL_ERROR
 
 from router.caller import Caller
 from router.error_answers import mcp_error, tool_result_for
-from router.errors import InvalidRequest, RouterError
+from router.errors import InvalidRequest, InvalidRequestState, RouterError
 from router.link.indexer_client import IndexerClient
 from router.targets import BackendSession
 from router.upstream.calls.backends import BackendCaller
@@ -243,7 +243,9 @@ class InputRounds:
 
     async def resume(self, caller: Caller, retry: Mapping[str, Any]) -> dict[str, Any] | None:
         """A client's retry of a round the router made: the answers passed on, and what the call came
-        to; None when its request state is not the router's. Raises `InvalidRequest`."""
+        to; None when its request state is not the router's. Raises `InvalidRequestState` for a
+        retry that names no round of this session or does not answer it, `InvalidRequest` when the
+        call did not finish in time."""
         state = retry.get("requestState")
         if not isinstance(state, str) or not state.startswith(STATE_PREFIX):
             return None
@@ -266,7 +268,7 @@ class InputRounds:
     async def _read(self, caller: Caller, token: str) -> dict[str, Any]:
         record = await self.indexer.read_input_round(caller.session_id, caller.identity.principal, token)
         if record is None:
-            raise InvalidRequest(
+            raise InvalidRequestState(
                 "requestState names no call that waits for input in this session (it ended, it is "
                 "another session's, or it was altered): call the tool again without it"
             )
@@ -278,12 +280,16 @@ class InputRounds:
         backend_id = record.get("backend")
         session = record.get("session")
         if not isinstance(requests, dict) or not isinstance(backend_id, str) or not isinstance(session, list):
-            raise InvalidRequest("requestState names a round this router cannot read: call the tool again")
+            raise InvalidRequestState(
+                "requestState names a round this router cannot read: call the tool again"
+            )
         if not isinstance(responses, dict):
-            raise InvalidRequest("a retry with requestState carries inputResponses: the answers asked for")
+            raise InvalidRequestState(
+                "a retry with requestState carries inputResponses: the answers asked for"
+            )
         missing = [key for key in requests if key not in responses]
         if missing:
-            raise InvalidRequest(
+            raise InvalidRequestState(
                 f"inputResponses lacks the answer to {', '.join(missing)}: answer each request"
             )
         reach = await self.indexer.reachable_backends(caller.session_id, caller.identity.principal)
