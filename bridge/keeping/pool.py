@@ -79,16 +79,18 @@ class Lease:
     def pid(self) -> int | None:
         return self._upstream.link.pid if self._upstream is not None and not self.ended.is_set() else None
 
-    async def upstream(self, method: str) -> Upstream:
+    async def upstream(self, method: str, offered: types.ClientCapabilities | None = None) -> Upstream:
         """The server that answers `method` for this session: its own process, started now if it is
-        the session's first request that is not a listing; the backend's lister before that."""
+        the session's first request that is not a listing, and offered the capabilities the session
+        declared (`offered`: the server asks only what its one client can answer); the backend's
+        lister before that."""
         lister = self._pool.lister
         listing = method in LISTINGS | {"initialize"}
         if lister is not None and listing and not self.started and not self.ended.is_set():
             return await lister.upstream(method)
         async with self._starting:
             if not self.started and not self.ended.is_set():
-                await self._pool.start(self)
+                await self._pool.start(self, offered)
         upstream = self._upstream
         if upstream is None or self.ended.is_set() or upstream.link.ended.is_set():
             if upstream is not None:
@@ -122,10 +124,18 @@ class Lease:
         if not self.started:  # no process to wait for: it ends here
             self.ended.set()
 
-    async def run(self, opener: Opener, settings: UpstreamSettings, *, task_status: TaskStatus[None]) -> None:
+    async def run(
+        self,
+        opener: Opener,
+        settings: UpstreamSettings,
+        offered: types.ClientCapabilities | None,
+        *,
+        task_status: TaskStatus[None],
+    ) -> None:
         """Start the server (`task_status` once it answered initialize) and keep it until the end."""
+        deliver = self._listeners.deliver
         try:
-            async with Upstream.open(opener, settings, self._listeners.deliver, self.headers) as upstream:
+            async with Upstream.open(opener, settings, deliver, self.headers, offered) as upstream:
                 self._upstream = upstream
                 task_status.started()
                 async with anyio.create_task_group() as tasks:
@@ -208,8 +218,9 @@ class ProcessPool:
         self._leases.add(lease)
         return lease
 
-    async def start(self, lease: Lease) -> None:
-        """Start the lease's process; raises `PoolFull` or `Unavailable`."""
+    async def start(self, lease: Lease, offered: types.ClientCapabilities | None = None) -> None:
+        """Start the lease's process, offered `offered` as its client's capabilities (all three when
+        None); raises `PoolFull` or `Unavailable`."""
         if self._tasks is None:
             raise Unavailable(f"backend {self.backend_id}: the bridge is stopping")
         if self._running() >= self.max_processes:
@@ -219,14 +230,16 @@ class ProcessPool:
         try:
             # in use while it starts: a start slower than idle_timeout is not idleness
             with lease.in_use():
-                await self._tasks.start(self._hold, lease)
+                await self._tasks.start(self._hold, lease, offered)
         except StartFailed as exc:
             message = f"backend {self.backend_id}: its {self.opener.what} did not start: {exc}"
             raise Unavailable(message, exc.status or 503) from None
 
-    async def _hold(self, lease: Lease, *, task_status: TaskStatus[None]) -> None:
+    async def _hold(
+        self, lease: Lease, offered: types.ClientCapabilities | None, *, task_status: TaskStatus[None]
+    ) -> None:
         try:
-            await lease.run(self.opener, self._settings, task_status=task_status)
+            await lease.run(self.opener, self._settings, offered, task_status=task_status)
         finally:
             self._forget(lease)
 

@@ -22,6 +22,7 @@ from contextlib import AbstractAsyncContextManager
 from typing import Generic, Literal, Protocol, TypeVar
 
 import anyio
+import mcp_types as types
 from mcp.server.session import ServerSession
 
 from bridge.keeping.first_starts import FirstStarts
@@ -123,9 +124,11 @@ class Supervisor(Generic[U]):
     def forget(self, session_id: str) -> None:
         self._listeners.remove(session_id)
 
-    async def upstream(self, method: str = "") -> U:
-        """The running server, once it runs, whatever the `method`; raises `Unavailable` rather than
-        wait for a long backoff, or for a first start the bridge no longer waits for."""
+    async def upstream(self, method: str = "", offered: types.ClientCapabilities | None = None) -> U:
+        """The running server, once it runs, whatever the `method` and whatever its caller `offered`
+        (a shared server's callers come and go: it was offered all three capabilities); raises
+        `Unavailable` rather than wait for a long backoff, or for a first start the bridge no longer
+        waits for."""
         with anyio.move_on_after(self._settings.start_timeout):
             while True:
                 if self.state == "ready" and self._upstream is not None:

@@ -12,8 +12,9 @@ With `isolation: per_session` a process serves one session, so its caller is alw
 shared process running several calls at once cannot tell whose request it is, even when only one
 of their callers could answer it (the request may be another's, whose caller cannot), and answers
 it with an error saying so, as it does when the caller cannot answer. The bridge's client session
-offers all three capabilities to the server, since callers come and go over a process's life; the
-refusals above are what that costs.
+offers a shared server all three capabilities, since callers come and go over a process's life; the
+refusals above are what that costs. A per_session server is offered its one session's own
+(bridge/speaking/upstream.py), so it asks only what its client can answer.
 """
 
 from __future__ import annotations

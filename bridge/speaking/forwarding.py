@@ -59,7 +59,7 @@ class Channel(Protocol):
     """Where one request's stdio server is: a shared backend's `Supervisor`, or a session's `Lease`
     (which may answer by method: a listing before the session's own process runs goes to its lister)."""
 
-    async def upstream(self, method: str) -> Upstream: ...
+    async def upstream(self, method: str, offered: types.ClientCapabilities | None = None) -> Upstream: ...
 
     def listen(self, session_id: str, session: ServerSession) -> None: ...
 
@@ -110,7 +110,7 @@ class _Caller:
 
 def _forward(method: str) -> Callable[[ServerRequestContext[Any], BaseModel], Awaitable[HandlerResult]]:
     async def handle(ctx: ServerRequestContext[Any], params: BaseModel) -> HandlerResult:
-        upstream = await channel_of(ctx).upstream(method)
+        upstream = await channel_of(ctx).upstream(method, ctx.session.client_capabilities)
         # only a request that does the server's work is a call in flight that may ask or log: a
         # listing or a ping (a health probe's, say) in flight beside it would make its asks ambiguous
         caller = _Caller(ctx, upstream.timeout) if method in WORKING else None

@@ -81,6 +81,19 @@ def _outbound(params: Mapping[str, Any] | None) -> dict[str, Any] | None:
     return out
 
 
+def _callbacks(callers: Callers, offered: types.ClientCapabilities | None) -> dict[str, Any]:
+    """The client session's callbacks for what its server may ask: those `offered` (each callback
+    given is a capability the SDK declares at initialize), all three when None."""
+    callbacks: dict[str, Any] = {}
+    if offered is None or offered.sampling is not None:
+        callbacks["sampling_callback"] = callers.sampling
+    if offered is None or offered.elicitation is not None:
+        callbacks["elicitation_callback"] = callers.elicitation
+    if offered is None or offered.roots is not None:
+        callbacks["list_roots_callback"] = callers.roots
+    return callbacks
+
+
 class Upstream:
     """One initialized upstream server: its link (process or connection), its session, what it said it is."""
 
@@ -113,9 +126,12 @@ class Upstream:
         settings: UpstreamSettings,
         on_notification: Notify,
         headers: Mapping[str, str] | None = None,
+        offered: types.ClientCapabilities | None = None,
     ) -> AsyncIterator[Upstream]:
         """Open and initialize; `headers`: what the server must get of the bridge session's opening
-        request (a legacy server's auth header)."""
+        request (a legacy server's auth header); `offered`: the capabilities of the one session the
+        server is to serve, which it is offered as its client's (all three when None: a shared
+        server's callers come and go)."""
         callers = Callers(opener.backend_id)
 
         async def handle(message: IncomingMessage) -> None:
@@ -134,9 +150,7 @@ class Upstream:
                 writes,
                 client_info=CLIENT_INFO,
                 message_handler=handle,
-                sampling_callback=callers.sampling,
-                elicitation_callback=callers.elicitation,
-                list_roots_callback=callers.roots,
+                **_callbacks(callers, offered),
             )
             async with session:
                 try:

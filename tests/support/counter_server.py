@@ -10,8 +10,8 @@ process with another sees the other's increments, and one whose process was repl
 start again at 1. Over SSE each session (each open event stream) keeps its own, as a server that
 holds per-session state does: a caller whose session was replaced sees its count start again at 1.
 The tool `ask` asks the client's model a question (`sampling/createMessage`) and answers
-`answered: <its text>`. With `COUNTER_KEY` set, every request without that `X-Api-Key` is answered
-401.
+`answered: <its text>`; `offered` answers the capabilities its client declared at initialize, as
+JSON. With `COUNTER_KEY` set, every request without that `X-Api-Key` is answered 401.
 """
 
 from __future__ import annotations
@@ -52,6 +52,18 @@ async def ask(ctx: Context[Any, Any]) -> str:
     )
     text = said.content.text if isinstance(said.content, types.TextContent) else repr(said.content)
     return f"answered: {text}"
+
+
+@server.tool()
+def offered(ctx: Context[Any, Any]) -> str:
+    """Answer the capabilities this session's client declared at initialize."""
+    client = ctx.session.client_params
+    declared = (
+        client.capabilities.model_dump(mode="json", by_alias=True, exclude_none=True)
+        if client is not None
+        else {}
+    )
+    return json.dumps(declared)
 
 
 def keyed(app: ASGIApp, key: str) -> ASGIApp:

@@ -105,7 +105,7 @@ async def test_a_bridge_session_is_one_event_stream_opened_at_initialize_and_clo
     bridge, _ = counter
     async with mcp_client(bridge.mcp_url("counter"), mode="legacy") as client:
         tools = await client.list_tools()
-        assert sorted(t.name for t in tools.tools) == ["ask", "increment"]
+        assert sorted(t.name for t in tools.tools) == ["ask", "increment", "offered"]
         result = await client.call_tool("increment", {})
         assert json.loads(result.content[0].text)["count"] == 1
         assert bridge.health()["counter"]["sessions"] == 1
@@ -172,4 +172,8 @@ async def test_a_legacy_server_that_goes_away_ends_its_sessions_and_a_new_one_op
                 status, answers = await client.request(endpoint, "tools/list", {})
     finally:
         proc.stop()
-    assert status == 200 and {t["name"] for t in answers[-1]["result"]["tools"]} == {"ask", "increment"}
+    assert status == 200 and {t["name"] for t in answers[-1]["result"]["tools"]} == {
+        "ask",
+        "increment",
+        "offered",
+    }

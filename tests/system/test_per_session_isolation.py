@@ -57,15 +57,20 @@ def answer_of(response: httpx2.Response) -> dict[str, Any]:
 class Session:
     """One client session at the bridge, opened and used the way the router does."""
 
-    def __init__(self, http: httpx2.AsyncClient, url: str) -> None:
+    def __init__(
+        self, http: httpx2.AsyncClient, url: str, capabilities: dict[str, Any] | None = None
+    ) -> None:
         self.http = http
         self.url = url
         self.headers = dict(HEADERS)
+        self.initialize = INITIALIZE
+        if capabilities is not None:  # the client's, as it declares them at initialize
+            self.initialize = {**INITIALIZE, "params": {**INITIALIZE["params"], "capabilities": capabilities}}
 
     async def open(self, eager: httpx2.AsyncClient) -> None:
         """initialize; notifications/initialized goes on another connection (`eager`) as soon as the
         answer's headers name the session, before its body is read: the session must exist by then."""
-        async with self.http.stream("POST", self.url, json=INITIALIZE, headers=self.headers) as opened:
+        async with self.http.stream("POST", self.url, json=self.initialize, headers=self.headers) as opened:
             assert opened.status_code == 200
             self.headers |= {"Mcp-Session-Id": opened.headers["mcp-session-id"]}
             initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
@@ -75,13 +80,17 @@ class Session:
         self.headers["MCP-Protocol-Version"] = answer_of(opened)["result"]["protocolVersion"]
 
     async def increment(self) -> dict[str, Any]:
-        message = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "increment"}}
+        return await self.call("increment")
+
+    async def call(self, tool: str) -> dict[str, Any]:
+        """Call `tool`, which answers JSON: what it answered."""
+        message = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": tool}}
         response = await self.http.post(self.url, json=message, headers=self.headers)
         assert response.status_code == 200, response.text
         result = answer_of(response)["result"]
         assert not result.get("isError"), result
-        count: dict[str, Any] = json.loads(result["content"][0]["text"])
-        return count
+        answered: dict[str, Any] = json.loads(result["content"][0]["text"])
+        return answered
 
     async def end(self) -> None:
         response = await self.http.delete(self.url, headers=self.headers)
@@ -114,6 +123,24 @@ async def test_ten_sessions_in_a_row_each_get_their_own_process_from_their_first
         counts = [await first_call(http, bridge.mcp_url("counter")) for _ in range(10)]
     assert [c["count"] for c in counts] == [1] * 10
     assert len({c["pid"] for c in counts}) == 10
+    no_processes_left(bridge)
+
+
+async def test_a_sessions_process_is_offered_only_the_capabilities_its_client_declared(
+    bridge: Bridge,
+) -> None:
+    """A per_session process has one client, so it asks only what that client can answer (a shared
+    process, whose callers come and go, is offered all three)."""
+    declared_by_each = ({}, {"sampling": {}}, {"elicitation": {}, "roots": {"listChanged": True}})
+    async with httpx2.AsyncClient(timeout=60) as http, httpx2.AsyncClient(timeout=60) as eager:
+        for declared in declared_by_each:
+            session = Session(http, bridge.mcp_url("counter"), declared)
+            await session.open(eager)
+            try:
+                offered = await session.call("offered")
+            finally:
+                await session.end()
+            assert set(offered) == set(declared), (declared, offered)
     no_processes_left(bridge)
 
 
@@ -183,7 +210,7 @@ async def test_health_probes_of_a_per_session_backend_start_no_process(
         await wait_for(lambda: monitor.probes >= 10, within=60)
         state = stack.indexer.registry.states["counter"]
         assert state.status == "healthy" and state.listing is not None
-        assert sorted(tool["name"] for tool in state.listing.tools) == ["ask", "increment"]
+        assert sorted(tool["name"] for tool in state.listing.tools) == ["ask", "increment", "offered"]
     after = bridge.health()["counter"]
     # the probes' listings were the lister's: one process all along, none started for them
     assert after["starts"] == before["starts"]
