@@ -9,13 +9,14 @@ the same server over stdio behind the bridge, two indexers sharing a Redis and t
 suite's client talking to the first router while each answer it posts (to a backend's request of
 it) reaches the second (tests/support/split_proxy.py); once with the stdio backend as configured by
 default (the bridge speaks the handshake era to it), once configured as a 2026-07-28 server
-(`protocol: 2026-07-28`, held to that requirement set). The same server on the TypeScript SDK
-(tests/servers/conformance-server.mjs, 2025-11-25 only) goes through one router, and over stdio
-through the replicas and the bridge: the relays are the protocol's, not one SDK's. Every scenario
-that passes directly must pass through toolsearch each way; those that cannot are strict xfails,
-each naming why (today only through the bridge's one shared stdio process), so the list shrinks as
-the gateway learns. The runs go at once, but each bridge's in turn, and the 2026-07-28 bridge's
-last; docs/gateway.md records the counts.
+(`protocol: 2026-07-28`, held to that requirement set), and once with `isolation: per_session`
+(a process per backend session), on the input-required scenarios. The same server on the
+TypeScript SDK (tests/servers/conformance-server.mjs, 2025-11-25 only) goes through one router, and
+over stdio through the replicas and the bridge: the relays are the protocol's, not one SDK's. Every
+scenario that passes directly must pass through toolsearch each way; those that cannot are strict
+xfails, each naming why (only through the bridge to a handshake-era stdio server), so the list
+shrinks as the gateway learns. The runs go at once, but each bridge's in turn, and the 2026-07-28
+bridge's last; docs/gateway.md records the counts.
 """
 
 from __future__ import annotations
@@ -60,11 +61,12 @@ NOT_RELAYED: dict[tuple[str, str], str] = {}
 
 BRIDGED = "replicas and the bridge"  # the target of two routers and the bridge
 BRIDGED_MODERN = "replicas and a 2026-07-28 bridge"  # the same, the bridge speaking 2026-07-28 to its server
+BRIDGED_PER_SESSION = "replicas and a per_session bridge"  # the same, a process for each backend session
 # the same server on the TypeScript SDK: directly, through one router, and over stdio through the bridge
 TYPESCRIPT = "typescript"
 TYPESCRIPT_THROUGH = "toolsearch to typescript"
 TYPESCRIPT_BRIDGED = "replicas and the bridge to typescript"
-ONE_AT_A_TIME = (BRIDGED, BRIDGED_MODERN, TYPESCRIPT_BRIDGED)  # targets whose runs go in turn
+ONE_AT_A_TIME = (BRIDGED, BRIDGED_MODERN, BRIDGED_PER_SESSION, TYPESCRIPT_BRIDGED)  # runs in turn
 # the requirement sets each target is held to: a stdio backend configured as a 2026-07-28 server is
 # spoken to in that protocol only, which has no requests of the client and no resources/subscribe,
 # so what the 2025-11-25 set asks of those is not the gateway's to give (docs/gateway.md); the
@@ -72,6 +74,7 @@ ONE_AT_A_TIME = (BRIDGED, BRIDGED_MODERN, TYPESCRIPT_BRIDGED)  # targets whose r
 HANDSHAKE_ONLY = ("2025-11-25",)
 HELD_TO: dict[str, tuple[str, ...]] = {
     BRIDGED_MODERN: ("2026-07-28",),
+    BRIDGED_PER_SESSION: ("2026-07-28",),
     TYPESCRIPT: HANDSHAKE_ONLY,
     TYPESCRIPT_THROUGH: HANDSHAKE_ONLY,
     TYPESCRIPT_BRIDGED: HANDSHAKE_ONLY,
@@ -84,27 +87,43 @@ DIRECT = {TYPESCRIPT_THROUGH: TYPESCRIPT, TYPESCRIPT_BRIDGED: TYPESCRIPT}
 # server answers with an input-required result, and the router makes each request a round for the
 # 2026-07-28 client (docs/gateway.md). The suite leaves rounds unanswered, and their calls wait for
 # the answer in the one process every caller shares; while two calls run in it, the bridge cannot
-# tell whose request is whose and refuses it (per_session isolation gives each
-# session a process of its own). The calls wait out the backend's `timeout`, set long below
-# (`BRIDGED_TIMEOUT`), so that none has ended by the next scenario however slow the machine.
+# tell whose request is whose and refuses it. The calls wait out the backend's `timeout`, set long
+# below (`BRIDGED_TIMEOUT`), so that none has ended by the next scenario however slow the machine.
+# With `isolation: per_session` each backend session has a process of its own, whose requests are
+# its one caller's, offered the capabilities that caller declared: those scenarios pass through
+# such a bridge (`BRIDGED_PER_SESSION`, run on them alone, since the suite's anonymous client pays a
+# process start for every request it makes), but for two that ask what the handshake era cannot
+# say: a server of that era asks one request at a time, under no key of its own, so the router's
+# round names it by its place ("0") where the suite wants the key the 2026-07-28 server chose, and
+# carries one request where that server put three in one result.
+INPUT_REQUIRED = tuple(
+    ("2026-07-28", f"input-required-result-{name}")
+    for name in (
+        "basic-elicitation",
+        "basic-sampling",
+        "basic-list-roots",
+        "request-state",
+        "multiple-input-requests",
+        "multi-round",
+        "non-tool-request",
+        "result-type",
+        "tampered-state",
+        "capability-check",
+    )
+)
 SHARED_STDIO = "a shared stdio process: with two calls in flight, whose request is it? Refused"
 BRIDGE_NOT_RELAYED: dict[tuple[str, str], str] = {
     **NOT_RELAYED,
-    **{
-        ("2026-07-28", f"input-required-result-{name}"): SHARED_STDIO
-        for name in (
-            "basic-elicitation",
-            "basic-sampling",
-            "basic-list-roots",
-            "request-state",
-            "multiple-input-requests",
-            "multi-round",
-            "non-tool-request",
-            "result-type",
-            "tampered-state",
-            "capability-check",
-        )
-    },
+    **dict.fromkeys(INPUT_REQUIRED, SHARED_STDIO),
+}
+ONLY: dict[str, tuple[tuple[str, str], ...]] = {BRIDGED_PER_SESSION: INPUT_REQUIRED}  # else all
+HANDSHAKE_ERA_ASKS = (
+    "a handshake-era server asks one request at a time, under no key: a round names it by place"
+)
+PER_SESSION_NOT_RELAYED: dict[tuple[str, str], str] = {
+    **NOT_RELAYED,
+    ("2026-07-28", "input-required-result-basic-elicitation"): HANDSHAKE_ERA_ASKS,
+    ("2026-07-28", "input-required-result-multiple-input-requests"): HANDSHAKE_ERA_ASKS,
 }
 BRIDGED_TIMEOUT = 600.0  # seconds a bridged call waits for its client's answers: longer than a run
 
@@ -222,11 +241,11 @@ PYTHON_STDIO = [sys.executable, "-m", "tests.support.conformance_server", "stdio
 
 @contextmanager
 def _replicas_and_bridge(
-    folder: Path, protocol: str, command: list[str] = PYTHON_STDIO
+    folder: Path, protocol: str, command: list[str] = PYTHON_STDIO, isolation: str = "shared"
 ) -> Iterator[tuple[str, SplitProxy]]:
-    """The server over stdio (`command`) behind the bridge (spoken to in `protocol`), two indexers
-    over Redis, two routers, and a proxy that sends the client's answers to the second router; the
-    proxy's MCP URL, and the proxy."""
+    """The server over stdio (`command`) behind the bridge (spoken to in `protocol`, with
+    `isolation`), two indexers over Redis, two routers, and a proxy that sends the client's answers
+    to the second router; the proxy's MCP URL, and the proxy."""
     catalog = folder / "catalog.jsonl"
     small_catalog(catalog)
     stdio = {
@@ -235,6 +254,7 @@ def _replicas_and_bridge(
         "args": command[1:],
         "cwd": str(ROOT),
         "protocol": protocol,
+        "isolation": isolation,
         "timeout": BRIDGED_TIMEOUT,
     }
     with running_redis(folder / "redis") as redis, running_bridge(folder, [stdio]) as bridge:
@@ -277,6 +297,15 @@ def replicas_and_modern_bridge(tmp_path_factory: pytest.TempPathFactory) -> Iter
 
 
 @pytest.fixture(scope="module")
+def replicas_and_per_session_bridge(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[str, SplitProxy]]:
+    folder = tmp_path_factory.mktemp("conformance-per-session")
+    with _replicas_and_bridge(folder, "2025-11-25", isolation="per_session") as target:
+        yield target
+
+
+@pytest.fixture(scope="module")
 def typescript_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     with typescript_conformance_server(tmp_path_factory.mktemp("typescript"), "localhost") as url:
         yield url
@@ -303,6 +332,7 @@ def results(
     gateway: Stack,
     replicas_and_bridge: tuple[str, SplitProxy],
     replicas_and_modern_bridge: tuple[str, SplitProxy],
+    replicas_and_per_session_bridge: tuple[str, SplitProxy],
     typescript_server: str,
     typescript_gateway: Stack,
     typescript_bridged: tuple[str, SplitProxy],
@@ -313,6 +343,7 @@ def results(
         "toolsearch": gateway.mcp_url.replace("127.0.0.1", "localhost"),
         BRIDGED: replicas_and_bridge[0],
         BRIDGED_MODERN: replicas_and_modern_bridge[0],
+        BRIDGED_PER_SESSION: replicas_and_per_session_bridge[0],
         TYPESCRIPT: typescript_server,
         TYPESCRIPT_THROUGH: typescript_gateway.mcp_url.replace("127.0.0.1", "localhost"),
         TYPESCRIPT_BRIDGED: typescript_bridged[0],
@@ -321,8 +352,15 @@ def results(
     async def one_by_one(target: str) -> Results:
         # the bridge's stdio server is one shared process, which cannot tell whose log message is
         # whose while two calls run in it at once (docs/gateway.md): its runs go in turn
+        url = targets[target]
+        if target in ONLY:  # the scenarios alone, one after the other
+            alone: Results = {}
+            for r, name in ONLY[target]:
+                folder = tmp_path_factory.mktemp("scenario")
+                alone.setdefault((target, r), {})[name] = await run_scenario(url, name, r, folder)
+            return alone
         return {
-            (target, r): await run_suite(targets[target], r, tmp_path_factory.mktemp("suite"))
+            (target, r): await run_suite(url, r, tmp_path_factory.mktemp("suite"))
             for r in HELD_TO.get(target, REQUIREMENTS)
         }
 
@@ -337,9 +375,12 @@ def results(
         async def bridged() -> Results:
             return {**await one_by_one(BRIDGED), **await one_by_one(TYPESCRIPT_BRIDGED)}
 
-        outcomes, in_turn = await asyncio.gather(asyncio.gather(*runs.values()), bridged())
+        outcomes, in_turn, per_session = await asyncio.gather(
+            asyncio.gather(*runs.values()), bridged(), one_by_one(BRIDGED_PER_SESSION)
+        )
         results = dict(zip(runs, outcomes, strict=True))
         results.update(in_turn)
+        results.update(per_session)
         # last, alone: server-stateless gives one of its calls 500 ms in all, which the longest way
         # (the proxy, two routers, the bridge, the pipe) must not spend waiting for the other runs
         results.update(await one_by_one(BRIDGED_MODERN))
@@ -353,6 +394,7 @@ THROUGH: dict[str, dict[tuple[str, str], str]] = {
     "toolsearch": NOT_RELAYED,
     BRIDGED: BRIDGE_NOT_RELAYED,
     BRIDGED_MODERN: NOT_RELAYED,
+    BRIDGED_PER_SESSION: PER_SESSION_NOT_RELAYED,
     TYPESCRIPT_THROUGH: NOT_RELAYED,
     TYPESCRIPT_BRIDGED: NOT_RELAYED,
 }
@@ -365,6 +407,8 @@ def _cases() -> list[object]:
             if requirements not in HELD_TO.get(target, REQUIREMENTS):
                 continue
             for name in names:
+                if target in ONLY and (requirements, name) not in ONLY[target]:
+                    continue
                 reason = not_relayed.get((requirements, name))
                 marks = [pytest.mark.xfail(reason=reason, strict=True)] if reason else []
                 case_id = f"{target.replace(' ', '-')}-{requirements}-{name}"
