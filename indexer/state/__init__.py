@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from indexer.state.backends import BackendHealth
@@ -45,7 +46,7 @@ from indexer.state.base import (
 from indexer.state.disk import disk_embeddings
 from indexer.state.memory import LocalSessions
 from indexer.state.redis import Keys, RedisCatalogs, RedisEmbeddings, RedisHealth
-from indexer.state.redis_connection import RedisTarget
+from indexer.state.redis_connection import RedisTarget, close_async_client
 from indexer.state.redis_lease import RedisEvents, RedisLease
 from indexer.state.redis_sessions import RedisSessions
 from indexer.state.rounds import LocalRounds, RedisRounds, RoundStore
@@ -175,7 +176,7 @@ def make_state(
         session_ttl=session_ttl,
         lease_ttl=lease_ttl,
         sweep=sessions.sweep,
-        closer=client.aclose,
+        closer=partial(close_async_client, client),
     )
 
     async def check() -> None:

@@ -26,6 +26,7 @@ from redis.exceptions import RedisError
 from indexer.state.backends import STATUSES, BackendHealth
 from indexer.state.base import StateUnavailable
 from indexer.state.listings import Listing, Offers, ServerInfo, intern_listing
+from indexer.state.redis_connection import close_sync_client
 
 logger = logging.getLogger(__name__)
 
@@ -238,4 +239,4 @@ class RedisEmbeddings:
             logger.warning("shared embeddings not stored (%s)", type(exc).__name__)
 
     def close(self) -> None:
-        self._client.close()
+        close_sync_client(self._client)

@@ -88,6 +88,7 @@ class RedisTarget:
         options: dict[str, Any] = {
             "socket_timeout": SENTINEL_TIMEOUT,
             "socket_connect_timeout": SENTINEL_TIMEOUT,
+            "client_name": client_name(),
             # no retry of its own: a sentinel that does not answer is passed over for the next one
             "retry": retry,
         }
@@ -184,3 +185,20 @@ class RedisTarget:
                 f"indexer.state: the sentinels at {', '.join(answered)} watch no primary named "
                 f"{address.service!r}; use the name of their `sentinel monitor` line"
             )
+
+
+async def close_async_client(client: aredis.Redis) -> None:
+    """Close `client`, and the clients of the sentinels it asks for the primary, if it has them
+    (closing the client alone leaves theirs open until the garbage collector finds them)."""
+    manager = getattr(client.connection_pool, "sentinel_manager", None)
+    await client.aclose()
+    for node in getattr(manager, "sentinels", ()):
+        await node.aclose()
+
+
+def close_sync_client(client: redis.Redis) -> None:
+    """`close_async_client` for a blocking client."""
+    manager = getattr(client.connection_pool, "sentinel_manager", None)
+    client.close()
+    for node in getattr(manager, "sentinels", ()):
+        node.close()

@@ -26,10 +26,12 @@ from indexer.state import (
 )
 from indexer.state.listings import Listing, listing_digest
 from indexer.state.redis import Keys
+from indexer.state.redis_connection import client_name
 from tests.support.processes import start_process
 from tests.support.redis import open_state
 from tests.support.sentinel import SERVICE, node, running_sentinels, sentinel_config
 from tests.support.stack import CLI, MODEL, wait_until
+from tests.support.waits import wait_for
 from toolsearch.config import ConfigError, parse_config
 
 ALICE = Principal("https://issuer.test", "alice")
@@ -178,6 +180,32 @@ async def test_what_was_written_before_a_failover_is_read_and_written_after_it_w
             if state.embeddings is not None:
                 state.embeddings.close()
             await state.close()
+
+
+async def test_closing_the_state_closes_its_connections_to_the_sentinels_too(tmp_path: Path) -> None:
+    with running_sentinels(tmp_path, replicas=1) as group:
+
+        def ours() -> list[int]:
+            """The sentinels that hold a connection this process opened (by its client name)."""
+            named = client_name()
+            return [
+                port
+                for port in group.sentinels
+                if any(c.get("name") == named for c in node(port).client_list())
+            ]
+
+        state = make_state(group.url, "fake:test", 8)
+        try:
+            await state.ready()
+            await state.sessions.create(record("s-1"))
+            assert state.embeddings is not None
+            state.embeddings.put([(b"a-key", b"a-vector")])  # its blocking client asks them too
+            assert ours()  # the state asked the sentinels for the primary, under its name
+        finally:
+            if state.embeddings is not None:
+                state.embeddings.close()
+            await state.close()
+        await wait_for(lambda: not ours(), within=10)  # the sentinels saw them close
 
 
 async def test_when_no_failover_can_complete_every_call_fails_within_its_deadline(tmp_path: Path) -> None:
