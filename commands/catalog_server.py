@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import math
 import os
 import sys
 from collections.abc import AsyncIterator
@@ -48,7 +47,6 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel.server import Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.shared.exceptions import MCPError
-from pydantic import ValidationError
 from starlette.applications import Starlette
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
@@ -57,22 +55,19 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
+from commands.catalog_control import GARBLED, Control, ServedServer, clip, prepare_tools
 from toolsearch.catalog import (
     CatalogError,
     CatalogTool,
     argument_problem,
     group_by_server,
-    input_validator,
     load_catalog,
-    parse_tool,
     server_slug,
 )
 from toolsearch.tracing import configure_tracing
 
 DEFAULT_SECRET_ENV = "TOOLSEARCH_CATALOG_JWT_SECRET"
 MIN_SECRET_BYTES = 32  # RFC 7518 §3.2: an HS256 key must be at least as long as the hash
-MAX_DELAY_SECONDS = 600.0
-MAX_PAD_BYTES = 256 * 1024 * 1024
 ALL_SERVERS = "*"
 
 # pyjwt's own messages can quote parts of the token; clients get these fixed ones instead.
@@ -109,85 +104,6 @@ class CatalogServerSettings:
             raise ValueError("allowed subjects and a JWT audience only apply to servers that require a JWT")
 
 
-@dataclass(slots=True)
-class _Backend:
-    """One served server: its tools and what the control API has done to it."""
-
-    slug: str
-    server: str
-    # name -> (definition, argument validator); replaced as a whole, so a request sees one list
-    tools: dict[str, tuple[types.Tool, Any]]
-    requires_jwt: bool
-    allowed_subjects: frozenset[str] | None = None  # when set, the only `sub` values let in
-    down: bool = False
-    delay: float = 0.0
-    call_delay: float = 0.0  # seconds every tools/call result waits besides `delay`
-    pad: int = 0  # bytes every tools/call result carries in addition
-    garble: str = ""  # "json" or "html": every MCP request answered with that, unreadable
-    calls: int = 0  # tools/call requests that reached this server's handler
-    requests: int = 0  # MCP requests received, counted on arrival (before the delay)
-
-    def state(self) -> dict[str, Any]:
-        return {
-            "slug": self.slug,
-            "server": self.server,
-            "tools": len(self.tools),
-            "down": self.down,
-            "delay_seconds": self.delay,
-            "call_delay_seconds": self.call_delay,
-            "pad_bytes": self.pad,
-            "garble": self.garble or None,
-            "calls": self.calls,
-            "requests": self.requests,
-            "requires_jwt": self.requires_jwt,
-            "allowed_subjects": None if self.allowed_subjects is None else sorted(self.allowed_subjects),
-        }
-
-
-# what a garbled server answers: JSON cut short, and the error page of a proxy in front of it
-_GARBLED = {
-    "json": Response(
-        '{"jsonrpc": "2.0", "id": 1, "result": {"tools": [{"name": "cut', media_type="application/json"
-    ),
-    "html": Response(
-        "<html><head><title>502 Bad Gateway</title></head><body><h1>Bad Gateway</h1></body></html>",
-        media_type="text/html",
-    ),
-}
-
-
-def _delay(request: Request) -> float:
-    """The `?seconds=X` of a slow or stall control request; 400 unless it is a bounded number."""
-    try:
-        seconds = float(request.query_params["seconds"])
-    except (KeyError, ValueError):
-        raise HTTPException(400, "give the delay as ?seconds=X") from None
-    if not math.isfinite(seconds) or not 0 <= seconds <= MAX_DELAY_SECONDS:
-        raise HTTPException(400, f"seconds must be between 0 and {MAX_DELAY_SECONDS:g}")
-    return seconds
-
-
-def _clip(value: object, limit: int = 200) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _prepare(tools: list[CatalogTool]) -> dict[str, tuple[types.Tool, Any]]:
-    """Check every tool once, so a bad schema fails when it is loaded, not when it is called."""
-    prepared: dict[str, tuple[types.Tool, Any]] = {}
-    for tool in tools:
-        if tool.name in prepared:
-            raise CatalogError(f"tool {tool.name!r} appears twice in server {tool.server!r}")
-        try:
-            definition = types.Tool.model_validate(tool.definition())
-        except ValidationError as exc:
-            raise CatalogError(
-                f"tool {tool.name!r}: not a valid MCP tool ({exc.errors()[0]['msg']})"
-            ) from None
-        prepared[tool.name] = (definition, input_validator(tool))
-    return prepared
-
-
 def _tool_error(text: str) -> types.CallToolResult:
     return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True)
 
@@ -206,7 +122,7 @@ def _unauthorized(message: str, error: str | None = None) -> Response:
 
 
 class _CatalogService:
-    """The served servers, the MCP handlers, and the HTTP endpoints around them."""
+    """The served servers, their MCP handlers, and the MCP endpoint around them."""
 
     def __init__(self, catalog: list[CatalogTool], settings: CatalogServerSettings) -> None:
         self.settings = settings
@@ -215,7 +131,9 @@ class _CatalogService:
         if unknown := sorted(wanted - set(groups) - {ALL_SERVERS}):
             raise CatalogError(f"servers required to use a JWT are not in the catalog: {', '.join(unknown)}")
         self.backends = {
-            slug: _Backend(slug, tools[0].server, _prepare(tools), ALL_SERVERS in wanted or slug in wanted)
+            slug: ServedServer(
+                slug, tools[0].server, prepare_tools(tools), ALL_SERVERS in wanted or slug in wanted
+            )
             for slug, tools in groups.items()
         }
         for backend in self.backends.values():
@@ -227,7 +145,7 @@ class _CatalogService:
             mcp.add_request_handler("server/discover", types.RequestParams, _refuse_discover)
         self.manager = StreamableHTTPSessionManager(mcp, stateless=not settings.sessions, json_response=True)
 
-    def _backend_of(self, ctx: ServerRequestContext[Any]) -> _Backend:
+    def _backend_of(self, ctx: ServerRequestContext[Any]) -> ServedServer:
         request = ctx.request
         slug = request.path_params.get("slug") if isinstance(request, Request) else None
         backend = self.backends.get(slug) if isinstance(slug, str) else None
@@ -245,7 +163,7 @@ class _CatalogService:
             # cursors are the offsets this server issued; anything else is refused, not guessed at
             if not (cursor.isascii() and cursor.isdigit() and len(cursor) < 10 and int(cursor) < len(tools)):
                 raise MCPError(
-                    types.INVALID_PARAMS, f"invalid cursor {_clip(cursor)}: list again from the start"
+                    types.INVALID_PARAMS, f"invalid cursor {clip(cursor)}: list again from the start"
                 )
             start = int(cursor)
         end = start + self.settings.page_size
@@ -262,7 +180,7 @@ class _CatalogService:
         tool = backend.tools.get(params.name)
         if tool is None:
             return _tool_error(
-                f"unknown tool {_clip(params.name)}: server {backend.server!r} has no such tool"
+                f"unknown tool {clip(params.name)}: server {backend.server!r} has no such tool"
             )
         arguments = params.arguments or {}
         problem = argument_problem(tool[1], arguments)
@@ -281,7 +199,7 @@ class _CatalogService:
         backend = self.backends.get(slug)
         if backend is None:
             rejection: Response | None = _rpc_error(
-                404, f"unknown server {_clip(slug)}: no server has that slug"
+                404, f"unknown server {clip(slug)}: no server has that slug"
             )
         else:
             backend.requests += 1
@@ -292,11 +210,11 @@ class _CatalogService:
         else:
             await self.manager.handle_request(scope, receive, send)
 
-    def _rejection(self, backend: _Backend, headers: Headers) -> Response | None:
+    def _rejection(self, backend: ServedServer, headers: Headers) -> Response | None:
         if backend.down:
             return _rpc_error(503, f"server {backend.server!r} is down (set through the control API)")
         if backend.garble:
-            return _GARBLED[backend.garble]
+            return GARBLED[backend.garble]
         if not backend.requires_jwt:
             return None
         scheme, _, token = headers.get("authorization", "").partition(" ")
@@ -317,88 +235,9 @@ class _CatalogService:
             problem = next((text for kind, text in _TOKEN_PROBLEMS if isinstance(exc, kind)), None)
             return _unauthorized(problem or "the token is invalid", "invalid_token")
         if backend.allowed_subjects is not None and claims.get("sub") not in backend.allowed_subjects:
-            message = f"subject {_clip(claims.get('sub'))} may not use server {backend.server!r}"
+            message = f"subject {clip(claims.get('sub'))} may not use server {backend.server!r}"
             return _rpc_error(403, message, {"WWW-Authenticate": 'Bearer error="insufficient_scope"'})
         return None
-
-    async def control_state(self, request: Request) -> Response:
-        return JSONResponse({"servers": [backend.state() for backend in self.backends.values()]})
-
-    async def control_calls(self, request: Request) -> Response:
-        """`GET /control/servers/{slug}/calls`: the tools/call requests handled, the requests received."""
-        backend = self.backends.get(request.path_params["slug"])
-        if backend is None:
-            raise HTTPException(404, f"unknown server {_clip(request.path_params['slug'])}")
-        return JSONResponse({"slug": backend.slug, "calls": backend.calls, "requests": backend.requests})
-
-    async def control(self, request: Request) -> Response:
-        """`POST /control/servers/{slug}/{down,up,slow,stall,garble,pad,tools,subjects}`."""
-        backend = self.backends.get(request.path_params["slug"])
-        if backend is None:
-            raise HTTPException(404, f"unknown server {_clip(request.path_params['slug'])}")
-        action = request.path_params["action"]
-        if action in ("down", "up"):
-            backend.down = action == "down"
-        elif action == "slow":
-            backend.delay = _delay(request)
-        elif action == "stall":
-            backend.call_delay = _delay(request)
-        elif action == "garble":
-            kind = request.query_params.get("as", "")
-            if kind not in (*_GARBLED, "off"):
-                raise HTTPException(400, "give what to answer as ?as=json, ?as=html, or ?as=off to end it")
-            backend.garble = "" if kind == "off" else kind
-        elif action == "pad":
-            size = request.query_params.get("bytes", "")
-            if not size.isdigit() or int(size) > MAX_PAD_BYTES:
-                raise HTTPException(400, f"give the padding as ?bytes=N, 0 to {MAX_PAD_BYTES}")
-            backend.pad = int(size)
-        elif action == "tools":
-            backend.tools = await _posted_tools(request, backend.server)
-        elif action == "subjects":
-            if not backend.requires_jwt:
-                raise HTTPException(
-                    400, f"server {backend.server!r} requires no JWT: it has no subjects to allow"
-                )
-            backend.allowed_subjects = await _posted_subjects(request)
-        else:
-            raise HTTPException(
-                404,
-                f"unknown control action {_clip(action)}: down, up, slow, stall, garble, pad, tools or "
-                "subjects",
-            )
-        return JSONResponse(backend.state())
-
-
-async def _posted_subjects(request: Request) -> frozenset[str] | None:
-    """The subjects of a control request's body: a JSON list of strings, or null for every subject."""
-    try:
-        body = json.loads(await request.body())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise HTTPException(400, f"the body must be JSON ({exc})") from None
-    if body is None:
-        return None
-    if not isinstance(body, list) or not all(isinstance(item, str) for item in body):
-        raise HTTPException(400, "the body must be a JSON list of subjects, or null to let every subject in")
-    return frozenset(body)
-
-
-async def _posted_tools(request: Request, server: str) -> dict[str, tuple[types.Tool, Any]]:
-    """The tools of a control request's body: a list of definitions, or a tools/list result."""
-    try:
-        body = json.loads(await request.body())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise HTTPException(400, f"the body must be JSON ({exc})") from None
-    if isinstance(body, dict) and isinstance(body.get("tools"), list):
-        body = body["tools"]
-    if not isinstance(body, list) or not all(isinstance(item, dict) for item in body):
-        raise HTTPException(400, "the body must be a JSON list of tool definitions")
-    try:
-        return _prepare(
-            [parse_tool(json.dumps({**item, "server": server}), f"tools[{i}]") for i, item in enumerate(body)]
-        )
-    except CatalogError as exc:
-        raise HTTPException(400, str(exc)) from None
 
 
 async def _json_error(request: Request, exc: Exception) -> Response:
@@ -417,9 +256,10 @@ def create_app(catalog: list[CatalogTool], settings: CatalogServerSettings) -> S
     # `service` is an object, not a function, so Starlette hands it the raw ASGI call
     routes = [Route("/healthz", healthz, methods=["GET"]), Route("/servers/{slug}/mcp", service)]
     if settings.control:
-        routes.append(Route("/control/servers", service.control_state, methods=["GET"]))
-        routes.append(Route("/control/servers/{slug}/calls", service.control_calls, methods=["GET"]))
-        routes.append(Route("/control/servers/{slug}/{action}", service.control, methods=["POST"]))
+        control = Control(service.backends)
+        routes.append(Route("/control/servers", control.state, methods=["GET"]))
+        routes.append(Route("/control/servers/{slug}/calls", control.calls, methods=["GET"]))
+        routes.append(Route("/control/servers/{slug}/{action}", control.act, methods=["POST"]))
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
