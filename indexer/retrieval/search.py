@@ -25,13 +25,21 @@ import numpy as np
 import numpy.typing as npt
 
 from indexer.retrieval.documents import ServerDocument, ToolDocument, server_documents, tool_documents
+from indexer.retrieval.lifts import (
+    BackendLift,
+    FloatArray,
+    ServerArm,
+    inner_products,
+    run_starts,
+    server_arm,
+    standardise,
+    standardise_rows,
+)
 from indexer.retrieval.query import Query
 from indexer.retrieval.text import estimate_word_pieces, lexical_tokens, name_key
 
 Method = Literal["hybrid", "dense", "lexical"]
-FloatArray = npt.NDArray[np.float32]
 MAX_NAME_CHARS = 200  # longer queries are descriptions, never looked up as names
-BLOCK_VIEWS = 512  # vectors per block (768 kB at 384 dimensions): small enough to stay in cache
 
 
 @dataclass(frozen=True)
@@ -65,98 +73,6 @@ class Hit:
     match: float = 0.0
 
 
-def _standardise(scores: FloatArray) -> FloatArray:
-    """Scores as z-scores over the catalog; all zeros when they do not vary (nothing to tell apart)."""
-    std = float(scores.std())
-    if not np.isfinite(std) or std < 1e-9:
-        return np.zeros_like(scores)
-    standard: FloatArray = ((scores - scores.mean()) / std).astype(np.float32)
-    return standard
-
-
-def _standardise_rows(scores: FloatArray) -> FloatArray:
-    """`_standardise` applied to each row of a (rows, items) matrix at once."""
-    mean = scores.mean(axis=1, keepdims=True)
-    std = scores.std(axis=1, keepdims=True)
-    flat = ~np.isfinite(std) | (std < 1e-9)
-    standard: FloatArray = np.where(flat, 0.0, (scores - mean) / np.where(flat, 1.0, std)).astype(np.float32)
-    return standard
-
-
-def _run_starts(labels: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
-    """Where each run of equal labels starts in a sorted label array."""
-    starts: npt.NDArray[np.int64] = np.flatnonzero(np.r_[True, labels[1:] != labels[:-1]]).astype(np.int64)
-    return starts
-
-
-class _Backends:
-    """Tools grouped by backend, for lifting the siblings of a backend's best-scoring tool."""
-
-    def __init__(self, backends: Sequence[str], weight: float) -> None:
-        labels = {backend: label for label, backend in enumerate(sorted(set(backends)))}
-        self.of = np.array([labels[b] for b in backends], dtype=np.int64)
-        self.order = np.argsort(self.of, kind="stable")
-        self.starts = _run_starts(self.of[self.order])
-        self.weight = np.float32(weight)
-
-    def lift(self, scores: FloatArray) -> FloatArray:
-        """Add a share of each backend's best score to each of its tools."""
-        best = np.maximum.reduceat(scores[self.order], self.starts)
-        lifted: FloatArray = (scores + self.weight * best[self.of]).astype(np.float32, copy=False)
-        return lifted
-
-
-def _inner_products(stored: FloatArray, queries: FloatArray) -> FloatArray:
-    """Every query row's inner product with every stored vector: shape (rows, vectors).
-
-    Fusion needs every tool's score, so the arm takes every inner product (a top-k search with
-    k=ntotal would also sort them) with FAISS's single-threaded kernel over the stored vectors: a
-    threaded BLAS product is faster on an idle machine but stalls on a busy one. Rows of a multi-row
-    query read the vectors block by block, each block once from memory.
-    """
-    count, dimension = stored.shape
-    by_view = np.empty((queries.shape[0], count), dtype=np.float32)
-    step = count if queries.shape[0] == 1 else BLOCK_VIEWS
-    for start in range(0, count, step):
-        size = min(step, count - start)
-        block = faiss.swig_ptr(stored[start : start + size])
-        for row, query in enumerate(queries):
-            faiss.fvec_inner_products_ny(  # type: ignore[attr-defined]  # the SWIG kernel has no stub
-                faiss.swig_ptr(by_view[row, start:]), faiss.swig_ptr(query), block, dimension, size
-            )
-    return by_view
-
-
-class _Servers:
-    """Each backend read as one unit, both arms over the servers' own texts, for the server lift."""
-
-    def __init__(
-        self, of: npt.NDArray[np.int64], vectors: FloatArray, owners: npt.NDArray[np.int64], terms: Any
-    ) -> None:
-        self.of = of  # tool -> server label
-        order = np.argsort(owners, kind="stable")
-        self.vectors = np.ascontiguousarray(vectors[order], dtype=np.float32)
-        self.starts = _run_starts(owners[order])
-        self.lexical: Any = None
-        self.vocabulary: dict[str, int] = {}
-        if any(terms):
-            self.lexical = bm25s.BM25(method="lucene")
-            self.lexical.index(terms, show_progress=False)
-            self.vocabulary = dict(self.lexical.vocab_dict)
-        self.count = len(self.starts)
-
-    def scores(self, queries: FloatArray, texts: Sequence[str], lexical_share: float) -> FloatArray:
-        """Per query row, each server's standardised score: dense (best view) and BM25, mixed."""
-        dense = np.maximum.reduceat(_inner_products(self.vectors, queries), self.starts, axis=1)
-        lexical = np.zeros_like(dense)
-        for row, text in enumerate(texts):
-            terms = [self.vocabulary[t] for t in lexical_tokens([text]) if t in self.vocabulary]
-            if terms and self.lexical is not None:
-                lexical[row] = self.lexical.get_scores(terms)
-        mixed: FloatArray = (1 - lexical_share) * _standardise_rows(dense)
-        return mixed + lexical_share * _standardise_rows(lexical)
-
-
 class SearchIndex:
     """Both arms over one tool set. Immutable after `build`; safe to search from several threads."""
 
@@ -168,8 +84,8 @@ class SearchIndex:
         view_starts: npt.NDArray[np.int64],
         lexical: Any,
         exact: Mapping[str, tuple[int, ...]],
-        backends: _Backends | None,
-        servers: _Servers | None = None,
+        backends: BackendLift | None,
+        servers: ServerArm | None = None,
     ) -> None:
         """Use `build`; this only stores what it made."""
         self.settings = settings
@@ -231,7 +147,7 @@ class SearchIndex:
             raise ValueError(f"vectors has shape {matrix.shape}; expected one row per view ({rows.shape[0]})")
         order = np.argsort(rows, kind="stable")
         rows = rows[order]
-        if size and not np.array_equal(rows[_run_starts(rows)], np.arange(size)):
+        if size and not np.array_equal(rows[run_starts(rows)], np.arange(size)):
             raise ValueError("every tool needs at least one vector, and owners must be tool positions")
         dense = faiss.IndexFlatIP(matrix.shape[1])
         dense.add(matrix[order])
@@ -245,16 +161,16 @@ class SearchIndex:
                 exact.setdefault(key, []).append(position)
         grouped = None
         if backends is not None and settings.backend_weight and len(set(backends)) > 1:
-            grouped = _Backends(backends, settings.backend_weight)
+            grouped = BackendLift(backends, settings.backend_weight)
         units = None
         if grouped is not None and servers and settings.server_weight:
             # the server arm is a backend-level signal like the lift: no backends, or no lift, none
-            units = _server_arm(backends or (), servers)
+            units = server_arm(backends or (), servers)
         return cls(
             settings,
             size,
             dense,
-            _run_starts(rows) if size else np.zeros(0, dtype=np.int64),
+            run_starts(rows) if size else np.zeros(0, dtype=np.int64),
             lexical,
             {key: tuple(positions) for key, positions in exact.items()},
             grouped,
@@ -271,7 +187,7 @@ class SearchIndex:
     def _dense_rows(self, queries: FloatArray) -> FloatArray:
         """Per query row and tool, the best inner product over the tool's views: shape (rows, tools)."""
         rows: FloatArray = np.maximum.reduceat(
-            _inner_products(self._stored, queries), self._view_starts, axis=1
+            inner_products(self._stored, queries), self._view_starts, axis=1
         )
         return rows
 
@@ -315,8 +231,8 @@ class SearchIndex:
             lexical[row] = (
                 self.lexical_scores(query.text, keywords) if row == 0 else self.lexical_scores(text, ())
             )
-        fused: FloatArray = settings.dense_weight * _standardise_rows(dense)
-        fused += settings.lexical_weight * _standardise_rows(lexical)
+        fused: FloatArray = settings.dense_weight * standardise_rows(dense)
+        fused += settings.lexical_weight * standardise_rows(lexical)
         if self._servers is not None:
             texts = [" ".join([query.text, *keywords]), *texts[1:]]
             units = self._servers.scores(queries, texts, settings.server_lexical_share)
@@ -331,9 +247,9 @@ class SearchIndex:
         """Every tool's score under one method, and its best cosine with the query's needs."""
         keywords = [k for k in query.keywords if k.strip()]
         if method == "dense":
-            return _standardise(self.dense_scores(query)), self.similarities(query)
+            return standardise(self.dense_scores(query)), self.similarities(query)
         if method == "lexical":
-            return _standardise(self.lexical_scores(query.text, keywords)), self.similarities(query)
+            return standardise(self.lexical_scores(query.text, keywords)), self.similarities(query)
         if method != "hybrid":
             raise ValueError(f"unknown search method {method!r}")
         rows, similarity = self._fused_rows(query, keywords)
@@ -370,16 +286,6 @@ class SearchIndex:
             kept = [h for h in hits if h.score >= self.settings.min_score]
             hits = kept or hits[:1]
         return hits
-
-
-def _server_arm(backends: Sequence[str], servers: Sequence[ServerDocument]) -> _Servers:
-    label = {server.backend: position for position, server in enumerate(servers)}
-    if missing := set(backends) - set(label):
-        raise ValueError(f"no server document for backends {sorted(missing)[:3]}")
-    vectors = np.concatenate([server.vectors for server in servers])
-    owners = np.repeat(np.arange(len(servers)), [len(server.vectors) for server in servers])
-    of = np.array([label[b] for b in backends], dtype=np.int64)
-    return _Servers(of, vectors, owners.astype(np.int64), [list(server.terms) for server in servers])
 
 
 def index_documents(
