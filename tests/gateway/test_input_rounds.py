@@ -201,6 +201,20 @@ async def test_an_altered_request_state_is_refused_as_invalid_params_and_reaches
     assert SAID in done["content"][0]["text"], done
 
 
+async def test_a_retry_without_the_answer_asked_for_is_asked_it_again_under_the_same_state(
+    replicas: tuple[LightStack, str],
+) -> None:
+    stack, other = replicas
+    async with httpx2.AsyncClient(timeout=30) as http:
+        first = await call(http, stack.mcp_url)
+        state = first["requestState"]
+        again = await call(http, other, {"inputResponses": {"wrong_key": ANSWER}, "requestState": state})
+        assert again["resultType"] == "input_required", again
+        assert again["inputRequests"] == first["inputRequests"] and again["requestState"] == state
+        done = await call(http, stack.mcp_url, {"inputResponses": {"0": ANSWER}, "requestState": state})
+    assert not done.get("isError") and SAID in done["content"][0]["text"], done
+
+
 async def test_a_round_nobody_answers_ends_at_the_backends_timeout_and_says_so_to_a_late_retry(
     replicas: tuple[LightStack, str],
 ) -> None:

@@ -16,7 +16,8 @@ answer. The router joins the two:
    its task, waiting for the backend as before.
 3. The client calls again with its answers and that state, on whichever replica (`resume`). That
    replica reads the round (`ReadInputRound`: a token of another session, or made up, finds none,
-   and the call is refused saying so), posts each answer to the backend inside the backend session
+   and the retry is refused as invalid params; one lacking an answer is asked it again), posts each
+   answer to the backend inside the backend session
    the round names, where the backend waits for it, and reads the round again until the replica
    running the call wrote what the call came to: its result, or the next round, whose record was
    kept first. It answers the client with that.
@@ -33,6 +34,7 @@ that never answers costs the backend a refusal at that timeout and holds nothing
 
 from __future__ import annotations
 
+import json
 import logging
 import secrets
 from collections.abc import Awaitable, Callable, Mapping
@@ -59,6 +61,7 @@ logger = logging.getLogger(__name__)
 STATE_PREFIX = "toolsearch:"  # the request state of a round the router made, before its token
 MAX_RUNNING = 256  # calls of 2026-07-28 clients that may be asked, running in tasks on one replica
 ANSWER_WITHIN = 10.0  # seconds a backend may take to take a client's answer, at most
+MAX_ASKED_KEPT = 64 * 1024  # characters of a backend's request a round keeps, to ask it again
 
 Call = Callable[["RoundAsker | None"], Awaitable[dict[str, Any]]]
 Failed = Callable[[RouterError], dict[str, Any]]  # what a router error after the first round comes to
@@ -81,12 +84,16 @@ def raise_if_failed(outcome: Mapping[str, Any]) -> dict[str, Any]:
 
 def input_required(token: str, key: str, request: Mapping[str, Any]) -> dict[str, Any]:
     """The input-required result that asks the client the backend's `request` under `key`."""
-    asked = {"method": request.get("method"), "params": request.get("params") or {}}
     return {
         "resultType": "input_required",
-        "inputRequests": {key: asked},
+        "inputRequests": {key: asked_of(request)},
         "requestState": STATE_PREFIX + token,
     }
+
+
+def asked_of(request: Mapping[str, Any]) -> dict[str, Any]:
+    """What a round asks the client of a backend's `request`: its method and params."""
+    return {"method": request.get("method"), "params": request.get("params") or {}}
 
 
 class RoundAsker:
@@ -119,6 +126,9 @@ class RoundAsker:
             "requests": {"0": request_id},
             "within": within,
         }
+        asked = asked_of(request)
+        if len(json.dumps(asked)) <= MAX_ASKED_KEPT:  # to ask again a retry that lacks its answer
+            record["asked"] = {"0": asked}
         caller = self._caller
         try:
             await self._rounds.indexer.keep_input_round(
@@ -253,6 +263,8 @@ class InputRounds:
         record = await self._read(caller, token)
         within = record.get("within")
         if record.get("state") == "asked":
+            if (again := _asked_again(record, retry.get("inputResponses"), state)) is not None:
+                return again
             await self._answer(caller, record, retry.get("inputResponses"))
         with anyio.move_on_after((within if isinstance(within, int | float) else 0.0) + KEPT_AFTER):
             wait = POLL_FIRST
@@ -302,6 +314,18 @@ class InputRounds:
         for key, request_id in requests.items():
             answer = {"jsonrpc": "2.0", "id": request_id, "result": responses[key]}
             await self.backends.respond(target, headers, answer, timeout)
+
+
+def _asked_again(record: Mapping[str, Any], responses: object, state: str) -> dict[str, Any] | None:
+    """The round's requests whose answers a retry lacks, asked again under the same state, as the
+    spec would have a server do; None when it answers them all, or the round kept no copy of them."""
+    requests, asked = record.get("requests"), record.get("asked")
+    if not isinstance(requests, dict) or not isinstance(asked, dict) or not isinstance(responses, dict):
+        return None
+    missing = {key: asked[key] for key in requests if key not in responses and key in asked}
+    if not missing or len(missing) < sum(1 for key in requests if key not in responses):
+        return None
+    return {"resultType": "input_required", "inputRequests": missing, "requestState": state}
 
 
 def _failed() -> dict[str, Any]:
