@@ -111,6 +111,10 @@ class InvalidRequestState(InvalidRequest):
     The client sent them, not the model, so the answer is the spec's invalid-params error."""
 
 
+class RouterStopping(RouterError):
+    """Raised when the router stops before a request it ran in a task of its own had its answer."""
+
+
 class BackendError(RouterError):
     """Raised when a backend cannot run a tool call; the message names the backend."""
 

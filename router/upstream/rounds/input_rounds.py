@@ -48,7 +48,13 @@ from mcp_types import INTERNAL_ERROR
 
 from router.caller import Caller
 from router.error_answers import mcp_error, tool_result_for
-from router.errors import InvalidRequest, InvalidRequestState, RouterError
+from router.errors import (
+    BackendError,
+    BackendUnavailable,
+    InvalidRequestState,
+    RouterError,
+    RouterStopping,
+)
 from router.link.indexer_client import IndexerClient
 from router.targets import BackendSession
 from router.upstream.calls.backends import BackendCaller
@@ -248,14 +254,14 @@ class InputRounds:
         if failure:
             raise failure[0]
         if asker.answer is None:  # the call's task was cancelled: the router stops
-            raise InvalidRequest("the router stopped before this call finished: call the tool again")
+            raise RouterStopping("the router stopped before this call finished: call the tool again")
         return asker.answer
 
     async def resume(self, caller: Caller, retry: Mapping[str, Any]) -> dict[str, Any] | None:
         """A client's retry of a round the router made: the answers passed on, and what the call came
         to; None when its request state is not the router's. Raises `InvalidRequestState` for a
-        retry that names no round of this session or does not answer it, `InvalidRequest` when the
-        call did not finish in time."""
+        retry that names no round of this session or does not answer it, `BackendError` when the
+        call did not finish in time or its backend is not reachable."""
         state = retry.get("requestState")
         if not isinstance(state, str) or not state.startswith(STATE_PREFIX):
             return None
@@ -275,7 +281,10 @@ class InputRounds:
             outcome = record.get("outcome")
             if isinstance(outcome, dict):
                 return outcome
-        raise InvalidRequest("the call waiting for these answers did not finish in time: call the tool again")
+        raise BackendError(
+            str(record.get("backend")),
+            "did not finish the call these answers are for in time: call the tool again",
+        )
 
     async def _read(self, caller: Caller, token: str) -> dict[str, Any]:
         record = await self.indexer.read_input_round(caller.session_id, caller.identity.principal, token)
@@ -307,7 +316,7 @@ class InputRounds:
         reach = await self.indexer.reachable_backends(caller.session_id, caller.identity.principal)
         backend = next((b for b in reach.backends if b.backend_id == backend_id), None)
         if backend is None:
-            raise InvalidRequest(f"backend {backend_id} is not reachable now: call the tool again later")
+            raise BackendUnavailable(backend_id, "is not reachable now: call the tool again later")
         target = replace(backend.target, session=BackendSession(str(session[0]), str(session[1])))
         headers = await self.credentials.headers(target, caller.identity)
         timeout = min(target.timeout_seconds, ANSWER_WITHIN)
