@@ -25,6 +25,7 @@ from indexer.api.metrics import IndexerMetrics, MetricsReading
 from router.link.indexer_client import IndexerClient
 from tests.support.processes import start_process
 from tests.support.stack import CLI, HEADERS, INITIALIZE, Stack, running_stack
+from tests.support.waits import wait_for
 from toolsearch.logs import current_request_id, current_session
 from toolsearch.v1 import indexer_pb2 as pb
 
@@ -254,9 +255,15 @@ async def test_the_indexer_interceptor_times_calls_and_binds_their_log_context()
             assert reply.session_id == "req-7|ABCDEFGH"
             with pytest.raises(grpc.aio.AioRpcError):
                 await call(pb.GetSessionRequest(session_id="missing"))
+        count = "toolsearch_indexer_rpc_duration_seconds_count"
+
+        def observed(code: str) -> float:
+            return value(parse(generate_latest(metrics.registry).decode()), count, method="Echo", code=code)
+
+        # the client has an aborted call's status before the server's handler has returned: its
+        # timing is observed just after, so wait for it rather than stop the server under it
+        await wait_for(lambda: observed("NOT_FOUND") > 0)
     finally:
         await server.stop(None)
-    samples = parse(generate_latest(metrics.registry).decode())
-    count = "toolsearch_indexer_rpc_duration_seconds_count"
-    assert value(samples, count, method="Echo", code="OK") == 1
-    assert value(samples, count, method="Echo", code="NOT_FOUND") == 1
+    assert observed("OK") == 1
+    assert observed("NOT_FOUND") == 1
