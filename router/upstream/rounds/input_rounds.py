@@ -17,10 +17,9 @@ answer. The router joins the two:
 3. The client calls again with its answers and that state, on whichever replica (`resume`). That
    replica reads the round (`ReadInputRound`: a token of another session, or made up, finds none,
    and the retry is refused as invalid params; one lacking an answer is asked it again), posts each
-   answer to the backend inside the backend session
-   the round names, where the backend waits for it, and reads the round again until the replica
-   running the call wrote what the call came to: its result, or the next round, whose record was
-   kept first. It answers the client with that.
+   answer to the backend inside the backend session the round names, where the backend waits for
+   it, and reads the round again until the replica running the call wrote what the call came to:
+   its result, or the next round, whose record was kept first. It answers the client with that.
 
 The other way round, a 2026-07-28 backend's input-required result for a handshake-era client, is
 router/upstream/rounds/stream_rounds.py's.
