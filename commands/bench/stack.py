@@ -34,6 +34,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from commands.bench.common import CatalogFile
 from commands.ports import free_port
 
+FIND_DEADLINE = 60.0  # seconds the bench's routers wait for the indexer (router.indexer_timeout)
 CLI = [sys.executable, "-m", "commands.cli"]
 _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: never via a proxy
 _LOOPBACK_ENV = {
@@ -158,7 +159,13 @@ class Stack:
         self.router_port = free_port()
         self.cache_dir = folder / "cache"
         config: dict[str, Any] = {
-            "router": {"listen": f"127.0.0.1:{self.router_port}", "indexer": [self.indexer_address]},
+            "router": {
+                "listen": f"127.0.0.1:{self.router_port}",
+                "indexer": [self.indexer_address],
+                # every query is timed: one the router would give up on at its default deadline (5 s)
+                # on a starved machine counts in the latencies, not as an error left out of them
+                "indexer_timeout": FIND_DEADLINE,
+            },
             "indexer": {
                 "listen": self.indexer_address,
                 "model": str(model),
