@@ -30,14 +30,16 @@ from starlette.types import Receive, Scope, Send
 
 from commands.ports import free_port
 from router.caller import Principal
-from router.error_answers import http_answer, tool_result_for
+from router.error_answers import http_answer, mcp_error, tool_result_for
 from router.errors import (
     BackendTimeout,
     IndexerFailed,
     IndexerUnavailable,
     InvalidRequest,
+    InvalidRequestState,
     MissingCredentials,
     RouterError,
+    RouterStopping,
     SessionNotFound,
     ToolNotFound,
     TooManySessions,
@@ -218,6 +220,17 @@ def test_model_errors_become_tool_results_and_router_faults_protocol_errors() ->
     )
     with pytest.raises(MCPError, match="indexer unavailable"):
         tool_result_for(IndexerUnavailable("indexer unavailable, retry shortly"))
+
+
+def test_a_request_the_client_got_wrong_is_invalid_params_and_the_routers_stop_an_internal_error() -> None:
+    # a tool call's bad argument is the model's to mend: a tool result; a retry's request state is
+    # the client's: invalid params, as it is for a read or a prompt the client got wrong
+    assert tool_result_for(InvalidRequest("bad argument"))["isError"] is True
+    with pytest.raises(MCPError) as refused:
+        tool_result_for(InvalidRequestState("requestState names no call that waits for input"))
+    assert refused.value.error.code == types.INVALID_PARAMS
+    assert mcp_error(InvalidRequest("no such prompt argument")).error.code == types.INVALID_PARAMS
+    assert mcp_error(RouterStopping("the router stopped")).error.code == types.INTERNAL_ERROR
 
 
 def test_outgoing_headers_follow_the_backends_auth() -> None:
