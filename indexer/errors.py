@@ -1,4 +1,4 @@
-"""The indexer's errors, translated to gRPC status codes in one place (`indexer/api/service.py`).
+"""The indexer's errors, translated to gRPC status codes in one place (`indexer/api/status_codes.py`).
 
 IndexerError
 ├── SessionNotFound        NOT_FOUND (toolsearch-error: session-not-found)
@@ -19,7 +19,7 @@ EmbedderError              (indexer.embedder: the model cannot be loaded or run)
 
 A call without the link's shared secret never reaches the servicer: the transport's boundary,
 `indexer/api/access.py`, refuses it with UNAUTHENTICATED, the only status code chosen outside
-`indexer/api/service.py`.
+`indexer/api/status_codes.py`.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Who may call the indexer: the shared-secret check in front of every service but health.
 
 `SharedSecretGuard` is a gRPC server interceptor. It is the transport's boundary, and the one place
-besides `indexer/api/service.py` that chooses a status code (UNAUTHENTICATED): a call it refuses never
+besides `indexer/api/status_codes.py` that chooses a status code (UNAUTHENTICATED): a call it refuses never
 reaches a servicer, so the servicer's translation cannot see it. The comparison takes constant time
 (`hmac.compare_digest`), and neither the expected nor the presented secret is ever logged.
 

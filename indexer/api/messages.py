@@ -8,6 +8,7 @@ reachable backends `ReachableBackend`s); this module alone gives them their wire
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import get_args
 
@@ -18,6 +19,8 @@ from indexer.api.reachable import ReachableBackend
 from indexer.api.resolution import ResolvedTool
 from indexer.backends.registry import BackendState
 from indexer.errors import InvalidRequest, ToolNotFound
+from indexer.retrieval.embeddings import Embeddings
+from indexer.retrieval.index import IndexVersion
 from indexer.retrieval.tools import Tool
 from indexer.sessions.views import LiveSession
 from indexer.state import BackendSession, Principal, SessionRecord, Subscription, VersionRef
@@ -254,3 +257,28 @@ def kept_events(kept: KeptEvents | None) -> pb.ReadStreamEventsResponse:
     return pb.ReadStreamEventsResponse(
         found=True, events=kept.events, end=_STREAM_ENDS[kept.end], request_id_json=kept.request_id
     )
+
+
+def status(
+    embeddings: Embeddings,
+    backends: Iterable[BackendState],
+    sessions: Sequence[SessionRecord],
+    versions: Iterable[IndexVersion],
+) -> pb.StatusResponse:
+    """`Status`: the model and its counters, every backend, every live session, every version kept."""
+    response = pb.StatusResponse(
+        model=embeddings.identity,
+        embedding=pb.EmbeddingCounters(
+            model_calls=embeddings.model_calls,
+            texts_embedded=embeddings.texts_embedded,
+            cache_hits=embeddings.cache_hits,
+        ),
+    )
+    response.backends.extend(backend_status(state) for state in backends)
+    response.sessions.extend(session_status(session) for session in sessions)
+    shared = Counter(session.ref.fingerprint for session in sessions)
+    response.versions.extend(
+        pb.VersionStatus(fingerprint=v.fingerprint, tool_count=len(v.tools), sessions=shared[v.fingerprint])
+        for v in versions
+    )
+    return response

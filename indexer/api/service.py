@@ -1,4 +1,6 @@
-"""The gRPC servicer of `toolsearch.v1.Indexer`: the one place indexer errors become status codes.
+"""The gRPC servicer of `toolsearch.v1.Indexer`: each method checks what the router sent, asks the
+flow that answers it, and gives the answer its wire form; indexer errors become status codes on the
+way out (`translated`, indexer/api/status_codes.py).
 
 The indexer's values become protobuf messages through indexer/api/messages.py (a backend's
 `BackendHealth` a `BackendStatus`, the finder's `Found` a `FindToolsResponse`, for instance): the
@@ -7,11 +9,9 @@ flows and models inside stay free of the wire format.
 
 from __future__ import annotations
 
-import functools
-import logging
 import re
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any
 
 import grpc
 
@@ -20,100 +20,34 @@ from indexer.api.finder import Finder
 from indexer.api.messages import (
     LOG_LEVELS,
     backend_session,
-    backend_status,
     checked_capabilities,
     principal_of,
     resolved_tool,
-    session_status,
-    suggestions,
     version_ref,
 )
 from indexer.api.reachable import reachable_backends
 from indexer.api.resolution import ToolResolver
+from indexer.api.status_codes import translated
 from indexer.backends.backend_tokens import BackendTokens
 from indexer.backends.registry import Registry
-from indexer.errors import (
-    ExchangeFailed,
-    ExchangeRefused,
-    IndexerError,
-    InvalidRequest,
-    NotReady,
-    SessionNotFound,
-    SessionsFull,
-    ToolNotFound,
-    TooManySessions,
-)
+from indexer.errors import InvalidRequest
 from indexer.retrieval.embeddings import Embeddings
 from indexer.retrieval.tools import advertise
 from indexer.sessions.backend_session_waits import stamp_of
 from indexer.sessions.manager import SessionManager
-from indexer.state import BackendSession, StateUnavailable, Subscription
+from indexer.state import BackendSession, Subscription
 from indexer.state.rounds import LocalRounds, RoundStore
 from indexer.state.stream_events import MAX_EVENTS, LocalStreams, StreamStore
 from toolsearch.sections.backend_settings import Backend
 from toolsearch.sections.indexer_settings import Naming
-from toolsearch.trailers import ERROR_KEY, RETRY_AFTER_KEY, SUGGESTIONS_KEY, ErrorKind
 from toolsearch.v1 import indexer_pb2 as pb
 from toolsearch.v1 import indexer_pb2_grpc as pb_grpc
-
-logger = logging.getLogger(__name__)
-
-_Req = TypeVar("_Req")
-_Resp = TypeVar("_Resp")
 
 _MAX_ROUND_BYTES = 1 << 20  # an input round's record: the backend's requests of the client, or the result
 _MAX_ROUND_TTL = 3600.0  # seconds an input round may be kept: a call's timeout, and some
 _ROUND_TOKEN = re.compile(r"[A-Za-z0-9_-]{16,64}")  # the router's tokens: url-safe random
 _MAX_SESSION_ID = 1024  # characters of a backend session id or protocol version the state keeps
 _MAX_URI = 2048  # characters of a subscribed resource's URI
-_STATUS: dict[type, tuple[grpc.StatusCode, ErrorKind]] = {
-    SessionNotFound: (grpc.StatusCode.NOT_FOUND, ErrorKind.SESSION_NOT_FOUND),
-    ToolNotFound: (grpc.StatusCode.NOT_FOUND, ErrorKind.TOOL_NOT_FOUND),
-    InvalidRequest: (grpc.StatusCode.INVALID_ARGUMENT, ErrorKind.INVALID_REQUEST),
-    SessionsFull: (grpc.StatusCode.RESOURCE_EXHAUSTED, ErrorKind.SESSIONS_FULL),
-    TooManySessions: (grpc.StatusCode.RESOURCE_EXHAUSTED, ErrorKind.TOO_MANY_SESSIONS),
-    NotReady: (grpc.StatusCode.UNAVAILABLE, ErrorKind.NOT_READY),
-    StateUnavailable: (grpc.StatusCode.UNAVAILABLE, ErrorKind.STATE_UNAVAILABLE),
-    # not UNAVAILABLE: another replica would only meet the same endpoint, after the same wait
-    ExchangeFailed: (grpc.StatusCode.FAILED_PRECONDITION, ErrorKind.EXCHANGE_FAILED),
-    ExchangeRefused: (grpc.StatusCode.PERMISSION_DENIED, ErrorKind.EXCHANGE_REFUSED),
-}
-
-
-def _status_for(exc: IndexerError | StateUnavailable) -> tuple[grpc.StatusCode, ErrorKind]:
-    for cls in type(exc).__mro__:
-        if cls in _STATUS:
-            return _STATUS[cls]
-    return grpc.StatusCode.INTERNAL, ErrorKind.INTERNAL
-
-
-def translated(
-    method: Callable[[Any, _Req, grpc.aio.ServicerContext], Awaitable[_Resp]],
-) -> Callable[[Any, _Req, grpc.aio.ServicerContext], Awaitable[_Resp]]:
-    """Turn indexer errors into status codes, and anything unexpected into INTERNAL without details."""
-
-    @functools.wraps(method)
-    async def wrapper(self: Any, request: _Req, context: grpc.aio.ServicerContext) -> _Resp:
-        try:
-            return await method(self, request, context)
-        except (IndexerError, StateUnavailable) as exc:
-            code, kind = _status_for(exc)
-            trailers = [(ERROR_KEY, kind.value)]
-            if isinstance(exc, TooManySessions):
-                trailers.append((RETRY_AFTER_KEY, str(exc.retry_after)))  # seconds
-            if isinstance(exc, ToolNotFound):
-                trailers.append((SUGGESTIONS_KEY, suggestions(exc).SerializeToString()))  # type: ignore[arg-type]
-            context.set_trailing_metadata(tuple(trailers))
-            await context.abort(code, str(exc))
-        except grpc.aio.AbortError:
-            raise
-        except Exception:
-            logger.exception("%s failed", method.__name__)
-            context.set_trailing_metadata(((ERROR_KEY, ErrorKind.INTERNAL.value),))
-            await context.abort(grpc.StatusCode.INTERNAL, "internal error in the indexer (logged)")
-        raise AssertionError("unreachable: abort raises")
-
-    return wrapper
 
 
 def _check_round(token: str, record: str, ttl: float) -> None:
@@ -373,26 +307,5 @@ class IndexerService(pb_grpc.IndexerServicer):
 
     @translated
     async def Status(self, request: pb.StatusRequest, context: grpc.aio.ServicerContext) -> pb.StatusResponse:
-        embeddings = self._embeddings
-        response = pb.StatusResponse(
-            model=embeddings.identity,
-            embedding=pb.EmbeddingCounters(
-                model_calls=embeddings.model_calls,
-                texts_embedded=embeddings.texts_embedded,
-                cache_hits=embeddings.cache_hits,
-            ),
-        )
-        response.backends.extend(backend_status(state) for state in self._registry.states.values())
-        shared: dict[str, int] = {}
-        for session in await self._sessions.records():
-            shared[session.ref.fingerprint] = shared.get(session.ref.fingerprint, 0) + 1
-            response.sessions.append(session_status(session))
-        for version in self._finder.versions():
-            response.versions.append(
-                pb.VersionStatus(
-                    fingerprint=version.fingerprint,
-                    tool_count=len(version.tools),
-                    sessions=shared.get(version.fingerprint, 0),
-                )
-            )
-        return response
+        states, versions = self._registry.states.values(), self._finder.versions()
+        return messages.status(self._embeddings, states, await self._sessions.records(), versions)
