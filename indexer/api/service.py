@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
 
 import grpc
 
@@ -25,6 +24,7 @@ from indexer.api.messages import (
     resolved_tool,
     version_ref,
 )
+from indexer.api.pinned import pinned
 from indexer.api.reachable import reachable_backends
 from indexer.api.resolution import ToolResolver
 from indexer.api.status_codes import translated
@@ -32,7 +32,6 @@ from indexer.backends.backend_tokens import BackendTokens
 from indexer.backends.registry import Registry
 from indexer.errors import InvalidRequest
 from indexer.retrieval.embeddings import Embeddings
-from indexer.retrieval.tools import advertise
 from indexer.sessions.backend_session_waits import stamp_of
 from indexer.sessions.manager import SessionManager
 from indexer.state import BackendSession, Subscription
@@ -290,19 +289,7 @@ class IndexerService(pb_grpc.IndexerServicer):
         self, request: pb.PinnedToolsRequest, context: grpc.aio.ServicerContext
     ) -> pb.PinnedToolsResponse:
         session = await self._sessions.get(request.session_id, principal_of(request.principal))
-        patterns = [tuple(p.split("/", 1)) for p in request.patterns if "/" in p]
-        listings: dict[str, Any] = {}
-        for backend_id in sorted(session.record.accepted):
-            state = self._registry.states.get(backend_id)
-            # the last listing, kept while the backend is down: health does not change the set
-            listing = session.record.own_listings.get(backend_id) or (state.listing if state else None)
-            if listing is not None:
-                listings[backend_id] = listing.tools
-        tools = [
-            t
-            for t in advertise(listings)
-            if any(b == t.backend_id and n in ("*", t.original_name) for b, n in patterns)
-        ]
+        tools = pinned(session, self._registry, request.patterns, self._naming)
         return messages.pinned_tools(tools)
 
     @translated

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from indexer.backends.registry import Registry
@@ -25,6 +25,14 @@ from toolsearch.sections.indexer_settings import Naming
 logger = logging.getLogger(__name__)
 
 _MEMO = 64  # catalogs remembered by the digests of the listings they come from
+
+
+def advertised(listings: Mapping[str, Listing], naming: Naming) -> list[Tool]:
+    """The listings' tools under the names the configured naming gives them together: the one rule
+    for a session's catalog and for the tools it pins (indexer/api/pinned.py)."""
+    tools = {b: listing.tools for b, listing in listings.items()}
+    servers = {b: listing.server for b, listing in listings.items() if listing.server}
+    return advertise(tools, prefix=naming.prefix, separator=naming.separator, servers=servers)
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,11 +58,6 @@ class Catalogs:
         # its refs, (backend, listing digest) pairs -> catalog: equal tool lists are one catalog
         self._memo: OrderedDict[CatalogRef, Catalog] = OrderedDict()
 
-    def _advertise(self, listings: dict[str, Listing]) -> list[Tool]:
-        tools = {b: listing.tools for b, listing in listings.items()}
-        servers = {b: listing.server for b, listing in listings.items() if listing.server}
-        return advertise(tools, prefix=self._naming.prefix, separator=self._naming.separator, servers=servers)
-
     def current(self, accepted: Iterable[str], own: dict[str, Listing]) -> Catalog:
         """The advertised tools of a session's usable backends now, memoised by their listings' digests."""
         listings: dict[str, Listing] = {}
@@ -72,7 +75,7 @@ class Catalogs:
         key: CatalogRef = tuple(digests)
         catalog = self._memo.get(key)
         if catalog is None:
-            tools = self._advertise(listings)
+            tools = advertised(listings, self._naming)
             catalog = Catalog(tuple(listings.values()), tools, fingerprint(tools), key)
             self._memo[key] = catalog
             if len(self._memo) > _MEMO:
@@ -104,7 +107,7 @@ class Catalogs:
         found = await self._store.get(digest for _, digest in refs)
         if any(digest not in found for _, digest in refs):
             return None
-        tools = self._advertise({backend: found[digest] for backend, digest in refs})
+        tools = advertised({backend: found[digest] for backend, digest in refs}, self._naming)
         actual = fingerprint(tools)
         if actual != key:
             # replicas that name tools differently (another naming configuration) cannot share versions

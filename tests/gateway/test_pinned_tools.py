@@ -83,3 +83,31 @@ async def test_a_pinned_tool_follows_health_and_the_set_stays_fixed(stack: Stack
     assert refused.is_error
     assert "right now" in refused.content[0].text and "unhealthy" in refused.content[0].text
     assert not after.is_error, after
+
+
+@pytest.fixture(scope="module")
+def always_prefixed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    path = tmp_path_factory.mktemp("prefixed-catalog") / "catalog.jsonl"
+    small_catalog(path)
+    extra = {
+        "router": {"pinned": [f"{COCKTAILS}/*"]},
+        "indexer": {"naming": {"prefix": "always", "separator": "."}},
+    }
+    with in_process_stack(tmp_path_factory.mktemp("prefixed"), catalog=path, extra=extra) as running:
+        yield running
+
+
+async def test_pinned_tools_carry_the_names_the_configured_naming_gives_find_tool_too(
+    always_prefixed: Stack,
+) -> None:
+    async with client(always_prefixed.mcp_url) as c:
+        listed = [t.name for t in (await c.list_tools()).tools][2:]
+        found = await c.call_tool("find_tool", {"tool_description": "search cocktails by an ingredient"})
+        result = await c.call_tool(f"{COCKTAILS}.Search_by_ingredient", {"ingredient": "lime"})
+    assert sorted(listed) == [
+        f"{COCKTAILS}.{name}" for name in ("Random_Nonalcoholic", "Search_by_ingredient", "Search_by_name")
+    ]
+    assert found.structured_content is not None
+    named = {tool["name"] for tool in found.structured_content["tools"]}
+    assert f"{COCKTAILS}.Search_by_ingredient" in named
+    assert not result.is_error, result
