@@ -39,7 +39,7 @@ PROBING = {"health": {"interval": 0.3, "timeout": 2.0, "unhealthy_after": 1}}
 async def router_client(stack: LightStack) -> AsyncIterator[Client]:
     """The SDK's client in one handshake session with the stack's router."""
     http = httpx2.AsyncClient(timeout=30)
-    async with Client(streamable_http_client(stack.mcp_url, http_client=http), mode="legacy") as client:
+    async with http, Client(streamable_http_client(stack.mcp_url, http_client=http), mode="legacy") as client:
         yield client
 
 

@@ -212,7 +212,7 @@ async def test_the_sdks_oauth_client_finds_the_authorization_server_and_gets_in(
     provider = OAuthClientProvider(stack.mcp_url, metadata, Memory(), redirect, callback)
     server = AuthorizationServer()
     http = httpx2.AsyncClient(auth=provider, transport=server, timeout=10)
-    async with Client(streamable_http_client(stack.mcp_url, http_client=http), mode="legacy") as client:
+    async with http, Client(streamable_http_client(stack.mcp_url, http_client=http), mode="legacy") as client:
         found = await client.call_tool("find_tool", {"tool_description": "cocktail recipes"})
     assert not found.is_error
     assert server.seen == ["/.well-known/oauth-authorization-server", "/register", "/token"]

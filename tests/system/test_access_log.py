@@ -10,6 +10,7 @@ import hashlib
 import json
 import time
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx2
@@ -69,9 +70,11 @@ async def new_lines(
     return access_lines(stack)[before:]
 
 
-def client(stack: LightStack, bearer: str) -> Client:
+@asynccontextmanager
+async def client(stack: LightStack, bearer: str) -> AsyncIterator[Client]:
     http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {bearer}"}, timeout=WAIT)
-    return Client(streamable_http_client(stack.mcp_url, http_client=http), mode="legacy")
+    async with http, Client(streamable_http_client(stack.mcp_url, http_client=http), mode="legacy") as mcp:
+        yield mcp
 
 
 async def test_each_mcp_request_gets_one_line_naming_tool_backend_outcome_version_and_subject(

@@ -13,6 +13,7 @@ import asyncio
 import gzip
 import time
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import httpx2
 import pytest
@@ -48,9 +49,11 @@ async def control(stack: LightStack, server: str, action: str, **params: float) 
         ).raise_for_status()
 
 
-def mcp_client(stack: LightStack) -> Client:
+@asynccontextmanager
+async def mcp_client(stack: LightStack) -> AsyncIterator[Client]:
     http = httpx2.AsyncClient(timeout=WAIT)
-    return Client(streamable_http_client(stack.mcp_url, http_client=http), mode="legacy")
+    async with http, Client(streamable_http_client(stack.mcp_url, http_client=http), mode="legacy") as client:
+        yield client
 
 
 def peak_rss(pid: int) -> int:

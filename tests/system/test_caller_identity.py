@@ -296,7 +296,7 @@ async def stateless(url: str, token: str | None, sent: list[httpx2.Request]) -> 
 
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     http = httpx2.AsyncClient(headers=headers, timeout=30, event_hooks={"request": [record]})
-    async with Client(streamable_http_client(url, http_client=http)) as client:
+    async with http, Client(streamable_http_client(url, http_client=http)) as client:
         assert client.protocol_version == "2026-07-28"
         yield client
 

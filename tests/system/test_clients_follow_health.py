@@ -77,9 +77,14 @@ class Notifications:
 @asynccontextmanager
 async def client(stack: Stack, notifications: Notifications | None = None) -> AsyncIterator[Client]:
     http = httpx2.AsyncClient(timeout=30)
-    async with Client(
-        streamable_http_client(stack.mcp_url, http_client=http), mode="legacy", message_handler=notifications
-    ) as c:
+    async with (
+        http,
+        Client(
+            streamable_http_client(stack.mcp_url, http_client=http),
+            mode="legacy",
+            message_handler=notifications,
+        ) as c,
+    ):
         yield c
 
 

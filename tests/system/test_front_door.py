@@ -119,7 +119,8 @@ async def test_a_loopback_name_on_another_port_is_served(front: Front) -> None:
 
 async def test_clients_without_origin_are_served(front: Front) -> None:
     http = httpx2.AsyncClient(timeout=WAIT)
-    async with Client(streamable_http_client(front.stack.mcp_url, http_client=http), mode="legacy") as client:
+    transport = streamable_http_client(front.stack.mcp_url, http_client=http)
+    async with http, Client(transport, mode="legacy") as client:
         found = await client.call_tool("find_tool", {"tool_description": "cocktail recipes"})
     assert not found.is_error
 

@@ -66,7 +66,7 @@ def value(samples: Samples, name: str, **labels: str) -> float:
 async def use_both_tools(stack: Stack) -> None:
     """One find_tool, one call_tool that works and one for a tool that does not exist."""
     http = httpx2.AsyncClient()
-    async with Client(streamable_http_client(stack.mcp_url, http_client=http), mode="legacy") as client:
+    async with http, Client(streamable_http_client(stack.mcp_url, http_client=http), mode="legacy") as client:
         found = await client.call_tool("find_tool", {"tool_description": "cocktails with lime"})
         assert not found.is_error
         called = await client.call_tool(

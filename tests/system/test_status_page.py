@@ -138,7 +138,7 @@ async def session(url: str, finds: int) -> AsyncIterator[str]:
             seen.add(session_id)
 
     http = httpx2.AsyncClient(timeout=WAIT, event_hooks={"response": [note]})
-    async with Client(streamable_http_client(f"{url}/mcp", http_client=http), mode="legacy") as client:
+    async with http, Client(streamable_http_client(f"{url}/mcp", http_client=http), mode="legacy") as client:
         for _ in range(finds):
             found = await client.call_tool("find_tool", {"tool_description": "a cocktail recipe with rum"})
             assert not found.is_error
