@@ -19,24 +19,11 @@ import logging
 import sys
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
-from typing import Any, TypedDict
+from typing import TypedDict
 
 import anyio
 import httpx2
-from mcp.server.caching import CacheHint
-from mcp.server.lowlevel.server import Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
-from mcp_types import (
-    CallToolRequestParams,
-    CompleteRequestParams,
-    GetPromptRequestParams,
-    PaginatedRequestParams,
-    ReadResourceRequestParams,
-    SetLevelRequestParams,
-    SubscribeRequestParams,
-    SubscriptionsListenRequestParams,
-    UnsubscribeRequestParams,
-)
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -50,6 +37,7 @@ from router.errors import AuthConfigError
 from router.frontdoor.auth import AnonymousAuthenticator, configured_authenticator
 from router.frontdoor.bodies import DRAIN_FACTOR
 from router.frontdoor.direct_calls import DirectCalls
+from router.frontdoor.mcp_server import build_server
 from router.frontdoor.origins import HostPolicy, OriginGuard
 from router.frontdoor.resource_metadata import ResourceMetadata
 from router.frontdoor.server import ShutdownGuard, router_server
@@ -61,7 +49,6 @@ from router.handlers.listens import Listens
 from router.handlers.log_levels import LogLevels
 from router.handlers.meta_tools import MetaTools
 from router.handlers.notifications import Notifications
-from router.handlers.passthrough import PassThroughMiddleware, holding
 from router.handlers.prompts import Prompts
 from router.handlers.resources import Resources
 from router.link.indexer_client import IndexerClient
@@ -76,80 +63,9 @@ from router.upstream.session_wide.backend_requests import BackendRequests
 from router.upstream.session_wide.backend_streams import BackendStreams
 from router.upstream.wire.pools import BackendPools
 from toolsearch.config import Config
-from toolsearch.outgoing import VERSION
 from toolsearch.transport import ChannelSecurity, TransportConfigError, channel_security
 
 logger = logging.getLogger(__name__)
-
-INSTRUCTIONS = (
-    "This server fronts many tools through two: find_tool searches them by what you need done and "
-    "returns the best matches with their input schemas; call_tool runs one of them by name."
-)
-# The two meta-tools never change while the router runs, so clients may keep the list a while.
-_TOOLS_LIST_HINT = CacheHint(ttl_ms=600_000, scope="public")
-# Resources and prompts are the session's backends', which health changes at any moment: stale at
-# once, and never shared across callers.
-_SESSION_HINT = CacheHint(ttl_ms=0, scope="private")
-
-
-def build_server(
-    tools: MetaTools,
-    metrics: RouterMetrics | None = None,
-    resources: Resources | None = None,
-    prompts: Prompts | None = None,
-    logs: LogLevels | None = None,
-    listens: Listens | None = None,
-) -> Server[Any]:
-    """The MCP server behind `/mcp`: `tools/list` and `tools/call` answered by the meta-tools, and,
-    with `resources` and `prompts`, the resource, prompt and completion methods over the session's
-    backends, with `logs`, `logging/setLevel`, and with `listens`, 2026-07-28 `subscriptions/listen`
-    (each of which the SDK then advertises in its capabilities).
-
-    With `metrics`, every `tools/call` is counted and timed.
-    """
-    server: Server[Any] = Server(
-        "toolsearch",
-        version=VERSION,
-        instructions=INSTRUCTIONS,
-        cache_hints={
-            "tools/list": _TOOLS_LIST_HINT,
-            "resources/list": _SESSION_HINT,
-            "resources/templates/list": _SESSION_HINT,
-            "resources/read": _SESSION_HINT,
-            "prompts/list": _SESSION_HINT,
-        },
-        get_tool_input_schema=tools.input_schema,
-        on_list_tools=tools.list_tools,
-    )
-    # Registered directly so the handler may return the wire dict it built (find_tool's answer).
-    handler = metrics.observe_tool_calls(tools.call_tool) if metrics is not None else tools.call_tool
-    # a backend's result is answered as it came, around the SDK's shaping (router/handlers/passthrough.py)
-    server.middleware.append(PassThroughMiddleware())
-    server.add_request_handler(
-        "tools/call", CallToolRequestParams, holding(AccessLog.observe_tool_calls(handler))
-    )
-    # Registered directly too: the backends' entries and results pass through as the wire had them.
-    if resources is not None:
-        server.add_request_handler("resources/list", PaginatedRequestParams, resources.list_resources)
-        server.add_request_handler(
-            "resources/templates/list", PaginatedRequestParams, resources.list_templates
-        )
-        server.add_request_handler("resources/read", ReadResourceRequestParams, holding(resources.read))
-        server.add_request_handler(
-            "resources/subscribe", SubscribeRequestParams, holding(resources.subscribe)
-        )
-        server.add_request_handler(
-            "resources/unsubscribe", UnsubscribeRequestParams, holding(resources.unsubscribe)
-        )
-    if prompts is not None:
-        server.add_request_handler("prompts/list", PaginatedRequestParams, prompts.list_prompts)
-        server.add_request_handler("prompts/get", GetPromptRequestParams, holding(prompts.get_prompt))
-        server.add_request_handler("completion/complete", CompleteRequestParams, prompts.complete)
-    if logs is not None:
-        server.add_request_handler("logging/setLevel", SetLevelRequestParams, logs.set_level)
-    if listens is not None:
-        server.add_request_handler("subscriptions/listen", SubscriptionsListenRequestParams, listens.listen)
-    return server
 
 
 class RouterState(TypedDict):
