@@ -4,7 +4,7 @@ The router names the tools to pin as `BACKEND/TOOL` or `BACKEND/*` (a backend id
 name at that backend) and asks the indexer (`PinnedTools`) for the session's tools that match. The
 set comes from the last listing of every backend the session may use, down or not (a listing is
 kept while its backend is down), so that a health change never changes it (docs/router.md). The
-tools are named as the session's catalog names them (`indexer/sessions/catalogs.py`, `advertised`):
+tools are named as the session's catalog names them (`indexer/sessions/catalogs.py`, `named_tools`):
 the name a client sees in `tools/list` is the one find_tool shows and call_tool resolves.
 
 The answer is a list of `Tool`, plain values: indexer/api/messages.py turns them into the wire's
@@ -17,7 +17,7 @@ from collections.abc import Iterable
 
 from indexer.backends.registry import Registry
 from indexer.retrieval.tools import Tool
-from indexer.sessions.catalogs import advertised
+from indexer.sessions.catalogs import named_tools
 from indexer.sessions.views import LiveSession
 from indexer.state.listings import Listing
 from toolsearch.sections.indexer_settings import Naming
@@ -35,6 +35,6 @@ def pinned(session: LiveSession, registry: Registry, patterns: Iterable[str], na
             listings[backend_id] = listing
     return [
         tool
-        for tool in advertised(listings, naming)
+        for tool in named_tools(listings, naming)
         if any(backend == tool.backend_id and name in ("*", tool.original_name) for backend, name in wanted)
     ]

@@ -27,7 +27,7 @@ logger = logging.getLogger(__name__)
 _MEMO = 64  # catalogs remembered by the digests of the listings they come from
 
 
-def advertised(listings: Mapping[str, Listing], naming: Naming) -> list[Tool]:
+def named_tools(listings: Mapping[str, Listing], naming: Naming) -> list[Tool]:
     """The listings' tools under the names the configured naming gives them together: the one rule
     for a session's catalog and for the tools it pins (indexer/api/pinned.py)."""
     tools = {b: listing.tools for b, listing in listings.items()}
@@ -75,7 +75,7 @@ class Catalogs:
         key: CatalogRef = tuple(digests)
         catalog = self._memo.get(key)
         if catalog is None:
-            tools = advertised(listings, self._naming)
+            tools = named_tools(listings, self._naming)
             catalog = Catalog(tuple(listings.values()), tools, fingerprint(tools), key)
             self._memo[key] = catalog
             if len(self._memo) > _MEMO:
@@ -107,7 +107,7 @@ class Catalogs:
         found = await self._store.get(digest for _, digest in refs)
         if any(digest not in found for _, digest in refs):
             return None
-        tools = advertised({backend: found[digest] for backend, digest in refs}, self._naming)
+        tools = named_tools({backend: found[digest] for backend, digest in refs}, self._naming)
         actual = fingerprint(tools)
         if actual != key:
             # replicas that name tools differently (another naming configuration) cannot share versions
