@@ -21,7 +21,7 @@ from toolsearch.catalog import argument_problem, input_validator, load_catalog
 
 
 @dataclass(frozen=True)
-class Catalogs:
+class RunCatalogs:
     """The catalog files of a run."""
 
     large: CatalogFile
@@ -30,7 +30,7 @@ class Catalogs:
     extra: tuple[CatalogFile, CatalogFile]  # JWT-protected catalogs of two teams (memory part)
 
     @classmethod
-    def write(cls, plan: Plan, folder: Path) -> Catalogs:
+    def write(cls, plan: Plan, folder: Path) -> RunCatalogs:
         tools, meta, size = STABLETOOLBENCH / "tools.jsonl", METATOOL / "tools.jsonl", plan.extra_tools
         return cls(
             large=slice_catalog(tools, folder / "large.jsonl", plan.large_tools),
@@ -62,7 +62,7 @@ def started(stack: Stack, seconds: float, catalog: CatalogFile) -> dict[str, Any
     }
 
 
-def advertised(stack: Stack) -> int:
+def advertised_backends(stack: Stack) -> int:
     """How many backends the indexer advertises now (healthy or degraded)."""
     status = fetch(stack.indexer_address, timeout=60)
     return sum(1 for b in status.backends if b.status in ("healthy", "degraded"))

@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from commands.bench.catalogs import Catalogs, advertised, call_target, started
+from commands.bench.catalogs import RunCatalogs, advertised_backends, call_target, started
 from commands.bench.common import CatalogFile, CpuMeter, QueryPool
 from commands.bench.embedding import cold_build, restart_in_process
 from commands.bench.first_run import make_run_from_clone
@@ -62,7 +62,7 @@ class Run:
         self.embedders = embedders
         self.kind = next(iter(embedders))
         self.embedder = embedders[self.kind]
-        self.catalogs = Catalogs.write(plan, work)
+        self.catalogs = RunCatalogs.write(plan, work)
         self.pools = {name: QueryPool(name) for name in QUERY_SETS}
         # handed out up front, so the floor and the single client share theirs and nothing repeats
         self.queries = {
@@ -188,7 +188,7 @@ class Run:
             "timeout_seconds": defaults.timeout,
             "max_concurrent_probes": defaults.max_concurrent_probes,
             "backends": len(self.catalogs.large.servers) + 2,
-            "backends_advertised_after": advertised(stack),
+            "backends_advertised_after": advertised_backends(stack),
             **meter.stop(),
         }
 
@@ -284,7 +284,7 @@ class Run:
                         return floor_once(embedder, version, query)[0]
 
                 run = await find_tool_load(stack.mcp_url, queries, warmup, pids, beside)
-                run["backends_advertised_after"] = advertised(stack)
+                run["backends_advertised_after"] = advertised_backends(stack)
                 runs[str(clients)] = run
             # the target's ratio is against the floor measured beside the router, query by query
             runs["single_client_p50_over_floor_p50"] = round(

@@ -74,7 +74,7 @@ MAX_BACKENDS = 32  # backends one listen reads
 
 
 @dataclass
-class Plan:
+class ListenPlan:
     """What one listen asks of which backend, what it honors, and the client's name of each URI."""
 
     honored: SubscriptionFilter = field(default_factory=SubscriptionFilter)
@@ -170,9 +170,9 @@ class Listens:
             if left:
                 self._by_session[session_id] = left
 
-    async def plan(self, reach: Reach, wanted: SubscriptionFilter) -> Plan:
+    async def plan(self, reach: Reach, wanted: SubscriptionFilter) -> ListenPlan:
         """What a listen asks of which of the session's backends, and what it can honour."""
-        plan = Plan()
+        plan = ListenPlan()
         honored_uris: list[str] = []
         for uri in wanted.resource_subscriptions or []:
             try:
@@ -216,7 +216,7 @@ class Listens:
         return plan
 
     async def _run(
-        self, ctx: ServerRequestContext[Any, Any], caller: Caller, plan: Plan, meta: Mapping[str, Any]
+        self, ctx: ServerRequestContext[Any, Any], caller: Caller, plan: ListenPlan, meta: Mapping[str, Any]
     ) -> None:
         """Listen to the plan's backends and write what they send until one's stream ends, the
         router stops, or the client goes (cancelled)."""
