@@ -9,16 +9,15 @@ at each of MCP's eight levels at or above the level its session set (`logging/se
 them when none was set), and answers `level: <that level, or unset>`. It offers one resource,
 `asking://note`, which a session may subscribe to; the tool `touch` changes it, and sends each
 session subscribed to it `notifications/resources/updated` and a log message, outside the call (on
-that session's standalone stream), answering `told N`. Reading its other resource,
-`asking://asked`, and getting its prompt `ask` ask the client to sample too, during the read or the
-prompt, and carry the same answer. The tool `roots` answers how many times its
-session's client said its roots changed (`notifications/roots/list_changed`), and `last` how its
-session's last `ask` ended (even one whose answer nobody read); `ask_twice` asks two questions,
-one after the other, and answers both answers. The tool `grow` adds the tool
-`sprout` to its list and tells its session so (`notifications/tools/list_changed`, on the
-session's standalone stream), answering `grown`. It speaks the
-initialize handshake only
-(server/discover is refused), with a session per client, as most servers people run do.
+that session's standalone stream; its `mark` argument, if any, named in the line), answering
+`told N`. Reading its other resource, `asking://asked`, and getting its prompt `ask` ask the client to
+sample too, during the read or the prompt, and carry the same answer. The tool `roots` answers how
+many times its session's client said its roots changed (`notifications/roots/list_changed`), and
+`last` how its session's last `ask` ended (even one whose answer nobody read); `ask_twice` asks two
+questions, one after the other, and answers both answers. The tool `grow` adds the tool `sprout` to
+its list and tells its session so (`notifications/tools/list_changed`, on the session's standalone
+stream), answering `grown`. It speaks the initialize handshake only (server/discover is refused),
+with a session per client, as most servers people run do.
 """
 
 from __future__ import annotations
@@ -98,9 +97,12 @@ async def call_tool(
         await ctx.session.send_tool_list_changed()  # no request id: on the standalone stream
         return types.CallToolResult(content=[types.TextContent(type="text", text="grown")])
     if params.name == "touch":
+        # a `mark` argument names this touch in its log line, so a reader can tell when it got that far
+        mark = (params.arguments or {}).get("mark")
+        line = f"the note changed ({mark})" if mark else "the note changed"
         for session in list(_subscribed.values()):  # on each one's standalone stream: no request id
             await session.send_resource_updated(NOTE)
-            await session.send_log_message("notice", "the note changed", "asking")
+            await session.send_log_message("notice", line, "asking")
         return types.CallToolResult(content=[types.TextContent(type="text", text=f"told {len(_subscribed)}")])
     if params.name == "ask_twice":
         first, second = await _sample(ctx, "first?"), await _sample(ctx, "second?")
