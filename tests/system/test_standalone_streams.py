@@ -23,6 +23,7 @@ from router.frontdoor.streams.standalone import MAX_PER_SESSION
 from tests.support.asking import asking_replicas
 from tests.support.clients import RawClient, listening, until
 from tests.support.routers import LightStack, another_router
+from tests.support.waits import wait_for
 
 NOTE = "asking://note"
 
@@ -53,6 +54,8 @@ async def test_a_subscribed_resources_update_reaches_the_stream_held_on_another_
                 return any(m["method"] == "notifications/resources/updated" for m in stream.messages)
 
             await until(updated, "a resource update on the stream held on the other replica")
+            # the touch's log line comes after its update, on the same stream
+            await wait_for(lambda: any(m["method"] == "notifications/message" for m in stream.messages))
             status, answers = await client.request(other, "resources/unsubscribe", {"uri": NOTE})
             assert status == 200, answers
             told = await client.call(other, "touch", {})
