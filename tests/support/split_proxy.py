@@ -7,8 +7,9 @@
         ...  # and a call's stream is cut after two messages: its resumption reaches `second`
 
 What a load balancer may do to a client that answers a request of the server: its POST carrying the
-answer lands on another replica than the one whose stream carried the request. Everything else
-(requests, notifications, GET and DELETE) goes to the first replica, headers and bodies as they
+answer (a JSON-RPC response, or a 2026-07-28 request retried with `inputResponses` or
+`requestState`) lands on another replica than the one that asked. Everything else (requests,
+notifications, GET and DELETE) goes to the first replica, headers and bodies as they
 came (the Host header too, which a router on loopback allows at any port), answers streamed back
 as they arrive. It runs in a thread of the test process, under uvicorn, on a loopback port.
 
@@ -33,24 +34,31 @@ START_TIMEOUT = 10.0
 _HOP_BY_HOP = {b"connection", b"keep-alive", b"transfer-encoding", b"content-length"}
 
 
-def _is_answer(body: bytes) -> bool:
+def _answering(body: bytes) -> str:
+    """ "answer" for a response to a request of the server, "retry" for a 2026-07-28 request retried
+    with answers to its round (or the state it was given), else ""."""
     try:
         message = json.loads(body)
     except ValueError:
-        return False
-    return (
-        isinstance(message, dict) and "method" not in message and ("result" in message or "error" in message)
-    )
+        return ""
+    if not isinstance(message, dict):
+        return ""
+    if "method" not in message:
+        return "answer" if "result" in message or "error" in message else ""
+    params = message.get("params")
+    retried = isinstance(params, dict) and ("inputResponses" in params or "requestState" in params)
+    return "retry" if retried else ""
 
 
 class SplitProxy:
-    """The ASGI app: posted answers to `second`, everything else to `first` (both base URLs)."""
+    """The ASGI app: posted answers and retries to `second`, everything else to `first` (both base URLs)."""
 
     def __init__(self, first: str, second: str, cut_after: int | None = None) -> None:
         self.first = first
         self.second = second
         self.cut_after = cut_after
         self.answers = 0  # answers sent to the second replica
+        self.retries = 0  # 2026-07-28 retries sent to the second replica
         self.cuts = 0  # streams cut short
         self.resumptions = 0  # GETs with Last-Event-ID sent to the second replica
 
@@ -64,8 +72,11 @@ class SplitProxy:
             if not message.get("more_body", False):
                 break
         base = self.first
-        if scope["method"] == "POST" and _is_answer(body):
+        answering = _answering(body) if scope["method"] == "POST" else ""
+        if answering == "answer":
             base, self.answers = self.second, self.answers + 1
+        elif answering == "retry":
+            base, self.retries = self.second, self.retries + 1
         resumes = any(k.lower() == b"last-event-id" for k, _ in scope["headers"])
         if scope["method"] == "GET" and resumes and self.cut_after is not None:
             base, self.resumptions = self.second, self.resumptions + 1

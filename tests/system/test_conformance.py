@@ -4,19 +4,19 @@ The suite's server scenarios of both requirement sets (2025-11-25 and 2026-07-28
 project's conformance test server (tests/support/conformance_server.py) directly, and through
 toolsearch: an indexer and a router as processes, the test server their one backend besides a small
 catalog, every one of its tools pinned (`router.pinned: ["conf/*"]`) so that the suite reaches its
-tools, resources and prompts through the router. And twice more through replicas and the bridge:
-the same server over stdio behind the bridge, two indexers sharing a Redis and two routers, the
-suite's client talking to the first router while each answer it posts (to a backend's request of
-it) reaches the second (tests/support/split_proxy.py); once with the stdio backend as configured by
-default (the bridge speaks the handshake era to it), once configured as a 2026-07-28 server
-(`protocol: 2026-07-28`, held to that requirement set), and once with `isolation: per_session`
-(a process per backend session), on the input-required scenarios. The same server on the
-TypeScript SDK (tests/servers/conformance-server.mjs, 2025-11-25 only) goes through one router, and
-over stdio through the replicas and the bridge: the relays are the protocol's, not one SDK's. Every
-scenario that passes directly must pass through toolsearch each way; those that cannot are strict
-xfails, each naming why (only through the bridge to a handshake-era stdio server), so the list
-shrinks as the gateway learns. The runs go at once, but each bridge's in turn, and the 2026-07-28
-bridge's last; docs/gateway.md records the counts.
+tools, resources and prompts through the router. And through replicas: two indexers sharing a Redis
+and two routers, the suite's client talking to the first router while each answer it posts (to a
+backend's request of it) reaches the second (tests/support/split_proxy.py), with the same server
+over HTTP behind them, and over stdio behind the bridge: once with the stdio backend as configured
+by default (the bridge speaks the handshake era to it), once configured as a 2026-07-28 server
+(`protocol: 2026-07-28`, held to that requirement set), and once with `isolation: per_session` (a
+process per backend session), on the input-required scenarios. The same server on the TypeScript SDK
+(tests/servers/conformance-server.mjs, 2025-11-25 only) goes through one router, and over stdio
+through the replicas and the bridge: the relays are the protocol's, not one SDK's. Every scenario
+that passes directly must pass through toolsearch each way; those that cannot are strict xfails,
+each naming why (only through the bridge to a handshake-era stdio server), so the list shrinks as
+the gateway learns. The runs go at once, but each bridge's in turn, and the 2026-07-28 bridge's and
+the HTTP server's behind the replicas last, alone; docs/gateway.md records the counts.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx2
 import pytest
@@ -59,14 +60,15 @@ pytestmark = pytest.mark.skipif(missing() is not None, reason=missing() or "")
 # What toolsearch does not relay yet, by requirement set and scenario: a strict xfail each
 NOT_RELAYED: dict[tuple[str, str], str] = {}
 
-BRIDGED = "replicas and the bridge"  # the target of two routers and the bridge
+REPLICAS = "replicas"  # the server over HTTP behind two routers, two indexers and Redis
+BRIDGED = "replicas and the bridge"  # the same, the server over stdio behind the bridge
 BRIDGED_MODERN = "replicas and a 2026-07-28 bridge"  # the same, the bridge speaking 2026-07-28 to its server
 BRIDGED_PER_SESSION = "replicas and a per_session bridge"  # the same, a process for each backend session
 # the same server on the TypeScript SDK: directly, through one router, and over stdio through the bridge
 TYPESCRIPT = "typescript"
 TYPESCRIPT_THROUGH = "toolsearch to typescript"
 TYPESCRIPT_BRIDGED = "replicas and the bridge to typescript"
-ONE_AT_A_TIME = (BRIDGED, BRIDGED_MODERN, BRIDGED_PER_SESSION, TYPESCRIPT_BRIDGED)  # runs in turn
+ONE_AT_A_TIME = (REPLICAS, BRIDGED, BRIDGED_MODERN, BRIDGED_PER_SESSION, TYPESCRIPT_BRIDGED)  # in turn
 # the requirement sets each target is held to: a stdio backend configured as a 2026-07-28 server is
 # spoken to in that protocol only, which has no requests of the client and no resources/subscribe,
 # so what the 2025-11-25 set asks of those is not the gateway's to give (docs/gateway.md); the
@@ -216,9 +218,8 @@ def conformance_server() -> Iterator[str]:
         yield url
 
 
-@contextmanager
-def _in_front_of(folder: Path, server: str) -> Iterator[Stack]:
-    """An indexer and a router as processes, `server` their one backend beside a small catalog,
+def _fronting(folder: Path, server: str) -> tuple[Path, dict[str, Any]]:
+    """A small catalog in `folder`, and the configuration that adds `server` (over HTTP) beside it,
     pinned whole so that the suite reaches its tools, resources and prompts through the router."""
     catalog = folder / "catalog.jsonl"
     small_catalog(catalog)
@@ -226,6 +227,13 @@ def _in_front_of(folder: Path, server: str) -> Iterator[Stack]:
         "backends": [{"id": "conf", "url": server.replace("localhost", "127.0.0.1")}],
         "router": {"pinned": ["conf/*"]},
     }
+    return catalog, extra
+
+
+@contextmanager
+def _in_front_of(folder: Path, server: str) -> Iterator[Stack]:
+    """An indexer and a router as processes, `server` their one backend beside a small catalog."""
+    catalog, extra = _fronting(folder, server)
     with running_stack(folder, catalog=catalog, extra=extra) as stack:
         yield stack
 
@@ -257,12 +265,23 @@ def _replicas_and_bridge(
         "isolation": isolation,
         "timeout": BRIDGED_TIMEOUT,
     }
-    with running_redis(folder / "redis") as redis, running_bridge(folder, [stdio]) as bridge:
+    with running_bridge(folder, [stdio]) as bridge:
         extra = {
             "bridge": yaml.safe_load(bridge.config_path.read_text())["bridge"],
             "backends": [stdio],
             "router": {"pinned": ["conf/*"]},  # a loopback router answers to localhost at any port
         }
+        with _replicas(folder, catalog, extra, protocol) as target:
+            yield target
+
+
+@contextmanager
+def _replicas(
+    folder: Path, catalog: Path, extra: dict[str, Any], protocol: str
+) -> Iterator[tuple[str, SplitProxy]]:
+    """Two indexers over Redis and two routers configured with `extra`, and a proxy that sends the
+    client's answers to the second router; the proxy's MCP URL, once a call went all the way."""
+    with running_redis(folder / "redis") as redis:
         env = {"TOOLSEARCH_INDEXER_STATE": redis.url}
         with running_stack(folder, catalog=catalog, extra=extra, routers=2, replicas=2, env=env) as stack:
             first, second = stack.router_urls
@@ -282,6 +301,17 @@ async def _first_call(url: str, protocol: str) -> None:
     ):
         result = await client.call_tool("test_simple_text", {})
     assert not result.is_error, result
+
+
+@pytest.fixture(scope="module")
+def replicas(
+    tmp_path_factory: pytest.TempPathFactory, conformance_server: str
+) -> Iterator[tuple[str, SplitProxy]]:
+    """The server over HTTP, as `gateway` has it, behind the replicas."""
+    folder = tmp_path_factory.mktemp("conformance-http-replicas")
+    catalog, extra = _fronting(folder, conformance_server)
+    with _replicas(folder, catalog, extra, "2025-11-25") as target:
+        yield target
 
 
 @pytest.fixture(scope="module")
@@ -330,6 +360,7 @@ def results(
     tmp_path_factory: pytest.TempPathFactory,
     conformance_server: str,
     gateway: Stack,
+    replicas: tuple[str, SplitProxy],
     replicas_and_bridge: tuple[str, SplitProxy],
     replicas_and_modern_bridge: tuple[str, SplitProxy],
     replicas_and_per_session_bridge: tuple[str, SplitProxy],
@@ -341,6 +372,7 @@ def results(
     targets = {
         "direct": conformance_server,
         "toolsearch": gateway.mcp_url.replace("127.0.0.1", "localhost"),
+        REPLICAS: replicas[0],
         BRIDGED: replicas_and_bridge[0],
         BRIDGED_MODERN: replicas_and_modern_bridge[0],
         BRIDGED_PER_SESSION: replicas_and_per_session_bridge[0],
@@ -384,6 +416,7 @@ def results(
         # last, alone: server-stateless gives one of its calls 500 ms in all, which the longest way
         # (the proxy, two routers, the bridge, the pipe) must not spend waiting for the other runs
         results.update(await one_by_one(BRIDGED_MODERN))
+        results.update(await one_by_one(REPLICAS))  # the proxy and two routers: alone too
         return results
 
     return asyncio.run(all_runs())
@@ -392,6 +425,7 @@ def results(
 # each way through toolsearch, and what does not pass that way yet
 THROUGH: dict[str, dict[tuple[str, str], str]] = {
     "toolsearch": NOT_RELAYED,
+    REPLICAS: NOT_RELAYED,
     BRIDGED: BRIDGE_NOT_RELAYED,
     BRIDGED_MODERN: NOT_RELAYED,
     BRIDGED_PER_SESSION: PER_SESSION_NOT_RELAYED,
@@ -466,7 +500,12 @@ def test_the_pending_sse_polling_scenario_passes_directly_and_through_toolsearch
 
 
 def test_the_clients_answers_went_to_the_other_replica(
-    results: Results, replicas_and_bridge: tuple[str, SplitProxy]
+    results: Results,
+    replicas: tuple[str, SplitProxy],
+    replicas_and_bridge: tuple[str, SplitProxy],
+    replicas_and_modern_bridge: tuple[str, SplitProxy],
 ) -> None:
-    _, proxy = replicas_and_bridge
-    assert proxy.answers >= 4  # sampling, elicitation and its two variants, at least: all relayed
+    for _, proxy in (replicas, replicas_and_bridge):
+        assert proxy.answers >= 4  # sampling, elicitation and its two variants, at least: all relayed
+    for _, proxy in (replicas, replicas_and_modern_bridge):
+        assert proxy.retries >= 10  # a retry of each input-required scenario, at least
