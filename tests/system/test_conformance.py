@@ -6,17 +6,18 @@ toolsearch: an indexer and a router as processes, the test server their one back
 catalog, every one of its tools pinned (`router.pinned: ["conf/*"]`) so that the suite reaches its
 tools, resources and prompts through the router. And through replicas: two indexers sharing a Redis
 and two routers, the suite's client talking to the first router while each answer it posts (to a
-backend's request of it) reaches the second (tests/support/split_proxy.py), with the same server
-over HTTP behind them, and over stdio behind the bridge: once with the stdio backend as configured
-by default (the bridge speaks the handshake era to it), once configured as a 2026-07-28 server
-(`protocol: 2026-07-28`, held to that requirement set), and once with `isolation: per_session` (a
-process per backend session), on the input-required scenarios. The same server on the TypeScript SDK
-(tests/servers/conformance-server.mjs, 2025-11-25 only) goes through one router, and over stdio
-through the replicas and the bridge: the relays are the protocol's, not one SDK's. Every scenario
-that passes directly must pass through toolsearch each way; those that cannot are strict xfails,
-each naming why (only through the bridge to a handshake-era stdio server), so the list shrinks as
-the gateway learns. The runs go at once, but each bridge's in turn, and the 2026-07-28 bridge's and
-the HTTP server's behind the replicas last, alone; docs/gateway.md records the counts.
+backend's request of it), and each 2026-07-28 request it retries with answers, reaches the second
+(tests/support/split_proxy.py), with the same server over HTTP behind them, and over stdio behind
+the bridge: once with the stdio backend as configured by default (the bridge speaks the handshake
+era to it), once configured as a 2026-07-28 server (`protocol: 2026-07-28`, held to that requirement
+set), and once with `isolation: per_session` (a process per backend session), on the input-required
+scenarios. The same server on the TypeScript SDK (tests/servers/conformance-server.mjs, 2025-11-25
+only) goes through one router, through the replicas over HTTP, and over stdio through the replicas
+and the bridge: the relays are the protocol's, not one SDK's. Every scenario that passes directly
+must pass through toolsearch each way; those that cannot are strict xfails, each naming why (only
+through the bridge to a handshake-era stdio server), so the list shrinks as the gateway learns. The
+runs go at once, but each bridge's in turn, and the 2026-07-28 bridge's and the HTTP servers' behind
+the replicas last, alone; docs/gateway.md records the counts.
 """
 
 from __future__ import annotations
@@ -67,8 +68,17 @@ BRIDGED_PER_SESSION = "replicas and a per_session bridge"  # the same, a process
 # the same server on the TypeScript SDK: directly, through one router, and over stdio through the bridge
 TYPESCRIPT = "typescript"
 TYPESCRIPT_THROUGH = "toolsearch to typescript"
+TYPESCRIPT_REPLICAS = "replicas to typescript"
 TYPESCRIPT_BRIDGED = "replicas and the bridge to typescript"
-ONE_AT_A_TIME = (REPLICAS, BRIDGED, BRIDGED_MODERN, BRIDGED_PER_SESSION, TYPESCRIPT_BRIDGED)  # in turn
+# run in turn, not beside the others
+ONE_AT_A_TIME = (
+    REPLICAS,
+    BRIDGED,
+    BRIDGED_MODERN,
+    BRIDGED_PER_SESSION,
+    TYPESCRIPT_REPLICAS,
+    TYPESCRIPT_BRIDGED,
+)
 # the requirement sets each target is held to: a stdio backend configured as a 2026-07-28 server is
 # spoken to in that protocol only, which has no requests of the client and no resources/subscribe,
 # so what the 2025-11-25 set asks of those is not the gateway's to give (docs/gateway.md); the
@@ -79,10 +89,11 @@ HELD_TO: dict[str, tuple[str, ...]] = {
     BRIDGED_PER_SESSION: ("2026-07-28",),
     TYPESCRIPT: HANDSHAKE_ONLY,
     TYPESCRIPT_THROUGH: HANDSHAKE_ONLY,
+    TYPESCRIPT_REPLICAS: HANDSHAKE_ONLY,
     TYPESCRIPT_BRIDGED: HANDSHAKE_ONLY,
 }
 # what each way through toolsearch is compared with: the same server, directly
-DIRECT = {TYPESCRIPT_THROUGH: TYPESCRIPT, TYPESCRIPT_BRIDGED: TYPESCRIPT}
+DIRECT = {TYPESCRIPT_THROUGH: TYPESCRIPT, TYPESCRIPT_REPLICAS: TYPESCRIPT, TYPESCRIPT_BRIDGED: TYPESCRIPT}
 
 # What does not pass through the bridge to a stdio backend of the default protocol, besides. The
 # bridge speaks the handshake era to it, so the server asks on the call's stream where a 2026-07-28
@@ -303,14 +314,21 @@ async def _first_call(url: str, protocol: str) -> None:
     assert not result.is_error, result
 
 
+@contextmanager
+def _replicas_in_front_of(folder: Path, server: str) -> Iterator[tuple[str, SplitProxy]]:
+    """`server` over HTTP, as `_in_front_of` has it, behind the replicas."""
+    catalog, extra = _fronting(folder, server)
+    with _replicas(folder, catalog, extra, "2025-11-25") as target:
+        yield target
+
+
 @pytest.fixture(scope="module")
 def replicas(
     tmp_path_factory: pytest.TempPathFactory, conformance_server: str
 ) -> Iterator[tuple[str, SplitProxy]]:
-    """The server over HTTP, as `gateway` has it, behind the replicas."""
-    folder = tmp_path_factory.mktemp("conformance-http-replicas")
-    catalog, extra = _fronting(folder, conformance_server)
-    with _replicas(folder, catalog, extra, "2025-11-25") as target:
+    with _replicas_in_front_of(
+        tmp_path_factory.mktemp("conformance-http-replicas"), conformance_server
+    ) as target:
         yield target
 
 
@@ -348,6 +366,14 @@ def typescript_gateway(tmp_path_factory: pytest.TempPathFactory, typescript_serv
 
 
 @pytest.fixture(scope="module")
+def typescript_replicas(
+    tmp_path_factory: pytest.TempPathFactory, typescript_server: str
+) -> Iterator[tuple[str, SplitProxy]]:
+    with _replicas_in_front_of(tmp_path_factory.mktemp("typescript-replicas"), typescript_server) as target:
+        yield target
+
+
+@pytest.fixture(scope="module")
 def typescript_bridged(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, SplitProxy]]:
     folder = tmp_path_factory.mktemp("typescript-bridged")
     command = typescript_server_args(folder, "stdio")
@@ -356,8 +382,7 @@ def typescript_bridged(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tup
 
 
 @pytest.fixture(scope="module")
-def results(
-    tmp_path_factory: pytest.TempPathFactory,
+def targets(
     conformance_server: str,
     gateway: Stack,
     replicas: tuple[str, SplitProxy],
@@ -366,10 +391,11 @@ def results(
     replicas_and_per_session_bridge: tuple[str, SplitProxy],
     typescript_server: str,
     typescript_gateway: Stack,
+    typescript_replicas: tuple[str, SplitProxy],
     typescript_bridged: tuple[str, SplitProxy],
-) -> Results:
-    """The requirement sets against every target, at once but for the bridges' runs."""
-    targets = {
+) -> dict[str, str]:
+    """Every target's MCP URL, by name."""
+    return {
         "direct": conformance_server,
         "toolsearch": gateway.mcp_url.replace("127.0.0.1", "localhost"),
         REPLICAS: replicas[0],
@@ -378,8 +404,14 @@ def results(
         BRIDGED_PER_SESSION: replicas_and_per_session_bridge[0],
         TYPESCRIPT: typescript_server,
         TYPESCRIPT_THROUGH: typescript_gateway.mcp_url.replace("127.0.0.1", "localhost"),
+        TYPESCRIPT_REPLICAS: typescript_replicas[0],
         TYPESCRIPT_BRIDGED: typescript_bridged[0],
     }
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory: pytest.TempPathFactory, targets: dict[str, str]) -> Results:
+    """The requirement sets against every target, at once but for the bridges' runs."""
 
     async def one_by_one(target: str) -> Results:
         # the bridge's stdio server is one shared process, which cannot tell whose log message is
@@ -417,6 +449,7 @@ def results(
         # (the proxy, two routers, the bridge, the pipe) must not spend waiting for the other runs
         results.update(await one_by_one(BRIDGED_MODERN))
         results.update(await one_by_one(REPLICAS))  # the proxy and two routers: alone too
+        results.update(await one_by_one(TYPESCRIPT_REPLICAS))
         return results
 
     return asyncio.run(all_runs())
@@ -430,6 +463,7 @@ THROUGH: dict[str, dict[tuple[str, str], str]] = {
     BRIDGED_MODERN: NOT_RELAYED,
     BRIDGED_PER_SESSION: PER_SESSION_NOT_RELAYED,
     TYPESCRIPT_THROUGH: NOT_RELAYED,
+    TYPESCRIPT_REPLICAS: NOT_RELAYED,
     TYPESCRIPT_BRIDGED: NOT_RELAYED,
 }
 
@@ -504,8 +538,9 @@ def test_the_clients_answers_went_to_the_other_replica(
     replicas: tuple[str, SplitProxy],
     replicas_and_bridge: tuple[str, SplitProxy],
     replicas_and_modern_bridge: tuple[str, SplitProxy],
+    typescript_replicas: tuple[str, SplitProxy],
 ) -> None:
-    for _, proxy in (replicas, replicas_and_bridge):
+    for _, proxy in (replicas, replicas_and_bridge, typescript_replicas):
         assert proxy.answers >= 4  # sampling, elicitation and its two variants, at least: all relayed
     for _, proxy in (replicas, replicas_and_modern_bridge):
         assert proxy.retries >= 10  # a retry of each input-required scenario, at least
