@@ -35,8 +35,9 @@ _HOP_BY_HOP = {b"connection", b"keep-alive", b"transfer-encoding", b"content-len
 
 
 def _answering(body: bytes) -> str:
-    """ "answer" for a response to a request of the server, "retry" for a 2026-07-28 request retried
-    with answers to its round (or the state it was given), else ""."""
+    """What a posted body is to the proxy: "answer" for a response to a request of the server,
+    "retry" for a 2026-07-28 request retried with answers to its round (or the state it was given),
+    else the empty string."""
     try:
         message = json.loads(body)
     except ValueError:
