@@ -65,7 +65,8 @@ REPLICAS = "replicas"  # the server over HTTP behind two routers, two indexers a
 BRIDGED = "replicas and the bridge"  # the same, the server over stdio behind the bridge
 BRIDGED_MODERN = "replicas and a 2026-07-28 bridge"  # the same, the bridge speaking 2026-07-28 to its server
 BRIDGED_PER_SESSION = "replicas and a per_session bridge"  # the same, a process for each backend session
-# the same server on the TypeScript SDK: directly, through one router, and over stdio through the bridge
+# the same server on the TypeScript SDK: directly, through one router, through the replicas over HTTP,
+# and over stdio through the replicas and the bridge
 TYPESCRIPT = "typescript"
 TYPESCRIPT_THROUGH = "toolsearch to typescript"
 TYPESCRIPT_REPLICAS = "replicas to typescript"
@@ -291,7 +292,8 @@ def _replicas(
     folder: Path, catalog: Path, extra: dict[str, Any], protocol: str
 ) -> Iterator[tuple[str, SplitProxy]]:
     """Two indexers over Redis and two routers configured with `extra`, and a proxy that sends the
-    client's answers to the second router; the proxy's MCP URL, once a call went all the way."""
+    client's answers and retries to the second router; the proxy's MCP URL, once a call went all
+    the way."""
     with running_redis(folder / "redis") as redis:
         env = {"TOOLSEARCH_INDEXER_STATE": redis.url}
         with running_stack(folder, catalog=catalog, extra=extra, routers=2, replicas=2, env=env) as stack:
