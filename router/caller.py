@@ -13,7 +13,8 @@ from typing import Any, Protocol
 
 from starlette.datastructures import Headers
 
-from router.targets import ResolvedTool
+from toolsearch.sessions import Principal
+from toolsearch.targets import ResolvedTool
 
 STATE_KEY = "toolsearch.caller"  # where the session layer leaves the `Caller` in scope["state"]
 # a backend's requests of its client the router relays, by the client capability each needs
@@ -22,14 +23,6 @@ ANSWERABLE = {
     "elicitation/create": "elicitation",
     "roots/list": "roots",
 }
-
-
-@dataclass(frozen=True, slots=True)
-class Principal:
-    """Who is calling: an issuer and a subject. Both empty means anonymous."""
-
-    issuer: str = ""
-    subject: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,9 +1,10 @@
 """find_tool's answer as the client reads it: the tools, whose each one is and how well it matched.
 
-The indexer picks the tools and says how each matched; the router renders the answer with
-`render_answer`, the same JSON as `structuredContent` and as text. `toolsearch eval` renders with it
-too, to count what an answer costs a model. A compact definition (`compact_definition`) keeps what a
-call needs, the name and the whole input schema, and trims the rest.
+The indexer picks the tools and says how each matched (a `Found`, toolsearch/found.py); the router
+renders it with `render_answer`, the same JSON as `structuredContent` and as text. `toolsearch eval`
+renders with it too, to count what an answer costs a model. A compact definition
+(`compact_definition`) keeps what a call needs, the name and the whole input schema, and trims the
+rest.
 """
 
 from __future__ import annotations
@@ -11,16 +12,20 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
 
-CHARS_PER_TOKEN = 4  # as indexer.tools estimates a definition's cost: an estimate, not a bill
+from toolsearch.found import Found, FoundTool, UnavailableBackend
+
+# A rough count of what a text costs a model: about four characters a token for JSON-ish English.
+# It is an estimate for the savings figure, not a bill; a real tokenizer would need the client's
+# model, which neither the router nor the indexer knows.
+CHARS_PER_TOKEN = 4
 COMPACT_DESCRIPTION_CHARS = 200  # of a tool's description in a compact answer
 COMPACT_SERVER_CHARS = 100  # of a server's description in a compact answer
-SERVER_DESCRIPTION_CHARS = 300  # of a server's description in a full answer
+SERVER_DESCRIPTION_CHARS = 300  # of a server's description in a full answer, as the indexer sends it
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s")
 _SPACE = re.compile(r"\s+")
 
@@ -62,80 +67,66 @@ def _words(name: str) -> str:
     )
 
 
-@dataclass(frozen=True, slots=True)
-class AnswerTool:
-    """One tool of an answer: its definition as JSON text, its backend, and its match band."""
-
-    definition_json: str
-    backend_id: str
-    match: str
-
-
-@dataclass(frozen=True, slots=True)
-class AnswerServer:
-    """A server named in an answer: its own title and what it says it is for."""
-
-    title: str = ""
-    description: str = ""
-
-
-@dataclass
-class Answer:
-    """The parts of a find_tool answer, as the indexer sent them."""
-
-    tools: Sequence[AnswerTool]
-    servers: Mapping[str, AnswerServer]
-    token_metrics: Mapping[str, Any]
-    message: str = ""  # why nothing was found, or that every match is weak (nothing fits)
-    unavailable: Sequence[Mapping[str, str]] = field(default_factory=list)
-    compact: bool = False
-
-
-def _server_entry(server: AnswerServer, compact: bool) -> dict[str, str]:
+def _server_entry(tool: FoundTool, compact: bool) -> dict[str, str]:
     entry: dict[str, str] = {}
-    if server.title:
-        entry["title"] = server.title
-    if server.description:
+    if tool.server_title:
+        entry["title"] = tool.server_title
+    if tool.server_description:
         limit = COMPACT_SERVER_CHARS if compact else SERVER_DESCRIPTION_CHARS
-        entry["description"] = trim(server.description, limit)
+        entry["description"] = trim(tool.server_description, limit)
     return entry
 
 
-def render_answer(answer: Answer) -> tuple[dict[str, Any], str]:
-    """The answer's structured content and the same JSON as text.
+def _unavailable_entry(backend: UnavailableBackend) -> dict[str, str]:
+    entry = {"backend": backend.backend_id, "status": backend.status}
+    if backend.server_title:
+        entry["title"] = backend.server_title
+    return entry
+
+
+def _message(found: Found) -> str:
+    """Why nothing was found, or that every match is weak (nothing fits); "" when neither."""
+    if not found.tools:
+        return found.empty_reason or "no tool matched the description"
+    return found.note
+
+
+def render_answer(found: Found, compact: bool = False) -> tuple[dict[str, Any], str]:
+    """A search's answer as the client reads it: its structured content and the same JSON as text.
 
     `tools` holds the MCP definitions as they are, so a client can use each as it would a listed
     tool; `found` says of each, in the same order, its server (the backend id) and its match band,
     and `servers` describes each server named once, rather than in every tool it owns.
     """
-    definitions = [tool.definition_json for tool in answer.tools]
+    definitions = [tool.definition_json for tool in found.tools]
     parsed = [orjson.loads(d) for d in definitions]  # once: the structured tools, and their names
-    found = [
+    entries = [
         {"name": definition.get("name"), "server": tool.backend_id, "match": tool.match}
-        for definition, tool in zip(parsed, answer.tools, strict=True)
+        for definition, tool in zip(parsed, found.tools, strict=True)
     ]
-    named = dict.fromkeys(tool.backend_id for tool in answer.tools)
-    servers = {
-        backend: entry
-        for backend in named
-        if (entry := _server_entry(answer.servers.get(backend, AnswerServer()), answer.compact))
-    }
+    named = {tool.backend_id: tool for tool in found.tools}  # each server as its tools describe it
+    servers = {backend: entry for backend, tool in named.items() if (entry := _server_entry(tool, compact))}
     structured: dict[str, Any] = {"tools": parsed}
     # the definitions arrive as JSON text: join them rather than encode them a second time
     text = '{"tools": [' + ", ".join(definitions) + "]"
-    if found:
-        structured["found"] = found
-        text += ', "found": ' + json.dumps(found, ensure_ascii=False)
+    if entries:
+        structured["found"] = entries
+        text += ', "found": ' + json.dumps(entries, ensure_ascii=False)
     if servers:
         structured["servers"] = servers
         text += ', "servers": ' + json.dumps(servers, ensure_ascii=False)
-    structured["token_metrics"] = dict(answer.token_metrics)
+    metrics = found.token_metrics
+    structured["token_metrics"] = {
+        "baseline_tokens": metrics.baseline_tokens,
+        "returned_tokens": metrics.returned_tokens,
+        "savings_percent": metrics.savings_percent,
+    }
     text += ', "token_metrics": ' + json.dumps(structured["token_metrics"])
-    if answer.message:
-        structured["message"] = answer.message
-        text += ', "message": ' + json.dumps(answer.message, ensure_ascii=False)
-    if answer.unavailable:
-        structured["unavailable"] = [dict(u) for u in answer.unavailable]
+    if message := _message(found):
+        structured["message"] = message
+        text += ', "message": ' + json.dumps(message, ensure_ascii=False)
+    if found.unavailable:
+        structured["unavailable"] = [_unavailable_entry(u) for u in found.unavailable]
         text += ', "unavailable": ' + json.dumps(structured["unavailable"], ensure_ascii=False)
     return structured, text + "}"
 

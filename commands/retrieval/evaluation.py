@@ -19,7 +19,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any, get_args
 
 import numpy as np
 
@@ -42,27 +42,31 @@ from indexer.embedder import DEFAULT_EMBEDDER, EVAL_KINDS, Embedder
 from indexer.retrieval.bands import match_band
 from indexer.retrieval.embeddings import Embeddings
 from indexer.retrieval.query import Query
-from indexer.retrieval.search import Hit, SearchIndex, SearchSettings, build_tool_index
+from indexer.retrieval.search import Hit, Method, SearchIndex, SearchSettings, build_tool_index
 from indexer.retrieval.text import query_texts
 from indexer.retrieval.tools import advertise
 from indexer.state.disk import disk_embeddings
-from toolsearch.answers import Answer, AnswerTool, compact_definition, estimate_tokens, render_answer
+from toolsearch.answers import compact_definition, estimate_tokens, render_answer
 from toolsearch.catalog import EVAL_DATA, CatalogTool, load_catalog
+from toolsearch.found import Found, FoundTool, TokenMetrics
 from toolsearch.sections.indexer_settings import BASE_MODEL_NAME, TUNED_MODEL_NAME
+from toolsearch.sessions import VersionRef
 
-Method = Literal["hybrid", "dense", "lexical"]
 METHODS: tuple[Method, ...] = get_args(Method)
-DATA = EVAL_DATA
 SHIPPED_SETS = {  # name -> (catalog, queries)
-    "stabletoolbench": (DATA / "stabletoolbench" / "tools.jsonl", DATA / "stabletoolbench" / "queries.jsonl"),
-    "metatool multi": (DATA / "metatool" / "tools.jsonl", DATA / "metatool" / "queries_multi.jsonl"),
-    "metatool single": (DATA / "metatool" / "tools.jsonl", DATA / "metatool" / "queries.jsonl"),
-    "mcpbench": (DATA / "mcpbench" / "tools.jsonl", DATA / "mcpbench" / "queries.jsonl"),
-    "mcpbench deps": (DATA / "mcpbench" / "tools.jsonl", DATA / "mcpbench" / "queries_deps.jsonl"),
+    name: (EVAL_DATA / folder / "tools.jsonl", EVAL_DATA / folder / queries)
+    for name, folder, queries in (
+        ("stabletoolbench", "stabletoolbench", "queries.jsonl"),
+        ("metatool multi", "metatool", "queries_multi.jsonl"),
+        ("metatool single", "metatool", "queries.jsonl"),
+        ("mcpbench", "mcpbench", "queries.jsonl"),
+        ("mcpbench deps", "mcpbench", "queries_deps.jsonl"),
+    )
 }
 QUERY_BATCH = 64
 ANSWER_LIMIT = 8  # tools in an answer whose tokens are counted: indexer.search.default_limit's default
-_METRICS = {"baseline_tokens": 0, "returned_tokens": 0, "savings_percent": 0.0}  # a stand-in of its size
+_METRICS = TokenMetrics(0, 0, 0.0)  # a stand-in of its size
+NO_VERSION = VersionRef(0, "")
 
 
 def build_index(
@@ -103,8 +107,8 @@ def answer_tokens(
             tool = by_id[ids[hit.position]]
             definition = compact_definition(tool.definition()) if compact else tool.definition()
             text = json.dumps(definition, ensure_ascii=False, separators=(",", ":"), sort_keys=not compact)
-            entries.append(AnswerTool(text, tool.server_slug[:64], match_band(hit.match)))
-        _, rendered = render_answer(Answer(entries, {}, _METRICS, compact=compact))
+            entries.append(FoundTool(tool.name, tool.server_slug[:64], text, "", "", match_band(hit.match)))
+        _, rendered = render_answer(Found(NO_VERSION, tuple(entries), (), _METRICS), compact)
         counts.append(estimate_tokens(rendered))
     return counts[0], counts[1]
 

@@ -6,8 +6,9 @@ down or rejected its credentials, and one whose every match is weak says plainly
 fits, so that a model does not keep looking for a tool that cannot be had right now. Empty answers
 say why.
 
-The answer is a `Found`, a plain value: indexer/api/messages.py turns it into the wire's
-`FindToolsResponse`, so the search stays free of protobuf.
+The answer is a `Found` (toolsearch/found.py), the value both sides of the link know:
+indexer/api/messages.py turns it into the wire's `FindToolsResponse`, so the search stays free of
+protobuf.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from indexer.backends.registry import Registry
 from indexer.errors import InvalidRequest
@@ -24,16 +24,15 @@ from indexer.retrieval.embeddings import Embeddings
 from indexer.retrieval.index import IndexVersion, VersionPool
 from indexer.retrieval.query import Need, Query
 from indexer.retrieval.text import query_texts
-from indexer.retrieval.tools import estimate_prompt_tokens
 from indexer.sessions.views import LiveSession
-from indexer.state import VersionRef
 from indexer.state.listings import ServerInfo
 from indexer.traces import tracer
-from toolsearch.answers import compact_definition, trim
+from toolsearch.answers import SERVER_DESCRIPTION_CHARS, compact_definition, estimate_tokens, trim
+from toolsearch.found import Found, FoundTool, TokenMetrics, UnavailableBackend
 from toolsearch.sections.indexer_settings import Search
+from toolsearch.sessions import VersionRef
 
 MAX_KEYWORDS = 32
-SERVER_DESCRIPTION_CHARS = 300  # what a server says of itself, as an answer carries it
 
 
 def server_title(info: ServerInfo) -> str:
@@ -44,50 +43,6 @@ def server_title(info: ServerInfo) -> str:
 def server_description(info: ServerInfo) -> str:
     """What a server says it is for: its description, else the start of its instructions."""
     return trim(info.description or info.instructions, SERVER_DESCRIPTION_CHARS)
-
-
-@dataclass(frozen=True, slots=True)
-class FoundTool:
-    """One tool an answer offers: its definition, its server, and how well it matched."""
-
-    name: str
-    backend_id: str
-    definition_json: str  # trimmed when the caller asked for compact definitions
-    score: float
-    server_title: str
-    server_description: str
-    match: str  # the band: strong, possible or weak
-    relevance: float  # the match the band was cut from
-
-
-@dataclass(frozen=True, slots=True)
-class UnavailableBackend:
-    """A backend of the session whose tools cannot be found now, and why (its status, or rejected)."""
-
-    id: str
-    status: str
-    server_title: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class TokenMetrics:
-    """What the answer saves: every tool's definition against the ones returned, in prompt tokens."""
-
-    baseline_tokens: int
-    returned_tokens: int
-    savings_percent: float
-
-
-@dataclass(frozen=True, slots=True)
-class Found:
-    """A find_tool answer from one version of a session: the tools, or why there are none."""
-
-    version: VersionRef
-    tools: tuple[FoundTool, ...]
-    unavailable: tuple[UnavailableBackend, ...]
-    token_metrics: TokenMetrics
-    empty_reason: str = ""
-    note: str = ""  # set when every tool matched weakly: nothing here fits
 
 
 class Finder:
@@ -146,7 +101,7 @@ class Finder:
             "task differently."
         )
         if unavailable:
-            named = ", ".join(f"{u.id} ({u.status})" for u in unavailable)
+            named = ", ".join(f"{u.backend_id} ({u.status})" for u in unavailable)
             note += f" Unavailable right now, so their tools cannot be found or called: {named}."
         return note
 
@@ -158,11 +113,9 @@ class Finder:
             state = self._registry.states.get(backend_id)
             if state is not None:
                 info = state.listing.server if state.listing is not None else ServerInfo()
-                out.append(
-                    UnavailableBackend(id=backend_id, status=state.status, server_title=server_title(info))
-                )
+                out.append(UnavailableBackend(backend_id, state.status, server_title(info)))
         out.extend(
-            UnavailableBackend(id=backend_id, status="rejected")
+            UnavailableBackend(backend_id, "rejected")
             for backend_id in sorted(session.record.rejected_at_creation)
         )
         return out
@@ -223,7 +176,7 @@ class Finder:
         weak = tools and all(tool.match == "weak" for tool in tools)
         note = self._weak_note(unavailable) if weak else ""
         baseline = version.baseline_tokens
-        returned = sum(estimate_prompt_tokens(t.definition_json) for t in tools)
+        returned = sum(estimate_tokens(t.definition_json) for t in tools)
         savings = round(100.0 * (1 - returned / baseline), 2) if baseline else 0.0
         return Found(
             version=VersionRef(snapshot.number, version.fingerprint),

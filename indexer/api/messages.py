@@ -1,35 +1,33 @@
 """The indexer's values as the protobuf messages the router reads, and back: the wire format stays
 out of the models, and the gRPC servicer (indexer/api/service.py) only calls these.
 
-The flows answer in plain values (the finder a `Found`, the resolver a `ResolvedTool`, the
-reachable backends `ReachableBackend`s); this module alone gives them their wire form.
+The flows answer in the values both sides of the link know (toolsearch/found.py, targets.py,
+sessions.py, kept_streams.py: the finder a `Found`, the resolver a `ResolvedTool`, the reachable
+backends `ReachableTargets`); this module alone gives them their wire form, and the router's link
+(router/link/) reads it back into the same values.
 """
 
 from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
-from typing import get_args
+from collections.abc import Iterable, Sequence
 
-from mcp_types import LoggingLevel
-
-from indexer.api.finder import Found
-from indexer.api.reachable import ReachableBackend
-from indexer.api.resolution import ResolvedTool
 from indexer.backends.registry import BackendState
 from indexer.errors import InvalidRequest, ToolNotFound
 from indexer.retrieval.embeddings import Embeddings
 from indexer.retrieval.index import IndexVersion
 from indexer.retrieval.tools import Tool
 from indexer.sessions.views import LiveSession
-from indexer.state import BackendSession, Principal, SessionRecord, Subscription, VersionRef
-from indexer.state.stream_events import EventsToKeep, KeptEvents, StreamEnd
-from toolsearch.sections.backend_settings import Backend
-from toolsearch.sections.indexer_settings import Naming
+from indexer.state import SessionRecord
+from indexer.state.stream_events import check_keep
+from toolsearch.found import Found
+from toolsearch.kept_streams import EventsToKeep, KeptEvents, StreamEnd
+from toolsearch.outgoing import OutgoingAuth
+from toolsearch.sessions import BackendSession, Principal, VersionRef
+from toolsearch.targets import BackendTarget, KeptSessions, ReachableTargets, ResolvedTool
 from toolsearch.v1 import indexer_pb2 as pb
 
-LOG_LEVELS: tuple[str, ...] = get_args(LoggingLevel)  # MCP's eight, least severe first
 MAX_CAPABILITIES = 65_536  # characters of a client's declared capabilities a session keeps
 
 
@@ -60,8 +58,7 @@ def suggestions(exc: ToolNotFound) -> pb.ToolSuggestions:
     )
 
 
-def auth(backend: Backend) -> pb.BackendAuth:
-    auth = backend.auth
+def backend_auth(auth: OutgoingAuth) -> pb.BackendAuth:
     return pb.BackendAuth(type=auth.type, header=auth.header, value_env=auth.value_env or "")
 
 
@@ -84,10 +81,11 @@ def version_ref(session: LiveSession) -> pb.IndexVersionRef:
     return pb.IndexVersionRef(number=current.number, fingerprint=current.version.fingerprint)
 
 
-def found(answer: Found) -> pb.FindToolsResponse:
+def find_tools_response(found: Found) -> pb.FindToolsResponse:
     """A find_tool answer (`Finder.find`) as `FindTools` returns it."""
-    response = pb.FindToolsResponse(
-        version=ref(answer.version),
+    metrics = found.token_metrics
+    return pb.FindToolsResponse(
+        version=ref(found.version),
         tools=[
             pb.FoundTool(
                 name=tool.name,
@@ -99,82 +97,84 @@ def found(answer: Found) -> pb.FindToolsResponse:
                 match=tool.match,
                 relevance=tool.relevance,
             )
-            for tool in answer.tools
+            for tool in found.tools
         ],
         unavailable=[
-            pb.UnavailableBackend(id=backend.id, status=backend.status, server_title=backend.server_title)
-            for backend in answer.unavailable
+            pb.UnavailableBackend(
+                id=backend.backend_id, status=backend.status, server_title=backend.server_title
+            )
+            for backend in found.unavailable
         ],
-        empty_reason=answer.empty_reason,
-        note=answer.note,
+        token_metrics=pb.TokenMetrics(
+            baseline_tokens=metrics.baseline_tokens,
+            returned_tokens=metrics.returned_tokens,
+            savings_percent=metrics.savings_percent,
+        ),
+        empty_reason=found.empty_reason,
+        note=found.note,
     )
-    metrics = answer.token_metrics
-    response.token_metrics.baseline_tokens = metrics.baseline_tokens
-    response.token_metrics.returned_tokens = metrics.returned_tokens
-    response.token_metrics.savings_percent = metrics.savings_percent
-    return response
 
 
-def resolved_tool(resolved: ResolvedTool) -> pb.ResolveToolResponse:
+def resolve_tool_response(resolved: ResolvedTool) -> pb.ResolveToolResponse:
     """A resolved name (`ToolResolver.resolve`) as `ResolveTool`, `GetSession` and `OpenSession` carry it."""
-    tool, backend = resolved.tool, resolved.backend
+    target = resolved.target
     return pb.ResolveToolResponse(
-        name=tool.name,
-        original_name=tool.original_name,
-        backend_id=tool.backend_id,
-        backend_url=backend.url,
-        input_schema_json=tool.input_schema_json,
-        auth=auth(backend),
+        name=resolved.name,
+        original_name=resolved.original_name,
+        backend_id=target.backend_id,
+        backend_url=target.url,
+        input_schema_json=resolved.input_schema_json,
+        auth=backend_auth(target.auth),
         version=ref(resolved.version),
-        protocol_version=resolved.protocol_version,
-        timeout_seconds=backend.timeout,
-        max_response_bytes=backend.max_response_bytes,
-        backend_session=backend_session(resolved.backend_session),
+        protocol_version=target.protocol_version,
+        timeout_seconds=target.timeout_seconds,
+        max_response_bytes=target.max_response_bytes,
+        backend_session=backend_session(target.session),
     )
 
 
-def reachable_backends(reachable: Iterable[ReachableBackend], naming: Naming) -> pb.ReachableBackendsResponse:
-    """The backends a session can reach (`reachable_backends`) as `ReachableBackends` returns them."""
-    response = pb.ReachableBackendsResponse(prefix=naming.prefix, separator=naming.separator)
-    for entry in reachable:
-        backend, offers = entry.backend, entry.offers
-        response.backends.append(
+def reachable_backends_response(reachable: ReachableTargets) -> pb.ReachableBackendsResponse:
+    """A session's reachable backends (`reachable_targets`) as `ReachableBackends` returns them."""
+    return pb.ReachableBackendsResponse(
+        prefix=reachable.prefix,
+        separator=reachable.separator,
+        backends=[
             pb.ReachableBackend(
                 backend_id=entry.backend_id,
-                backend_url=backend.url,
-                protocol_version=entry.protocol_version,
-                auth=auth(backend),
-                timeout_seconds=backend.timeout,
-                max_response_bytes=backend.max_response_bytes,
-                backend_session=backend_session(entry.backend_session),
-                resources=offers.resources,
-                prompts=offers.prompts,
-                completions=offers.completions,
+                backend_url=entry.target.url,
+                protocol_version=entry.target.protocol_version,
+                auth=backend_auth(entry.target.auth),
+                timeout_seconds=entry.target.timeout_seconds,
+                max_response_bytes=entry.target.max_response_bytes,
+                backend_session=backend_session(entry.target.session),
+                resources=entry.resources,
+                prompts=entry.prompts,
+                completions=entry.completions,
             )
-        )
-    return response
-
-
-def sessions_at_backends(
-    kept: Mapping[str, tuple[Backend, BackendSession]],
-    stamp: str = "",
-    subscriptions: Iterable[Subscription] = (),
-) -> pb.BackendSessionsResponse:
-    """The backend sessions a session keeps (backend id -> its backend and session), in id order,
-    with its subscriptions and the stamp of the whole (`indexer.sessions.backend_session_waits`)."""
-    return pb.BackendSessionsResponse(
-        stamp=stamp,
-        subscriptions=[pb.Subscription(backend_id=b, uri=u) for b, u in sorted(subscriptions)],
-        backends=[
-            pb.SessionAtBackend(
-                backend_id=backend_id,
-                backend_url=backend.url,
-                auth=auth(backend),
-                backend_session=backend_session(session),
-                timeout_seconds=backend.timeout,
-            )
-            for backend_id, (backend, session) in sorted(kept.items())
+            for entry in reachable.backends
         ],
+    )
+
+
+def session_at_backend(target: BackendTarget) -> pb.SessionAtBackend:
+    """A backend session and how to reach its backend; the message says nothing of the backend's
+    protocol or its answers' bound, which a notification inside the session does not need."""
+    return pb.SessionAtBackend(
+        backend_id=target.backend_id,
+        backend_url=target.url,
+        auth=backend_auth(target.auth),
+        backend_session=backend_session(target.session),
+        timeout_seconds=target.timeout_seconds,
+    )
+
+
+def backend_sessions_response(kept: KeptSessions) -> pb.BackendSessionsResponse:
+    """The backend sessions a session keeps, with its subscriptions and the stamp of the whole
+    (`indexer.sessions.backend_session_waits`), as `BackendSessions` returns them."""
+    return pb.BackendSessionsResponse(
+        stamp=kept.stamp,
+        subscriptions=[pb.Subscription(backend_id=b, uri=u) for b, u in sorted(kept.subscriptions)],
+        backends=[session_at_backend(target) for target in kept.targets],
     )
 
 
@@ -206,19 +206,15 @@ def session_status(session: SessionRecord) -> pb.SessionStatus:
     status = pb.SessionStatus(
         session_id=session.id[:8],
         principal=pb.Principal(issuer=session.principal.issuer, subject=session.principal.subject),
-        version=pb.IndexVersionRef(number=session.ref.number, fingerprint=session.ref.fingerprint),
+        version=ref(session.ref),
         backends=sorted(session.accepted),
         rejected_backends=sorted(session.rejected_at_creation),
     )
     for swap in session.swaps:
         status.swaps.append(
             pb.SwapRecord(
-                previous=pb.IndexVersionRef(
-                    number=swap.previous.number, fingerprint=swap.previous.fingerprint
-                )
-                if swap.previous
-                else None,
-                current=pb.IndexVersionRef(number=swap.current.number, fingerprint=swap.current.fingerprint),
+                previous=ref(swap.previous) if swap.previous else None,
+                current=ref(swap.current),
                 reason=swap.reason,
                 at_unix=swap.at,
             )
@@ -247,11 +243,11 @@ def events_to_keep(request: pb.KeepStreamEventsRequest) -> EventsToKeep:
         request.ttl_seconds,
         request.request_id_json,
     )
-    keep.check()
+    check_keep(keep)
     return keep
 
 
-def kept_events(kept: KeptEvents | None) -> pb.ReadStreamEventsResponse:
+def read_stream_events_response(kept: KeptEvents | None) -> pb.ReadStreamEventsResponse:
     if kept is None:
         return pb.ReadStreamEventsResponse(found=False)
     return pb.ReadStreamEventsResponse(

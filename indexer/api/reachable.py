@@ -8,20 +8,19 @@ declared beside tools, how to reach it, and the backend session the client sessi
 backend that goes down drops out of the answer at once, so its resources and prompts disappear as
 its tools do, and come back with it.
 
-The answer is a list of `ReachableBackend`, plain values: indexer/api/messages.py turns them into
-the wire's `ReachableBackendsResponse`.
+The answer is a `ReachableTargets` (toolsearch/targets.py), the value both sides of the link know:
+indexer/api/messages.py turns it into the wire's `ReachableBackendsResponse`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import NamedTuple
 
 from indexer.backends.registry import Registry
 from indexer.sessions.views import LiveSession
-from indexer.state import BackendSession
 from indexer.state.listings import Listing, Offers
-from toolsearch.sections.backend_settings import Backend
+from toolsearch.sections.indexer_settings import Naming
+from toolsearch.targets import ReachableTarget, ReachableTargets
 
 
 class Reachable(NamedTuple):
@@ -47,34 +46,14 @@ def reachable(session: LiveSession, registry: Registry) -> list[Reachable]:
     return found
 
 
-@dataclass(frozen=True, slots=True)
-class ReachableBackend:
-    """A reachable backend the router aggregates: how to reach it, and what it offers beside tools."""
-
-    backend: Backend  # the backend's configuration: where it is, how to reach it, its limits
-    protocol_version: str  # what the backend negotiated at its last check
-    backend_session: BackendSession | None  # the session's own session at the backend, if any
-    offers: Offers
-
-    @property
-    def backend_id(self) -> str:
-        return self.backend.id
-
-
-def reachable_backends(session: LiveSession, registry: Registry) -> list[ReachableBackend]:
-    """`ReachableBackends`' answer: each reachable backend that offers anything beside tools."""
+def reachable_targets(session: LiveSession, registry: Registry, naming: Naming) -> ReachableTargets:
+    """`ReachableBackends`' answer: each reachable backend that offers anything beside tools, with
+    the session's backend session there, and the naming its resources and prompts follow."""
     found = []
     for entry in reachable(session, registry):
         offers = entry.offers
         if not (offers.resources or offers.prompts or offers.completions):
             continue  # nothing to aggregate: the router need not hear of it
-        state = registry.get(entry.backend_id)
-        found.append(
-            ReachableBackend(
-                backend=state.config,
-                protocol_version=state.health.protocol_version,
-                backend_session=session.record.backend_sessions.get(entry.backend_id),
-                offers=offers,
-            )
-        )
-    return found
+        target = registry.get(entry.backend_id).target(session.record.backend_sessions.get(entry.backend_id))
+        found.append(ReachableTarget(target, offers.resources, offers.prompts, offers.completions))
+    return ReachableTargets(tuple(found), naming.prefix, naming.separator)

@@ -12,38 +12,20 @@ registry's word on health is the newest: a tool whose backend went down between 
 the swap of the session's version is refused as the swap will refuse it, so `Status` and `call_tool`
 never disagree.
 
-A resolution is a `ResolvedTool`, a plain value: indexer/api/messages.py turns it into the wire's
-`ResolveToolResponse`.
+A resolution is a `ResolvedTool` (toolsearch/targets.py), the value both sides of the link know:
+indexer/api/messages.py turns it into the wire's `ResolveToolResponse`.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 from indexer.api.finder import server_title
 from indexer.backends.registry import Registry
 from indexer.errors import ToolNotFound
 from indexer.retrieval.names import by_own_name, closest_tools
 from indexer.retrieval.text import name_key
-from indexer.retrieval.tools import Tool
 from indexer.sessions.views import LiveSession
-from indexer.state import BackendSession, VersionRef
-from toolsearch.sections.backend_settings import Backend
-
-
-@dataclass(frozen=True, slots=True)
-class ResolvedTool:
-    """A tool a name means in a session's current version, and what the router needs to call it."""
-
-    tool: Tool
-    backend: Backend  # the backend's configuration: where it is, how to reach it, its limits
-    protocol_version: str  # what the backend negotiated at its last check
-    version: VersionRef  # the session's version the name was resolved in
-    backend_session: BackendSession | None  # the session's own session at the backend, if any
-
-    @property
-    def backend_id(self) -> str:
-        return self.tool.backend_id
+from toolsearch.sessions import VersionRef
+from toolsearch.targets import ResolvedTool
 
 
 class ToolResolver:
@@ -76,11 +58,11 @@ class ToolResolver:
             # refuse now, with the reason, rather than forward a call to a backend known to be down
             return None
         return ResolvedTool(
-            tool=tool,
-            backend=state.config,
-            protocol_version=state.health.protocol_version,
+            name=tool.name,
+            original_name=tool.original_name,
+            input_schema_json=tool.input_schema_json,
+            target=state.target(session.record.backend_sessions.get(tool.backend_id)),
             version=VersionRef(snapshot.number, snapshot.version.fingerprint),
-            backend_session=session.record.backend_sessions.get(tool.backend_id),
         )
 
     def _down_reason(self, session: LiveSession, name: str) -> str:

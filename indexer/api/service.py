@@ -1,6 +1,6 @@
 """The gRPC servicer of `toolsearch.v1.Indexer`: each method checks what the router sent, asks the
 flow that answers it, and gives the answer its wire form; indexer errors become status codes on the
-way out (`translated`, indexer/api/status_codes.py).
+way out (`with_status_codes`, indexer/api/status_codes.py).
 
 The indexer's values become protobuf messages through indexer/api/messages.py (a backend's
 `BackendHealth` a `BackendStatus`, the finder's `Found` a `FindToolsResponse`, for instance): the
@@ -9,7 +9,6 @@ flows and models inside stay free of the wire format.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Awaitable, Callable, Mapping
 
 import grpc
@@ -17,41 +16,40 @@ import grpc
 from indexer.api import messages
 from indexer.api.finder import Finder
 from indexer.api.messages import (
-    LOG_LEVELS,
     backend_session,
     checked_capabilities,
     principal_of,
-    resolved_tool,
+    resolve_tool_response,
     version_ref,
 )
 from indexer.api.pinned import pinned
-from indexer.api.reachable import reachable_backends
+from indexer.api.reachable import reachable_targets
 from indexer.api.resolution import ToolResolver
-from indexer.api.status_codes import translated
+from indexer.api.status_codes import with_status_codes
 from indexer.backends.backend_tokens import BackendTokens
 from indexer.backends.registry import Registry
 from indexer.errors import InvalidRequest
 from indexer.retrieval.embeddings import Embeddings
 from indexer.sessions.backend_session_waits import stamp_of
 from indexer.sessions.manager import SessionManager
-from indexer.state import BackendSession, Subscription
 from indexer.state.rounds import LocalRounds, RoundStore
-from indexer.state.stream_events import MAX_EVENTS, LocalStreams, StreamStore
-from toolsearch.sections.backend_settings import Backend
+from indexer.state.stream_events import LocalStreams, StreamStore
+from toolsearch.kept_streams import MAX_EVENTS
 from toolsearch.sections.indexer_settings import Naming
+from toolsearch.sessions import KEPT_ID, LOG_LEVELS, BackendSession, Subscription
+from toolsearch.targets import BackendTarget, KeptSessions
 from toolsearch.v1 import indexer_pb2 as pb
 from toolsearch.v1 import indexer_pb2_grpc as pb_grpc
 
 _MAX_ROUND_BYTES = 1 << 20  # an input round's record: the backend's requests of the client, or the result
 _MAX_ROUND_TTL = 3600.0  # seconds an input round may be kept: a call's timeout, and some
-_ROUND_TOKEN = re.compile(r"[A-Za-z0-9_-]{16,64}")  # the router's tokens: url-safe random
 _MAX_SESSION_ID = 1024  # characters of a backend session id or protocol version the state keeps
 _MAX_URI = 2048  # characters of a subscribed resource's URI
 
 
 def _check_round(token: str, record: str, ttl: float) -> None:
     """Raise `InvalidRequest` for an input round the router would not make."""
-    if not _ROUND_TOKEN.fullmatch(token):
+    if not KEPT_ID.fullmatch(token):
         raise InvalidRequest("an input round's token is 16 to 64 url-safe characters")
     if len(record.encode()) > _MAX_ROUND_BYTES:
         raise InvalidRequest(f"an input round's record is at most {_MAX_ROUND_BYTES} bytes")
@@ -86,7 +84,7 @@ class IndexerService(pb_grpc.IndexerServicer):
         self._naming = naming or Naming()  # how tool names are made unique; resources and prompts follow it
         self._resolver = ToolResolver(registry)
 
-    @translated
+    @with_status_codes
     async def OpenSession(
         self, request: pb.OpenSessionRequest, context: grpc.aio.ServicerContext
     ) -> pb.OpenSessionResponse:
@@ -103,10 +101,10 @@ class IndexerService(pb_grpc.IndexerServicer):
             version=version_ref(session),
             backends=sorted(session.record.accepted),
             rejected_backends=sorted(session.record.rejected_at_creation),
-            tool=resolved_tool(tool) if tool is not None else None,
+            tool=resolve_tool_response(tool) if tool is not None else None,
         )
 
-    @translated
+    @with_status_codes
     async def GetSession(
         self, request: pb.GetSessionRequest, context: grpc.aio.ServicerContext
     ) -> pb.GetSessionResponse:
@@ -115,12 +113,12 @@ class IndexerService(pb_grpc.IndexerServicer):
         return pb.GetSessionResponse(
             session_id=session.id,
             version=version_ref(session),
-            tool=resolved_tool(tool) if tool is not None else None,
+            tool=resolve_tool_response(tool) if tool is not None else None,
             log_level=session.record.log_level,
             client_capabilities_json=session.record.client_capabilities,
         )
 
-    @translated
+    @with_status_codes
     async def CloseSession(
         self, request: pb.CloseSessionRequest, context: grpc.aio.ServicerContext
     ) -> pb.CloseSessionResponse:
@@ -128,7 +126,7 @@ class IndexerService(pb_grpc.IndexerServicer):
         await self._sessions.close(request.session_id, principal_of(request.principal), token)
         return pb.CloseSessionResponse()
 
-    @translated
+    @with_status_codes
     async def SetBackendSession(
         self, request: pb.SetBackendSessionRequest, context: grpc.aio.ServicerContext
     ) -> pb.SetBackendSessionResponse:
@@ -145,7 +143,7 @@ class IndexerService(pb_grpc.IndexerServicer):
         )
         return pb.SetBackendSessionResponse(stored=backend_session(stored))
 
-    @translated
+    @with_status_codes
     async def BackendSessions(
         self, request: pb.BackendSessionsRequest, context: grpc.aio.ServicerContext
     ) -> pb.BackendSessionsResponse:
@@ -153,11 +151,11 @@ class IndexerService(pb_grpc.IndexerServicer):
             request.session_id, principal_of(request.principal), request.seen, request.wait_ms / 1000
         )
         record = session.record
-        subscriptions = [s for s in record.subscriptions if s.backend_id in self._registry.states]
-        kept = self._kept(record.backend_sessions)
-        return messages.sessions_at_backends(kept, stamp_of(record), subscriptions)
+        subscriptions = frozenset(s for s in record.subscriptions if s.backend_id in self._registry.states)
+        kept = KeptSessions(stamp_of(record), self._kept(record.backend_sessions), subscriptions)
+        return messages.backend_sessions_response(kept)
 
-    @translated
+    @with_status_codes
     async def SetLogLevel(
         self, request: pb.SetLogLevelRequest, context: grpc.aio.ServicerContext
     ) -> pb.SetLogLevelResponse:
@@ -168,10 +166,10 @@ class IndexerService(pb_grpc.IndexerServicer):
         session = await self._sessions.set_log_level(
             request.session_id, principal_of(request.principal), request.level
         )
-        kept = messages.sessions_at_backends(self._kept(session.record.backend_sessions))
-        return pb.SetLogLevelResponse(backends=kept.backends)
+        kept = self._kept(session.record.backend_sessions)
+        return pb.SetLogLevelResponse(backends=[messages.session_at_backend(target) for target in kept])
 
-    @translated
+    @with_status_codes
     async def Subscribe(
         self, request: pb.SubscribeRequest, context: grpc.aio.ServicerContext
     ) -> pb.SubscribeResponse:
@@ -188,7 +186,7 @@ class IndexerService(pb_grpc.IndexerServicer):
         )
         return pb.SubscribeResponse()
 
-    @translated
+    @with_status_codes
     async def ToolsChanged(
         self, request: pb.ToolsChangedRequest, context: grpc.aio.ServicerContext
     ) -> pb.ToolsChangedResponse:
@@ -200,7 +198,7 @@ class IndexerService(pb_grpc.IndexerServicer):
             await self._tools_changed(request.backend_id)
         return pb.ToolsChangedResponse()
 
-    @translated
+    @with_status_codes
     async def KeepInputRound(
         self, request: pb.KeepInputRoundRequest, context: grpc.aio.ServicerContext
     ) -> pb.KeepInputRoundResponse:
@@ -209,7 +207,7 @@ class IndexerService(pb_grpc.IndexerServicer):
         await self._rounds.put(request.session_id, request.token, request.record_json, request.ttl_seconds)
         return pb.KeepInputRoundResponse()
 
-    @translated
+    @with_status_codes
     async def ReadInputRound(
         self, request: pb.ReadInputRoundRequest, context: grpc.aio.ServicerContext
     ) -> pb.ReadInputRoundResponse:
@@ -218,7 +216,7 @@ class IndexerService(pb_grpc.IndexerServicer):
         record = await self._rounds.get(request.session_id, request.token)
         return pb.ReadInputRoundResponse(found=record is not None, record_json=record or "")
 
-    @translated
+    @with_status_codes
     async def KeepStreamEvents(
         self, request: pb.KeepStreamEventsRequest, context: grpc.aio.ServicerContext
     ) -> pb.KeepStreamEventsResponse:
@@ -226,33 +224,34 @@ class IndexerService(pb_grpc.IndexerServicer):
         await self._streams.keep(messages.events_to_keep(request))
         return pb.KeepStreamEventsResponse()
 
-    @translated
+    @with_status_codes
     async def ReadStreamEvents(
         self, request: pb.ReadStreamEventsRequest, context: grpc.aio.ServicerContext
     ) -> pb.ReadStreamEventsResponse:
         await self._sessions.get(request.session_id, principal_of(request.principal))
         limit = min(max(request.limit, 1), MAX_EVENTS)
         kept = await self._streams.read(request.session_id, request.stream_id, request.after, limit)
-        return messages.kept_events(kept)
+        return messages.read_stream_events_response(kept)
 
-    def _kept(self, sessions: Mapping[str, BackendSession]) -> dict[str, tuple[Backend, BackendSession]]:
-        """The backend sessions a router can reach: of configured backends, with a session id."""
-        kept: dict[str, tuple[Backend, BackendSession]] = {}
-        for backend_id, at_backend in sessions.items():
+    def _kept(self, sessions: Mapping[str, BackendSession]) -> tuple[BackendTarget, ...]:
+        """The backend sessions a router can reach, in backend id order: of configured backends,
+        with a session id, each as its backend's target."""
+        kept = []
+        for backend_id, at_backend in sorted(sessions.items()):
             state = self._registry.states.get(backend_id)
             if state is None or not at_backend.session_id:
                 continue  # gone from the configuration, or a stateless backend's
-            kept[backend_id] = (state.config, at_backend)
-        return kept
+            kept.append(state.target(at_backend))
+        return tuple(kept)
 
-    @translated
+    @with_status_codes
     async def ReachableBackends(
         self, request: pb.ReachableBackendsRequest, context: grpc.aio.ServicerContext
     ) -> pb.ReachableBackendsResponse:
         session = await self._sessions.get(request.session_id, principal_of(request.principal))
-        return messages.reachable_backends(reachable_backends(session, self._registry), self._naming)
+        return messages.reachable_backends_response(reachable_targets(session, self._registry, self._naming))
 
-    @translated
+    @with_status_codes
     async def ExchangeToken(
         self, request: pb.ExchangeTokenRequest, context: grpc.aio.ServicerContext
     ) -> pb.ExchangeTokenResponse:
@@ -267,7 +266,7 @@ class IndexerService(pb_grpc.IndexerServicer):
         )
         return pb.ExchangeTokenResponse(access_token=token)
 
-    @translated
+    @with_status_codes
     async def FindTools(
         self, request: pb.FindToolsRequest, context: grpc.aio.ServicerContext
     ) -> pb.FindToolsResponse:
@@ -275,16 +274,16 @@ class IndexerService(pb_grpc.IndexerServicer):
         found = await self._finder.find(
             session, request.query, list(request.keywords), request.limit, request.compact
         )
-        return messages.found(found)
+        return messages.find_tools_response(found)
 
-    @translated
+    @with_status_codes
     async def ResolveTool(
         self, request: pb.ResolveToolRequest, context: grpc.aio.ServicerContext
     ) -> pb.ResolveToolResponse:
         session = await self._sessions.get(request.session_id, principal_of(request.principal))
-        return resolved_tool(self._resolver.resolve(session, request.name))
+        return resolve_tool_response(self._resolver.resolve(session, request.name))
 
-    @translated
+    @with_status_codes
     async def PinnedTools(
         self, request: pb.PinnedToolsRequest, context: grpc.aio.ServicerContext
     ) -> pb.PinnedToolsResponse:
@@ -292,7 +291,7 @@ class IndexerService(pb_grpc.IndexerServicer):
         tools = pinned(session, self._registry, request.patterns, self._naming)
         return messages.pinned_tools(tools)
 
-    @translated
+    @with_status_codes
     async def Status(self, request: pb.StatusRequest, context: grpc.aio.ServicerContext) -> pb.StatusResponse:
         states, versions = self._registry.states.values(), self._finder.versions()
         return messages.status(self._embeddings, states, await self._sessions.records(), versions)

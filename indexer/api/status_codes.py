@@ -57,7 +57,7 @@ def _status_for(exc: IndexerError | StateUnavailable) -> tuple[grpc.StatusCode, 
     return grpc.StatusCode.INTERNAL, ErrorKind.INTERNAL
 
 
-def translated(
+def with_status_codes(
     method: Callable[[Any, _Req, grpc.aio.ServicerContext], Awaitable[_Resp]],
 ) -> Callable[[Any, _Req, grpc.aio.ServicerContext], Awaitable[_Resp]]:
     """Turn indexer errors into status codes, and anything unexpected into INTERNAL without details."""

@@ -24,9 +24,10 @@ import httpx2
 
 from indexer.backends.lister import BackendLister
 from indexer.errors import IndexerError
-from indexer.state import BackendSession, EndedSession, StateUnavailable
+from indexer.state import EndedSession, StateUnavailable
 from toolsearch.outgoing import SESSION_HEADER, VERSION_HEADER
 from toolsearch.responses import BoundedTransport
+from toolsearch.sessions import BackendSession
 
 logger = logging.getLogger(__name__)
 

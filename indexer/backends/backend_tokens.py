@@ -23,8 +23,9 @@ import logging
 
 from indexer.backends.token_exchange import TokenEndpoints
 from indexer.errors import NoCallerToken
-from indexer.state import Principal, TokenStore
+from indexer.state import TokenStore
 from toolsearch.sections.backend_settings import Backend
+from toolsearch.sessions import Principal
 
 logger = logging.getLogger(__name__)
 

@@ -40,9 +40,9 @@ from typing import Literal
 from indexer.backends.lister import BackendLister
 from indexer.backends.registry import Registry
 from indexer.errors import BackendError, BackendRejected, NoCallerToken
-from indexer.state import Principal
 from indexer.state.listings import Listing, intern_backends, intern_listing
 from toolsearch.outgoing import per_caller
+from toolsearch.sessions import Principal
 
 logger = logging.getLogger(__name__)
 

@@ -30,11 +30,12 @@ from indexer.errors import (
     BackendUnavailable,
     NoCallerToken,
 )
-from indexer.state import LocalTokens, Principal
+from indexer.state import LocalTokens
 from indexer.state.listings import Listing
 from toolsearch.outgoing import MissingCallerToken, MissingSecret, auth_headers, per_caller
 from toolsearch.readiness import cut_at
 from toolsearch.sections.backend_settings import Backend
+from toolsearch.sessions import Principal
 
 
 class BackendLister:

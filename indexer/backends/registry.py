@@ -22,7 +22,10 @@ from types import MappingProxyType
 from indexer.errors import BackendError
 from indexer.state.backends import ADVERTISED, BackendHealth, Status
 from indexer.state.listings import Listing, listing_digest
+from toolsearch.outgoing import OutgoingAuth
 from toolsearch.sections.backend_settings import Backend
+from toolsearch.sessions import BackendSession
+from toolsearch.targets import BackendTarget
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +43,20 @@ class BackendState:
     @property
     def status(self) -> Status:
         return self.health.status
+
+    def target(self, session: BackendSession | None = None) -> BackendTarget:
+        """How a router reaches the backend: its configuration, the protocol it spoke at its last
+        check, and a client session's `session` there (None where none is kept)."""
+        config = self.config
+        return BackendTarget(
+            backend_id=config.id,
+            url=config.url,
+            auth=OutgoingAuth(config.auth.type, config.auth.header, config.auth.value_env),
+            protocol_version=self.health.protocol_version,
+            timeout_seconds=config.timeout,
+            max_response_bytes=config.max_response_bytes,
+            session=session,
+        )
 
 
 def _verdict(health: BackendHealth, status: Status) -> BackendHealth:

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 
 from indexer.backends.credentials import authenticated
 from indexer.errors import SessionsFull, TooManySessions
-from indexer.state import Principal, Room, RoomFull, SessionRecord, SessionStore
+from indexer.state import Room, RoomFull, SessionRecord, SessionStore
+from toolsearch.sessions import Principal
 
 RETRY_AFTER_MAX = 300  # seconds: room may free sooner than by expiry (a DELETE), so hint no later
 _CLOSE = "close sessions no longer used (DELETE /mcp with their Mcp-Session-Id)"

@@ -35,22 +35,19 @@ from indexer.sessions.limits import SessionLimits
 from indexer.sessions.versions import SessionVersions
 from indexer.sessions.views import CurrentVersion, LiveSession, Views
 from indexer.state import (
-    BackendSession,
     EndedSession,
     Leadership,
     LocalSessions,
-    Principal,
     SessionRecord,
     SessionStore,
     Shared,
     StateUnavailable,
-    Subscription,
     Swap,
-    VersionRef,
 )
 from indexer.state.listings import intern_backends
 from toolsearch.outgoing import per_caller
 from toolsearch.sections.indexer_settings import Naming
+from toolsearch.sessions import BackendSession, Principal, Subscription, VersionRef
 
 BACKEND_SESSIONS_EVENT = "backend-sessions"  # the shared event: a session's backend sessions changed
 MAX_SUBSCRIPTIONS = 64  # subscriptions kept per session (at backends that keep none themselves)

@@ -23,7 +23,6 @@ from indexer.state.backends import BackendHealth
 from indexer.state.base import (
     NO_CAPS,
     SWAPS_KEPT,
-    BackendSession,
     CatalogRef,
     CatalogStore,
     EmbeddingStore,
@@ -31,17 +30,14 @@ from indexer.state.base import (
     Events,
     HealthStore,
     Lease,
-    Principal,
     Room,
     RoomFull,
     SessionRecord,
     SessionStore,
     Shared,
     StateUnavailable,
-    Subscription,
     Swap,
     SwapChange,
-    VersionRef,
 )
 from indexer.state.disk import disk_embeddings
 from indexer.state.memory import LocalSessions
@@ -57,7 +53,6 @@ __all__ = [
     "NO_CAPS",
     "SWAPS_KEPT",
     "BackendHealth",
-    "BackendSession",
     "CatalogRef",
     "CatalogStore",
     "EmbeddingStore",
@@ -68,7 +63,6 @@ __all__ = [
     "Lease",
     "LocalSessions",
     "LocalTokens",
-    "Principal",
     "Room",
     "RoomFull",
     "RoundStore",
@@ -77,11 +71,9 @@ __all__ = [
     "Shared",
     "State",
     "StateUnavailable",
-    "Subscription",
     "Swap",
     "SwapChange",
     "TokenStore",
-    "VersionRef",
     "make_state",
     "state_secret",
 ]

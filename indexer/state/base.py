@@ -27,6 +27,7 @@ from typing import Any, Literal, NamedTuple, Protocol
 
 from indexer.state.backends import BackendHealth
 from indexer.state.listings import Listing
+from toolsearch.sessions import BackendSession, Principal, Subscription, VersionRef
 
 SWAPS_KEPT = 8  # swap records kept per session, for Status
 
@@ -57,41 +58,12 @@ class RoomFull(Exception):
         self.frees_in = frees_in  # seconds until the least recently used counted session expires, unused
 
 
-class Principal(NamedTuple):
-    """Who a session belongs to, as the router verified it; `Principal("", "")` is anonymous."""
-
-    issuer: str  # empty when the router verified nobody (anonymous, or an unverified token holder)
-    subject: str
-
-
-class BackendSession(NamedTuple):
-    """A client session's session at one backend: its `Mcp-Session-Id` and the protocol it negotiated."""
-
-    session_id: str
-    protocol_version: str
-
-
-class Subscription(NamedTuple):
-    """A client's subscription to a resource of a backend that keeps none itself (a 2026-07-28 one),
-    under the backend's own URI."""
-
-    backend_id: str
-    uri: str
-
-
 class EndedSession(NamedTuple):
     """A session that ended, with what is needed to end its backend sessions in turn."""
 
     session_id: str
     token: str | None  # the credentials for passthrough backends, when known
     backend_sessions: Mapping[str, BackendSession]  # backend id -> its session
-
-
-class VersionRef(NamedTuple):
-    """Which index version a session is on: its number (one more per swap) and its fingerprint."""
-
-    number: int
-    fingerprint: str
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,17 +18,8 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
-from indexer.state.base import (
-    NO_CAPS,
-    BackendSession,
-    EndedSession,
-    Principal,
-    Room,
-    RoomFull,
-    SessionRecord,
-    Subscription,
-    SwapChange,
-)
+from indexer.state.base import NO_CAPS, EndedSession, Room, RoomFull, SessionRecord, SwapChange
+from toolsearch.sessions import BackendSession, Principal, Subscription
 
 # expired sessions whose backend sessions wait to be ended; beyond it the oldest are dropped, and
 # their backends end them on their own idle timeouts

@@ -27,22 +27,19 @@ from indexer.state import redis_scripts as scripts
 from indexer.state.base import (
     NO_CAPS,
     SWAPS_KEPT,
-    BackendSession,
     CatalogRef,
     EndedSession,
-    Principal,
     Room,
     RoomFull,
     SessionRecord,
     StateUnavailable,
-    Subscription,
     Swap,
     SwapChange,
-    VersionRef,
 )
 from indexer.state.listings import digest_of, intern_backends
 from indexer.state.memory import ENDED_KEPT
 from indexer.state.redis import Keys, RedisCatalogs, chunks, guarded, text
+from toolsearch.sessions import BackendSession, Principal, Subscription, VersionRef
 
 ACK_TIMEOUT_MS = 1000  # how long a new session waits for its replicas' confirmation (indexer.state_acks)
 # how much longer than its session a backend-sessions hash lives: more than a sweep interval (at

@@ -11,7 +11,8 @@ every event: a resumption cannot be served whole). The record lives `ttl` past i
 router renews it while the call runs, so a record that vanishes before its end means the replica
 running the call is gone.
 
-Bounds: `MAX_EVENTS` events of at most `MAX_EVENT_BYTES` each per stream; in memory (one indexer)
+Bounds: `MAX_EVENTS` events of at most `MAX_EVENT_BYTES` each per stream (toolsearch/kept_streams.py:
+the router keeps to them too); in memory (one indexer)
 at most `STREAMS_KEPT` streams and `BYTES_KEPT` bytes, the oldest dropped first. In Redis each
 stream is one hash expiring by itself, under `stream:<session>:<stream id>` (fields `n`, `end`,
 `request` and the events by number), written by one script so that a keep's check of the numbering
@@ -20,11 +21,9 @@ and its writes are one step.
 
 from __future__ import annotations
 
-import enum
-import re
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -32,53 +31,24 @@ import redis.asyncio as aredis
 
 from indexer.errors import InvalidRequest
 from indexer.state.redis import Keys, guarded, text
+from toolsearch.kept_streams import MAX_EVENT_BYTES, MAX_EVENTS, EventsToKeep, KeptEvents, StreamEnd
+from toolsearch.sessions import KEPT_ID
 
-MAX_EVENTS = 1000  # events of one stream
-MAX_EVENT_BYTES = 1024 * 1024  # bytes of one event
 MAX_TTL = 86_400.0  # seconds a keep may ask for, at most
 STREAMS_KEPT = 10_000  # streams one indexer holds in memory
 BYTES_KEPT = 256 * 1024 * 1024  # and their events' bytes in all
-_STREAM_ID = re.compile(r"[A-Za-z0-9_-]{16,64}")
 
 
-class StreamEnd(enum.Enum):
-    OPEN = "open"
-    DONE = "done"  # the last event is kept
-    BROKEN = "broken"  # some event could not be kept
-
-
-@dataclass(frozen=True)
-class KeptEvents:
-    """What a read finds: the events after the one asked for, in order, and how the stream ended
-    (`OPEN` unless these reach its last event)."""
-
-    events: tuple[str, ...]
-    end: StreamEnd
-    request_id: str  # the JSON-RPC id of the call the stream answers, as JSON
-
-
-@dataclass(frozen=True)
-class EventsToKeep:
-    """One keep: `events` numbered from `first_seq`, and the stream's end if it came."""
-
-    session_id: str
-    stream_id: str
-    first_seq: int
-    events: Sequence[str]
-    end: StreamEnd
-    ttl: float
-    request_id: str
-
-    def check(self) -> None:
-        """Raise `InvalidRequest` for a keep the router would not make."""
-        if not _STREAM_ID.fullmatch(self.stream_id):
-            raise InvalidRequest("a stream id is 16 to 64 url-safe characters")
-        if self.first_seq < 1 or self.first_seq + len(self.events) - 1 > MAX_EVENTS:
-            raise InvalidRequest(f"a kept stream's events are numbered 1 to {MAX_EVENTS}")
-        if any(len(event.encode()) > MAX_EVENT_BYTES for event in self.events):
-            raise InvalidRequest(f"a kept stream's event is at most {MAX_EVENT_BYTES} bytes")
-        if not 0 < self.ttl <= MAX_TTL:
-            raise InvalidRequest(f"a stream is kept for more than 0 and at most {MAX_TTL:g} seconds")
+def check_keep(keep: EventsToKeep) -> None:
+    """Raise `InvalidRequest` for a keep the router would not make."""
+    if not KEPT_ID.fullmatch(keep.stream_id):
+        raise InvalidRequest("a stream id is 16 to 64 url-safe characters")
+    if keep.first_seq < 1 or keep.first_seq + len(keep.events) - 1 > MAX_EVENTS:
+        raise InvalidRequest(f"a kept stream's events are numbered 1 to {MAX_EVENTS}")
+    if any(len(event.encode()) > MAX_EVENT_BYTES for event in keep.events):
+        raise InvalidRequest(f"a kept stream's event is at most {MAX_EVENT_BYTES} bytes")
+    if not 0 < keep.ttl <= MAX_TTL:
+        raise InvalidRequest(f"a stream is kept for more than 0 and at most {MAX_TTL:g} seconds")
 
 
 def _gap(keep: EventsToKeep, kept: int) -> InvalidRequest:

@@ -31,9 +31,10 @@ from typing import Any
 import jwt
 from starlette.datastructures import Headers
 
-from router.caller import Authenticator, Identity, Principal
+from router.caller import Authenticator, Identity
 from router.errors import AuthConfigError, Unauthenticated
 from toolsearch.sections.router_settings import RouterAuth
+from toolsearch.sessions import Principal
 
 logger = logging.getLogger(__name__)
 

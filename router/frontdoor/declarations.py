@@ -13,15 +13,14 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping
-from typing import Any, get_args
+from typing import Any
 
-from mcp_types import CLIENT_CAPABILITIES_META_KEY, LOG_LEVEL_META_KEY, LoggingLevel
+from mcp_types import CLIENT_CAPABILITIES_META_KEY, LOG_LEVEL_META_KEY
 
 from router.caller import Declared
+from toolsearch.sessions import LOG_LEVELS
 
 logger = logging.getLogger(__name__)
-
-LOG_LEVELS: tuple[str, ...] = get_args(LoggingLevel)  # MCP's eight, least severe first
 
 
 def session_declared(log_level: str, capabilities_json: str) -> Declared:

@@ -37,7 +37,6 @@ from router.frontdoor.bodies import DRAIN_FACTOR, Body, BodyTooLarge, ClientGone
 from router.frontdoor.declarations import request_declared, session_declared
 from router.frontdoor.direct_calls import DirectCalls
 from router.frontdoor.messages import (
-    VERSION_HEADER,
     ClientError,
     JsonRpcMessage,
     is_handshake_era,
@@ -51,13 +50,13 @@ from router.frontdoor.streams.stream_cursor import is_cursor
 from router.frontdoor.streams.stream_log import StreamLog
 from router.handlers.meta_tool_schemas import CALL_TOOL, FIND_TOOL
 from router.link.indexer_client import IndexerClient
-from router.targets import ResolvedTool
 from toolsearch.logs import bind_session
+from toolsearch.outgoing import SESSION_HEADER, VERSION_HEADER
+from toolsearch.targets import ResolvedTool
 
 logger = logging.getLogger(__name__)
 
 JSONRPC_ID_KEY = "toolsearch.jsonrpc_id"  # and the posted message's id, for answers given outside it
-SESSION_HEADER = "mcp-session-id"
 LAST_EVENT_ID = "last-event-id"
 MISSING_SESSION = "missing Mcp-Session-Id header: send the id returned by initialize"
 # a handshake client's notifications its backend sessions are told of
@@ -270,7 +269,7 @@ class SessionLayer:
                 identity.principal, identity.bearer_token, capabilities_json=capabilities_json
             )
             bind_session(opened.session_id)
-            session_header = (SESSION_HEADER.encode(), opened.session_id.encode())
+            session_header = (SESSION_HEADER.lower().encode(), opened.session_id.encode())
             held[0] = {**start, "headers": [*start.get("headers", []), session_header]}
         for message in held:
             await send(message)

@@ -61,9 +61,9 @@ from mcp_types import (
 from router.caller import Caller
 from router.handlers.notifications import TOOLS_CHANGED, Notifications
 from router.handlers.resources import target_of
-from router.targets import BackendTarget
 from router.upstream.session_wide.backend_listens import BackendListens, Interest
 from router.upstream.session_wide.backend_requests import BackendRequests, Reach, caller_of
+from toolsearch.targets import BackendTarget
 
 logger = logging.getLogger(__name__)
 

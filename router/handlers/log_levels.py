@@ -26,8 +26,8 @@ from mcp.server.context import ServerRequestContext
 
 from router.error_answers import mcp_error
 from router.errors import RouterError
-from router.targets import BackendTarget
 from router.upstream.session_wide.backend_requests import BackendRequests, caller_of
+from toolsearch.targets import BackendTarget
 
 logger = logging.getLogger(__name__)
 

@@ -37,7 +37,7 @@ from router.upstream.rounds.input_rounds import InputRounds
 from router.upstream.session_wide.backend_requests import caller_of
 from router.upstream.wire.backend_messages import backend_request_id
 from router.upstream.wire.relays import NotificationRelay
-from toolsearch.answers import Answer, AnswerServer, AnswerTool, render_answer
+from toolsearch.answers import render_answer
 from toolsearch.sections.indexer_settings import Search
 
 logger = logging.getLogger(__name__)
@@ -220,33 +220,10 @@ class MetaTools:
             args.limit,
             compact=compact,
         )
-        metrics = {
-            "baseline_tokens": found.token_metrics.baseline_tokens,
-            "returned_tokens": found.token_metrics.returned_tokens,
-            "savings_percent": found.token_metrics.savings_percent,
-        }
-        message = found.note
-        if not found.tools:
-            message = found.empty_reason or "no tool matched the description"
-        answer = Answer(
-            tools=[AnswerTool(t.definition_json, t.backend_id, t.match) for t in found.tools],
-            servers={t.backend_id: AnswerServer(t.server_title, t.server_description) for t in found.tools},
-            token_metrics=metrics,
-            message=message,
-            unavailable=[
-                {
-                    "backend": u.backend_id,
-                    "status": u.status,
-                    **({"title": u.server_title} if u.server_title else {}),
-                }
-                for u in found.unavailable
-            ],
-            compact=compact,
-        )
-        structured, text = render_answer(answer)
+        structured, text = render_answer(found, compact)
         result = text_result(text, is_error=False)
         result["structuredContent"] = structured
         result["_meta"] = {
-            INDEX_META_KEY: {"version": found.version_number, "fingerprint": found.version_fingerprint}
+            INDEX_META_KEY: {"version": found.version.number, "fingerprint": found.version.fingerprint}
         }
         return result

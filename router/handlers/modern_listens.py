@@ -29,9 +29,10 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from router.caller import Caller
 from router.errors import RouterError
-from router.targets import BackendTarget, ReachableTarget, Subscription
 from router.upstream.session_wide.backend_listens import BackendListens, Deliver, Interest
 from router.upstream.session_wide.backend_requests import BackendRequests
+from toolsearch.sessions import Subscription
+from toolsearch.targets import BackendTarget, ReachableTarget
 
 logger = logging.getLogger(__name__)
 

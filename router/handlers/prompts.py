@@ -22,9 +22,9 @@ from router.errors import RouterError
 from router.handlers.offerings import Ambiguous, Offering, Target, ambiguity, namespaced, resolve
 from router.handlers.passthrough import PassedThrough
 from router.handlers.resources import RESOURCE_NOT_FOUND, catalogue
-from router.targets import ReachableTarget
-from router.upstream.session_wide.backend_requests import BackendRequests, Reach, answered
+from router.upstream.session_wide.backend_requests import BackendRequests, Reach, complete
 from router.upstream.session_wide.broadcast import ask_each
+from toolsearch.targets import ReachableTarget
 
 NO_COMPLETION: dict[str, Any] = {"completion": {"values": [], "hasMore": False}}
 
@@ -56,7 +56,7 @@ class Prompts:
     async def list_prompts(
         self, ctx: ServerRequestContext[Any, Any], params: PaginatedRequestParams
     ) -> dict[str, Any]:
-        return answered(
+        return complete(
             {"prompts": [dict(o.entry) for o in await prompt_catalogue(await self.requests.reach_from(ctx))]}
         )
 
@@ -92,8 +92,8 @@ class Prompts:
         try:
             # a backend may ask the client before it gives a prompt (router/upstream/rounds/input_rounds.py)
             if method == "prompts/get":
-                return answered(await reach.asking(backend, method, params))
-            return answered(await reach.send(backend, method, params))
+                return complete(await reach.asking(backend, method, params))
+            return complete(await reach.send(backend, method, params))
         except RouterError as exc:
             raise mcp_error(exc) from None
 
@@ -103,7 +103,7 @@ class Prompts:
         reach = await self.requests.reach_from(ctx)
         wire = params.model_dump(mode="json", by_alias=True, exclude_none=True)
         if (resumed := await reach.resumed(wire)) is not None:  # the retry of a round the router made
-            return PassedThrough(answered(resumed))
+            return PassedThrough(complete(resumed))
         target = await self._prompt(reach, params.name)
         return PassedThrough(
             await self._forward(reach, target, "prompts/get", {**wire, "name": target.original})
@@ -122,5 +122,5 @@ class Prompts:
             target = await self._template(reach, str(ref.get("uri", "")))
             ref["uri"] = target.original
         if not any(b.backend_id == target.backend_id for b in reach.offering("completions")):
-            return answered(NO_COMPLETION)  # the backend declared no completions: it has none to give
+            return complete(NO_COMPLETION)  # the backend declared no completions: it has none to give
         return await self._forward(reach, target, "completion/complete", {**wire, "ref": ref})

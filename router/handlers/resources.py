@@ -28,10 +28,11 @@ from router.error_answers import mcp_error
 from router.errors import BackendAnswered, RouterError
 from router.handlers.offerings import Ambiguous, Offering, Target, ambiguity, namespaced, resolve
 from router.handlers.passthrough import PassedThrough
-from router.targets import ReachableTarget, Subscription
-from router.upstream.session_wide.backend_requests import BackendRequests, Reach, answered
+from router.upstream.session_wide.backend_requests import BackendRequests, Reach, complete
 from router.upstream.session_wide.broadcast import ask_each
 from toolsearch.naming import prefixed
+from toolsearch.sessions import Subscription
+from toolsearch.targets import ReachableTarget
 
 RESOURCE_NOT_FOUND = -32002  # MCP's code for a resource that does not exist
 
@@ -134,13 +135,13 @@ class Resources:
         self, ctx: ServerRequestContext[Any, Any], params: PaginatedRequestParams
     ) -> dict[str, Any]:
         found = await catalogue(await self.requests.reach_from(ctx), templates=False)
-        return answered({"resources": [dict(o.entry) for o in found.resources]})
+        return complete({"resources": [dict(o.entry) for o in found.resources]})
 
     async def list_templates(
         self, ctx: ServerRequestContext[Any, Any], params: PaginatedRequestParams
     ) -> dict[str, Any]:
         found = await catalogue(await self.requests.reach_from(ctx), resources=False)
-        return answered({"resourceTemplates": [dict(o.entry) for o in found.templates]})
+        return complete({"resourceTemplates": [dict(o.entry) for o in found.templates]})
 
     async def read(
         self, ctx: ServerRequestContext[Any, Any], params: ReadResourceRequestParams
@@ -148,8 +149,8 @@ class Resources:
         reach = await self.requests.reach_from(ctx)
         wire = params.model_dump(mode="json", by_alias=True, exclude_none=True)
         if (resumed := await reach.resumed(wire)) is not None:  # the retry of a round the router made
-            return PassedThrough(answered(resumed))
-        return PassedThrough(answered(await _forwarded(reach, "resources/read", params)))
+            return PassedThrough(complete(resumed))
+        return PassedThrough(complete(await _forwarded(reach, "resources/read", params)))
 
     async def subscribe(
         self, ctx: ServerRequestContext[Any, Any], params: SubscribeRequestParams
@@ -194,7 +195,7 @@ async def _subscription(
     backend = next(b for b in reach.backends if b.backend_id == target.backend_id)
     if not reach.refuses_sessions(backend):
         try:
-            return PassedThrough(answered(await _forwarded(reach, method, params, target)))
+            return PassedThrough(complete(await _forwarded(reach, method, params, target)))
         except MCPError:
             if not reach.refuses_sessions(backend):  # it refused the handshake just now
                 raise
@@ -203,7 +204,7 @@ async def _subscription(
         await reach.keep_subscription(subscription, method == "resources/subscribe")
     except RouterError as exc:
         raise mcp_error(exc) from None
-    return answered({})
+    return complete({})
 
 
 async def _forwarded(

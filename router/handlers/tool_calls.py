@@ -21,7 +21,6 @@ from router.errors import BackendRejected, CallCancelled, InvalidRequest
 from router.handlers.arguments import parse_call_tool
 from router.handlers.schemas import SchemaValidators
 from router.link.indexer_client import IndexerClient
-from router.targets import BackendTarget
 from router.upstream.calls.backends import BackendCaller, CallOutcome
 from router.upstream.calls.credentials import OutgoingCredentials
 from router.upstream.calls.running_calls import RunningCalls
@@ -30,6 +29,7 @@ from router.upstream.calls.session_notes import noted_call
 from router.upstream.session_wide.backend_notices import BackendNotices
 from router.upstream.wire.backend_messages import backend_request_id
 from router.upstream.wire.relays import ClientAsker, NotificationRelay
+from toolsearch.targets import BackendTarget
 
 logger = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""The indexer's answers about backends read into the router's values (router/targets.py), once.
+"""The indexer's answers about backends read into the link's values (toolsearch/targets.py), once.
 
 A tool's resolution (`ResolveToolResponse`), a reachable backend (`ReachableBackend`) and a session
 at a backend (`SessionAtBackend`) each say how to reach a backend, in fields of their own. Each is
@@ -13,10 +13,17 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from router.targets import BackendSession, BackendTarget, ReachableTarget, ReachableTargets, ResolvedTool
 from toolsearch.naming import Prefix
 from toolsearch.outgoing import OutgoingAuth
 from toolsearch.sections.settings import DEFAULT_BACKEND_TIMEOUT, DEFAULT_MAX_RESPONSE_BYTES
+from toolsearch.sessions import BackendSession, Subscription, VersionRef
+from toolsearch.targets import (
+    BackendTarget,
+    KeptSessions,
+    ReachableTarget,
+    ReachableTargets,
+    ResolvedTool,
+)
 from toolsearch.v1 import indexer_pb2 as pb
 
 
@@ -25,7 +32,7 @@ def outgoing_auth(auth: pb.BackendAuth) -> OutgoingAuth:
     return OutgoingAuth(type=auth.type, header=auth.header or "Authorization", value_env=auth.value_env)
 
 
-def kept_session(kept: pb.BackendSession) -> BackendSession | None:
+def backend_session_of(kept: pb.BackendSession) -> BackendSession | None:
     """The backend session the indexer keeps for a client session; None where none is kept yet."""
     return BackendSession(kept.session_id, kept.protocol_version) if kept.protocol_version else None
 
@@ -44,13 +51,14 @@ def _target(found: pb.ResolveToolResponse | pb.ReachableBackend) -> BackendTarge
         protocol_version=found.protocol_version,
         timeout_seconds=found.timeout_seconds or DEFAULT_BACKEND_TIMEOUT,
         max_response_bytes=found.max_response_bytes or DEFAULT_MAX_RESPONSE_BYTES,
-        session=kept_session(found.backend_session),
+        session=backend_session_of(found.backend_session),
     )
 
 
 def resolved_tool(tool: pb.ResolveToolResponse) -> ResolvedTool:
     """A tool's resolution, its backend read into a target."""
-    return ResolvedTool(tool.name, tool.original_name, tool.input_schema_json, _target(tool))
+    version = VersionRef(tool.version.number, tool.version.fingerprint)
+    return ResolvedTool(tool.name, tool.original_name, tool.input_schema_json, _target(tool), version)
 
 
 class SessionAnswer(NamedTuple):
@@ -107,3 +115,9 @@ def session_targets(found: pb.BackendSessionsResponse | pb.SetLogLevelResponse) 
         )
         for entry in found.backends
     ]
+
+
+def kept_sessions(found: pb.BackendSessionsResponse) -> KeptSessions:
+    """A client session's backend sessions as targets, its subscriptions, and the stamp of both."""
+    subscriptions = frozenset(Subscription(s.backend_id, s.uri) for s in found.subscriptions)
+    return KeptSessions(found.stamp, tuple(session_targets(found)), subscriptions)

@@ -1,9 +1,9 @@
-"""The indexer's search, pinning and status answers read into the router's values, once.
+"""The indexer's search, pinning, stream and status answers read into the router's values, once.
 
-FindTools becomes a `Found` (router/found.py), PinnedTools the definitions it lists, Status the
-plain data the status page shows (router/observe/status_page.py): neither names a session or a
-principal, and backend URLs stay out (one may carry a key in its query). Above the link, the
-router sees no protobuf.
+FindTools becomes a `Found` (toolsearch/found.py), PinnedTools the definitions it lists,
+ReadStreamEvents the `KeptEvents` (toolsearch/kept_streams.py), and Status the plain data the status
+page shows (router/observe/status_page.py), which names no session or principal and leaves backend
+URLs out (one may carry a key in its query). Above the link, the router sees no protobuf.
 """
 
 from __future__ import annotations
@@ -12,7 +12,9 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from router.found import Found, FoundTool, TokenMetrics, UnavailableBackend
+from toolsearch.found import Found, FoundTool, TokenMetrics, UnavailableBackend
+from toolsearch.kept_streams import KeptEvents, StreamEnd
+from toolsearch.sessions import VersionRef
 from toolsearch.v1 import indexer_pb2 as pb
 
 RECENT_SWAPS = 20  # swap lines shown, newest first
@@ -22,6 +24,7 @@ def found(answer: pb.FindToolsResponse) -> Found:
     """A search's answer; a tool the indexer did not grade counts as a possible match."""
     metrics = answer.token_metrics
     return Found(
+        version=VersionRef(answer.version.number, answer.version.fingerprint),
         tools=tuple(
             FoundTool(
                 name=t.name,
@@ -30,18 +33,33 @@ def found(answer: pb.FindToolsResponse) -> Found:
                 server_title=t.server_title,
                 server_description=t.server_description,
                 match=t.match or "possible",
+                score=t.score,
+                relevance=t.relevance,
             )
             for t in answer.tools
         ),
-        version_number=answer.version.number,
-        version_fingerprint=answer.version.fingerprint,
+        unavailable=tuple(UnavailableBackend(u.id, u.status, u.server_title) for u in answer.unavailable),
         token_metrics=TokenMetrics(
             metrics.baseline_tokens, metrics.returned_tokens, round(metrics.savings_percent, 2)
         ),
-        note=answer.note,
         empty_reason=answer.empty_reason,
-        unavailable=tuple(UnavailableBackend(u.id, u.status, u.server_title) for u in answer.unavailable),
+        note=answer.note,
     )
+
+
+STREAM_ENDS = {
+    StreamEnd.OPEN: pb.STREAM_END_OPEN,
+    StreamEnd.DONE: pb.STREAM_END_DONE,
+    StreamEnd.BROKEN: pb.STREAM_END_BROKEN,
+}
+
+
+def kept_events(answer: pb.ReadStreamEventsResponse) -> KeptEvents | None:
+    """A stream's kept events, None when none is kept; an end this router does not know is a break."""
+    if not answer.found:
+        return None
+    ends = {wire: end for end, wire in STREAM_ENDS.items()}
+    return KeptEvents(tuple(answer.events), ends.get(answer.end, StreamEnd.BROKEN), answer.request_id_json)
 
 
 def pinned_definitions(answer: pb.PinnedToolsResponse) -> list[str]:
@@ -49,7 +67,8 @@ def pinned_definitions(answer: pb.PinnedToolsResponse) -> list[str]:
     return [tool.definition_json for tool in answer.tools]
 
 
-def _iso(unix: float) -> str:
+def iso_time(unix: float) -> str:
+    """A moment as the status views show it: UTC, ISO 8601, to the second."""
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(unix))
 
 
@@ -62,7 +81,7 @@ def _swaps(sessions: Iterable[pb.SessionStatus]) -> list[dict[str, Any]]:
             grouped[key] = grouped.get(key, 0) + 1
     newest = sorted(grouped.items(), key=lambda item: item[0][2], reverse=True)[:RECENT_SWAPS]
     return [
-        {"at": _iso(at), "reason": reason, "fingerprint": fingerprint, "sessions": count}
+        {"at": iso_time(at), "reason": reason, "fingerprint": fingerprint, "sessions": count}
         for (reason, fingerprint, at), count in newest
     ]
 

@@ -12,11 +12,9 @@ from typing import Any
 
 import grpc
 
-from router.caller import Principal
-from router.found import Found
-from router.kept_streams import KeptEvents, StreamEnd
 from router.link.backend_targets import (
     SessionAnswer,
+    kept_sessions,
     reachable_targets,
     resolved_tool,
     session_answer,
@@ -24,23 +22,13 @@ from router.link.backend_targets import (
     stored_session,
 )
 from router.link.channels import IndexerChannels
-from router.link.indexer_answers import found, pinned_definitions, status_view
-from router.targets import (
-    BackendSession,
-    BackendTarget,
-    KeptSessions,
-    ReachableTargets,
-    ResolvedTool,
-    Subscription,
-)
+from router.link.indexer_answers import STREAM_ENDS, found, kept_events, pinned_definitions, status_view
+from toolsearch.found import Found
+from toolsearch.kept_streams import EventsToKeep, KeptEvents
+from toolsearch.sessions import BackendSession, Principal, Subscription
+from toolsearch.targets import BackendTarget, KeptSessions, ReachableTargets, ResolvedTool
 from toolsearch.transport import ChannelSecurity
 from toolsearch.v1 import indexer_pb2 as pb
-
-_STREAM_ENDS = {
-    StreamEnd.OPEN: pb.STREAM_END_OPEN,
-    StreamEnd.DONE: pb.STREAM_END_DONE,
-    StreamEnd.BROKEN: pb.STREAM_END_BROKEN,
-}
 
 
 def _principal(principal: Principal) -> pb.Principal:
@@ -169,8 +157,7 @@ class IndexerClient:
         response: pb.BackendSessionsResponse = await self.channels.call(
             lambda stub: stub.BackendSessions, request, timeout=wait + self.timeout
         )
-        subscriptions = frozenset(Subscription(s.backend_id, s.uri) for s in response.subscriptions)
-        return KeptSessions(response.stamp, tuple(session_targets(response)), subscriptions)
+        return kept_sessions(response)
 
     async def set_log_level(self, session_id: str, principal: Principal, level: str) -> list[BackendTarget]:
         """Keep the log level the session's client set; the backend sessions to pass it on to.
@@ -233,28 +220,19 @@ class IndexerClient:
         record = json.loads(response.record_json)
         return record if isinstance(record, dict) else None
 
-    async def keep_stream_events(
-        self,
-        session_id: str,
-        principal: Principal,
-        stream_id: str,
-        first_seq: int,
-        events: Sequence[str],
-        end: StreamEnd,
-        ttl: float,
-        request_id: str,
-    ) -> None:
-        """Keep a call's stream events, numbered from `first_seq`, with the session for `ttl` seconds
-        past this keep (docs/gateway.md, "Streams a client resumes"); raises `SessionNotFound`."""
+    async def keep_stream_events(self, principal: Principal, keep: EventsToKeep) -> None:
+        """Keep a call's stream events, numbered from `keep.first_seq`, with the session for
+        `keep.ttl` seconds past this keep (docs/gateway.md, "Streams a client resumes"); raises
+        `SessionNotFound`."""
         request = pb.KeepStreamEventsRequest(
-            session_id=session_id,
+            session_id=keep.session_id,
             principal=_principal(principal),
-            stream_id=stream_id,
-            first_seq=first_seq,
-            events=events,
-            end=_STREAM_ENDS[end],
-            ttl_seconds=ttl,
-            request_id_json=request_id,
+            stream_id=keep.stream_id,
+            first_seq=keep.first_seq,
+            events=keep.events,
+            end=STREAM_ENDS[keep.end],
+            ttl_seconds=keep.ttl,
+            request_id_json=keep.request_id,
         )
         await self.channels.call(lambda stub: stub.KeepStreamEvents, request)
 
@@ -270,15 +248,7 @@ class IndexerClient:
             after=after,
             limit=limit,
         )
-        response: pb.ReadStreamEventsResponse = await self.channels.call(
-            lambda stub: stub.ReadStreamEvents, request
-        )
-        if not response.found:
-            return None
-        ends = {wire: end for end, wire in _STREAM_ENDS.items()}
-        return KeptEvents(
-            tuple(response.events), ends.get(response.end, StreamEnd.BROKEN), response.request_id_json
-        )
+        return kept_events(await self.channels.call(lambda stub: stub.ReadStreamEvents, request))
 
     async def reachable_backends(self, session_id: str, principal: Principal) -> ReachableTargets:
         """The session's advertised backends that offer resources, prompts or completions."""

@@ -25,13 +25,10 @@ from starlette.routing import Route
 
 from router.caller import Authenticator
 from router.errors import RouterError, Unauthenticated
+from router.link.indexer_answers import iso_time
 from router.link.indexer_client import IndexerClient
 from router.observe.latency_window import FindToolLatency
 from router.observe.status_chart import latency_chart
-
-
-def _iso(unix: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(unix))
 
 
 class StatusPage:
@@ -52,7 +49,7 @@ class StatusPage:
 
     async def snapshot(self, indexer: IndexerClient) -> tuple[dict[str, Any], int]:
         """Everything both views show, and the HTTP status: 503 when the indexer did not answer."""
-        view: dict[str, Any] = {"generated_at": _iso(self._clock())}
+        view: dict[str, Any] = {"generated_at": iso_time(self._clock())}
         code = 200
         try:
             view["indexer"] = await indexer.status()

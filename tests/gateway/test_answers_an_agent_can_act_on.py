@@ -19,7 +19,9 @@ from tests.support.catalogs import small_catalog
 from tests.support.in_process import in_process_stack
 from tests.support.stack import Stack, structured
 from tests.support.waits import wait_for
-from toolsearch.answers import Answer, AnswerServer, AnswerTool, compact_definition, render_answer
+from toolsearch.answers import compact_definition, render_answer
+from toolsearch.found import Found, FoundTool, TokenMetrics
+from toolsearch.sessions import VersionRef
 
 WEATHER = "AI_Weather_by_Meteosource"
 COCKTAILS = "Cocktails"
@@ -121,13 +123,14 @@ def _status(stack: Stack, backend_id: str) -> str:
 
 def test_an_answer_describes_each_server_once_and_keeps_definitions_as_they_are() -> None:
     definition = {"name": "get_price", "description": "Price of a thing", "inputSchema": {"type": "object"}}
-    tools = [
-        AnswerTool(json.dumps(definition), "shop", "strong"),
-        AnswerTool(json.dumps({**definition, "name": "crypto_get_price"}), "crypto", "weak"),
-    ]
-    servers = {"shop": AnswerServer("Shop", "Prices and stock of the shop. " + "x" * 400)}
-    metrics = {"baseline_tokens": 10, "returned_tokens": 5, "savings_percent": 50.0}
-    structured, text = render_answer(Answer(tools, servers, metrics, message="weak"))
+    shop = ("Shop", "Prices and stock of the shop. " + "x" * 400)
+    crypto = json.dumps({**definition, "name": "crypto_get_price"})
+    tools = (
+        FoundTool("get_price", "shop", json.dumps(definition), *shop, "strong"),
+        FoundTool("crypto_get_price", "crypto", crypto, "", "", "weak"),
+    )
+    metrics = TokenMetrics(baseline_tokens=10, returned_tokens=5, savings_percent=50.0)
+    structured, text = render_answer(Found(VersionRef(1, "f"), tools, (), metrics, note="weak"))
     assert json.loads(text) == structured
     assert structured["tools"][0] == definition  # the MCP definition, untouched
     assert structured["found"] == [

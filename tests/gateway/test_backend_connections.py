@@ -19,12 +19,12 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from commands.ports import free_port
-from router.targets import BackendTarget
 from router.upstream.calls.backends import BackendCaller
 from router.upstream.wire import backend_answers
 from router.upstream.wire.pools import BackendPools
 from tests.support.in_process import serve_app
 from toolsearch.outgoing import OutgoingAuth
+from toolsearch.targets import BackendTarget
 
 CALLS = 8
 MODERN = "2026-07-28"  # no session to open: every request is a call

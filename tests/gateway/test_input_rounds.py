@@ -31,13 +31,13 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.inbound import MCP_METHOD_HEADER, MCP_NAME_HEADER
 from mcp_types import INVALID_PARAMS
 
-from router.caller import Principal
 from router.errors import InvalidRequest
 from router.link.indexer_client import IndexerClient
 from tests.support.asking import asking_replicas
 from tests.support.clients import Alternating, until
 from tests.support.conformance import conformance_server
 from tests.support.routers import LightStack, another_router, light_stack
+from toolsearch.sessions import Principal
 
 MODERN = "2026-07-28"
 ASK = {"tool_name": "ask", "parameters": {}}

@@ -36,9 +36,8 @@ from mcp.shared.subscriptions import (
 from mcp_types import INVALID_PARAMS, SubscriptionFilter
 
 from commands.ports import free_port
-from router.caller import Caller, Identity, Principal
+from router.caller import Caller, Identity
 from router.handlers.listens import MAX_BACKENDS, MAX_RESOURCES, Listens
-from router.targets import BackendTarget, ReachableTarget, ReachableTargets
 from router.upstream.session_wide.backend_requests import Reach
 from tests.support.asking import ASKING_SERVER, ROOT
 from tests.support.clients import RawClient, listening, until
@@ -46,6 +45,8 @@ from tests.support.processes import port_accepts, start_process
 from tests.support.routers import LightStack, light_stack
 from tests.support.waits import WAIT, wait_for
 from toolsearch.outgoing import OutgoingAuth
+from toolsearch.sessions import Principal
+from toolsearch.targets import BackendTarget, ReachableTarget, ReachableTargets
 
 NOTE = "asking://note"
 

@@ -26,11 +26,11 @@ from starlette.routing import Route
 
 from router.errors import BackendError
 from router.handlers.passthrough import PassedThrough, PassThroughMiddleware, holding
-from router.targets import BackendTarget
 from router.upstream.calls.backends import BackendCaller
 from router.upstream.wire.pools import BackendPools
 from tests.support.conformance_content import AUDIO, IMAGE
 from toolsearch.outgoing import OutgoingAuth
+from toolsearch.targets import BackendTarget
 
 # everything a tool result can hold, and what no schema holds yet
 RESULT: dict[str, Any] = {

@@ -19,12 +19,13 @@ import httpx2
 import pytest
 import yaml
 
-from router.caller import Caller, Identity, Principal
+from router.caller import Caller, Identity
 from router.frontdoor.streams.stream_log import RETRY_MS, Detached, StreamLog
-from router.kept_streams import StreamEnd
 from router.link.indexer_client import IndexerClient
 from tests.support.routers import LightStack, light_stack
 from tests.support.stack import HEADERS, INITIALIZE
+from toolsearch.kept_streams import EventsToKeep, StreamEnd
+from toolsearch.sessions import Principal
 
 STREAM = "a-stream-kept-for-resumption"
 PROGRESS = {
@@ -60,7 +61,8 @@ class Resuming:
     async def keep(
         self, first: int, *events: str, end: StreamEnd = StreamEnd.OPEN, ttl: float = 30.0
     ) -> None:
-        await self.indexer.keep_stream_events(self.session, Principal(), STREAM, first, events, end, ttl, "7")
+        keep = EventsToKeep(self.session, STREAM, first, events, end, ttl, "7")
+        await self.indexer.keep_stream_events(Principal(), keep)
 
     async def resume(self, last_event_id: str) -> httpx2.Response:
         headers = {**HEADERS, "Mcp-Session-Id": self.session, "Last-Event-ID": last_event_id}
@@ -144,9 +146,10 @@ async def test_an_id_of_no_stream_kept_in_the_session_is_refused_saying_why(
 
 async def test_a_stream_of_another_session_is_not_found_in_this_one(resuming: Resuming) -> None:
     other = await resuming.http.post(resuming.stack.mcp_url, json=INITIALIZE, headers=HEADERS)
-    await resuming.indexer.keep_stream_events(
-        other.headers["mcp-session-id"], Principal(), STREAM, 1, [event(1, ANSWER)], StreamEnd.DONE, 30, "7"
+    keep = EventsToKeep(
+        other.headers["mcp-session-id"], STREAM, 1, [event(1, ANSWER)], StreamEnd.DONE, 30, "7"
     )
+    await resuming.indexer.keep_stream_events(Principal(), keep)
     assert (await resuming.resume(f"{STREAM}/0")).status_code == 400
 
 

@@ -26,7 +26,6 @@ from mcp import Client
 from commands.ports import free_port
 from router.frontdoor.streams import stream_cursor
 from router.frontdoor.streams.stream_cursor import MAX_BACKENDS, MAX_MARK, StreamCursor, is_cursor
-from router.targets import BackendSession, BackendTarget
 from router.upstream.session_wide.backend_streams import mark, read_standalone, resumed_from
 from router.upstream.wire.backend_answers import StreamPosition
 from tests.support.asking import asking_stack
@@ -36,6 +35,8 @@ from tests.support.routers import LightStack
 from tests.support.waits import wait_for
 from toolsearch.config import load_config
 from toolsearch.outgoing import OutgoingAuth
+from toolsearch.sessions import BackendSession
+from toolsearch.targets import BackendTarget
 
 NOTE = "asking://note"
 UPDATED, LOGGED = "notifications/resources/updated", "notifications/message"

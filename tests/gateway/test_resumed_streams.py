@@ -21,11 +21,11 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from router.errors import BackendUnavailable
-from router.targets import BackendTarget
 from router.upstream.calls.backends import BackendCaller
 from router.upstream.wire.pools import BackendPools
 from tests.support.conformance import conformance_server
 from toolsearch.outgoing import OutgoingAuth
+from toolsearch.targets import BackendTarget
 
 
 @pytest.fixture(scope="module")

@@ -29,7 +29,6 @@ from starlette.datastructures import Headers
 from starlette.types import Receive, Scope, Send
 
 from commands.ports import free_port
-from router.caller import Principal
 from router.error_answers import http_answer, mcp_error, tool_result_for
 from router.errors import (
     BackendTimeout,
@@ -56,6 +55,7 @@ from router.link.indexer_errors import translate
 from router.upstream.calls.backends import outgoing_headers
 from tests.support.stack import INITIALIZE
 from toolsearch.config import parse_config
+from toolsearch.sessions import Principal
 from toolsearch.v1 import indexer_pb2 as pb
 from toolsearch.v1 import indexer_pb2_grpc
 

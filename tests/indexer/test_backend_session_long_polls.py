@@ -20,10 +20,10 @@ from indexer.errors import InvalidRequest, SessionNotFound
 from indexer.sessions.backend_session_waits import MAX_WAIT, BackendSessionWaits, stamp_of
 from indexer.sessions.manager import MAX_SUBSCRIPTIONS, SessionManager
 from indexer.sessions.views import LiveSession
-from indexer.state import BackendSession, Principal, Subscription
 from tests.support.indexers import running_indexer
 from tests.support.redis import RedisServer
 from toolsearch.config import Config, parse_config
+from toolsearch.sessions import BackendSession, Principal, Subscription
 
 ALICE = Principal("https://issuer.test", "alice")
 WOKEN = MAX_WAIT / 3  # seconds a woken long poll may take at most

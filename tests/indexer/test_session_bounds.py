@@ -33,12 +33,13 @@ from indexer.retrieval.embeddings import Embeddings
 from indexer.retrieval.index import Builder, VersionPool
 from indexer.retrieval.search import SearchSettings
 from indexer.sessions.manager import SessionManager
-from indexer.state import BackendSession, LocalSessions, Principal
+from indexer.state import LocalSessions
 from indexer.state.listings import Listing
 from tests.support.clients import until
 from tests.support.waits import wait_for
 from toolsearch.sections.backend_settings import Backend, BackendAuth
 from toolsearch.sections.indexer_settings import Naming
+from toolsearch.sessions import BackendSession, Principal
 
 TTL = 60.0
 ALICE = Principal("https://issuer.test", "alice")

@@ -33,7 +33,7 @@ from indexer.retrieval.search import SearchSettings
 from indexer.sessions.catalogs import Catalogs
 from indexer.sessions.manager import SessionManager
 from indexer.sessions.views import LiveSession
-from indexer.state import Principal, SessionRecord
+from indexer.state import SessionRecord
 from indexer.state.listings import Listing, digest_of, intern_listing
 from tests.support.catalogs import small_catalog
 from tests.support.in_process import catalog_server_in_process
@@ -43,6 +43,7 @@ from tests.support.waits import wait_for
 from toolsearch.config import Config, parse_config
 from toolsearch.sections.backend_settings import Backend, BackendAuth
 from toolsearch.sections.indexer_settings import Naming
+from toolsearch.sessions import Principal
 
 WAIT = 15.0  # seconds any condition below may take at most
 SECRET = "a-test-secret-that-is-long-enough-for-hs256"

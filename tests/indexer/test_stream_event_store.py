@@ -9,17 +9,10 @@ import redis.asyncio as aredis
 
 from indexer.errors import InvalidRequest
 from indexer.state.redis import Keys
-from indexer.state.stream_events import (
-    MAX_EVENTS,
-    EventsToKeep,
-    KeptEvents,
-    LocalStreams,
-    RedisStreams,
-    StreamEnd,
-    StreamStore,
-)
+from indexer.state.stream_events import LocalStreams, RedisStreams, StreamStore, check_keep
 from tests.support.clients import until
 from tests.support.redis import RedisServer
+from toolsearch.kept_streams import MAX_EVENTS, EventsToKeep, KeptEvents, StreamEnd
 
 STREAM = "a-stream-of-the-routers"
 
@@ -120,4 +113,4 @@ async def test_memory_keeps_at_most_its_streams_and_bytes_the_least_recently_kep
 )
 def test_a_keep_the_router_would_not_make_is_refused_saying_why(bad: EventsToKeep, message: str) -> None:
     with pytest.raises(InvalidRequest, match=message):
-        bad.check()
+        check_keep(bad)

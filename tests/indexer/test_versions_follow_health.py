@@ -35,7 +35,6 @@ from indexer.retrieval.search import SearchSettings
 from indexer.retrieval.text import query_texts
 from indexer.retrieval.tools import Tool, advertise
 from indexer.sessions.manager import SessionManager
-from indexer.state import Principal
 from indexer.state.listings import Listing
 from tests.support.catalogs import small_catalog
 from tests.support.in_process import catalog_server_in_process
@@ -46,6 +45,7 @@ from tests.support.waits import wait_for
 from toolsearch.config import Config, parse_config
 from toolsearch.sections.backend_settings import Backend
 from toolsearch.sections.indexer_settings import Naming
+from toolsearch.sessions import Principal
 
 SECRET = "a-test-secret-that-is-long-enough-for-hs256"
 SECRET_ENV = "TOOLSEARCH_CATALOG_JWT_SECRET"

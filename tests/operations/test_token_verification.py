@@ -23,7 +23,6 @@ from starlette.datastructures import Headers
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from router.caller import Principal
 from router.errors import AuthConfigError, Unauthenticated
 from router.frontdoor.auth import (
     TOKEN_HOLDER,
@@ -35,6 +34,7 @@ from router.frontdoor.resource_metadata import ResourceMetadata
 from router.frontdoor.session_layer import SessionLayer
 from toolsearch.config import ConfigError, parse_config
 from toolsearch.sections.router_settings import RouterAuth
+from toolsearch.sessions import Principal
 
 ISSUER = "https://issuer.test"
 AUDIENCE = "toolsearch"

@@ -14,16 +14,7 @@ from pathlib import Path
 import pytest
 
 from commands.ports import free_port
-from indexer.state import (
-    BackendSession,
-    Principal,
-    SessionRecord,
-    StateUnavailable,
-    Swap,
-    VersionRef,
-    make_state,
-    state_secret,
-)
+from indexer.state import SessionRecord, StateUnavailable, Swap, make_state, state_secret
 from indexer.state.listings import Listing, listing_digest
 from indexer.state.redis import Keys
 from indexer.state.redis_connection import client_name
@@ -33,6 +24,7 @@ from tests.support.sentinel import SERVICE, node, running_sentinels, sentinel_co
 from tests.support.stack import CLI, MODEL, wait_until
 from tests.support.waits import wait_for
 from toolsearch.config import ConfigError, parse_config
+from toolsearch.sessions import BackendSession, Principal, VersionRef
 
 ALICE = Principal("https://issuer.test", "alice")
 LISTING = Listing(({"name": "get_forecast", "description": "The weather tomorrow."},), "2025-11-25", 0.1)

@@ -19,13 +19,14 @@ import redis.asyncio as aredis
 from indexer.api.process import IndexerProcess
 from indexer.backends.credentials import ANONYMOUS
 from indexer.errors import SessionsFull, TooManySessions
-from indexer.state import Principal, Room, RoomFull, SessionRecord, State, Swap, VersionRef
+from indexer.state import Room, RoomFull, SessionRecord, State, Swap
 from indexer.state.redis import Keys
 from indexer.state.redis_sessions import principal_key
 from tests.support.clients import until
 from tests.support.indexers import running_indexer
 from tests.support.redis import RedisServer, open_state
 from toolsearch.config import parse_config
+from toolsearch.sessions import Principal, VersionRef
 
 WAIT = 15.0  # seconds any condition may take at most
 ALICE = Principal("https://issuer.test", "alice")

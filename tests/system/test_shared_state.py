@@ -21,15 +21,12 @@ from indexer.embedder.fake import FakeEmbedder
 from indexer.retrieval.embeddings import Embeddings
 from indexer.state import (
     BackendHealth,
-    BackendSession,
     EndedSession,
-    Principal,
     SessionRecord,
     State,
     StateUnavailable,
     Swap,
     SwapChange,
-    VersionRef,
 )
 from indexer.state.listings import Listing, listing_digest
 from indexer.state.redis import Keys
@@ -37,6 +34,7 @@ from indexer.state.redis_connection import TIMEOUT
 from indexer.state.redis_lease import RedisLease
 from tests.support.clients import until
 from tests.support.redis import RedisServer, open_state, running_redis
+from toolsearch.sessions import BackendSession, Principal, VersionRef
 
 WAIT = 10.0  # seconds any condition may take at most
 

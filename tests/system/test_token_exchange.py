@@ -32,10 +32,8 @@ from mcp.client.streamable_http import streamable_http_client
 from commands.ports import free_port
 from indexer.backends.backend_tokens import BackendTokens
 from indexer.backends.token_exchange import TokenEndpoints
-from indexer.state import Principal
 from indexer.state.redis import Keys
 from indexer.state.tokens import RedisTokens
-from router.caller import Principal as Caller
 from router.errors import ExchangeFailed
 from router.link.indexer_client import IndexerClient
 from tests.support.certs import Authority
@@ -46,6 +44,8 @@ from tests.support.routers import LightStack, another_router, light_stack
 from tests.support.stack import CLI, wait_until
 from tests.support.token_endpoint import ISSUER as ENDPOINT_ISSUER
 from toolsearch.sections.backend_settings import Backend
+from toolsearch.sessions import Principal
+from toolsearch.sessions import Principal as Caller
 
 SECRET = "a-test-secret-that-is-long-enough-for-hs256"  # the callers' tokens: routers and endpoint
 ISSUER = "https://login.test"

@@ -34,8 +34,9 @@ from router.error_answers import jsonrpc_error_response
 from router.errors import RouterError
 from router.frontdoor.streams.held import Stopping, Write, hold
 from router.frontdoor.streams.stream_log import Detached
-from router.kept_streams import KeptEvents, StreamEnd
 from router.link.indexer_client import IndexerClient
+from toolsearch.kept_streams import KeptEvents, StreamEnd
+from toolsearch.sessions import KEPT_ID
 
 logger = logging.getLogger(__name__)
 
@@ -44,7 +45,7 @@ MAX_STREAMS = 1000  # resumed streams one replica holds at once
 POLL_FIRST = 0.05  # seconds between two reads of a stream that is still being written, at first
 POLL_MOST = 0.5  # and at most, while nothing new comes
 READ_LIMIT = 100  # events one read asks for
-_EVENT_ID = re.compile(r"(?P<stream>[A-Za-z0-9_-]{16,64})/(?P<number>[0-9]{1,9})")
+_EVENT_ID = re.compile(rf"(?P<stream>{KEPT_ID.pattern})/(?P<number>[0-9]{{1,9}})")
 UNKNOWN = (
     "Last-Event-ID {event_id!r} names no call stream kept in this session: it ended more than two "
     "minutes ago, or it is not an event id of this server; call again"

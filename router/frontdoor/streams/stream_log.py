@@ -30,8 +30,8 @@ import anyio
 
 from router.caller import Caller
 from router.errors import RouterError
-from router.kept_streams import StreamEnd
 from router.link.indexer_client import IndexerClient
+from toolsearch.kept_streams import MAX_EVENT_BYTES, MAX_EVENTS, EventsToKeep, StreamEnd
 
 logger = logging.getLogger(__name__)
 
@@ -39,8 +39,6 @@ LEASE = 30.0  # seconds a running call's record outlives its last renewal
 RENEW = 10.0  # seconds between two renewals while nothing else is kept
 KEPT_AFTER_END = 120.0  # seconds a client has to resume a stream that ended
 RETRY_MS = 500  # the `retry` the priming event suggests: how soon a client tries again
-MAX_EVENTS = 1000  # events of one stream the indexer keeps
-MAX_EVENT_BYTES = 1024 * 1024  # bytes of one event it keeps
 BATCH_BYTES = 2 * MAX_EVENT_BYTES  # bytes of events one keep carries, at most (the link's own bound is 4 MiB)
 MAX_DETACHED = 256  # calls one replica runs on after their clients went away
 MAX_QUEUED_BYTES = 4 * BATCH_BYTES  # bytes waiting for the indexer, at most: beyond, it fell behind
@@ -174,16 +172,8 @@ class StreamLog:
 
     async def _keep(self, first: int, events: list[str], end: StreamEnd, ttl: float) -> None:
         caller = self._caller
-        await self._indexer.keep_stream_events(
-            caller.session_id,
-            caller.identity.principal,
-            self.stream_id,
-            first,
-            events,
-            end,
-            ttl,
-            self._request_id,
-        )
+        keep = EventsToKeep(caller.session_id, self.stream_id, first, events, end, ttl, self._request_id)
+        await self._indexer.keep_stream_events(caller.identity.principal, keep)
 
     async def _keep_quietly(self, end: StreamEnd) -> None:
         try:

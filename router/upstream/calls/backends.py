@@ -1,6 +1,6 @@
 """Calling backend tools over MCP (Streamable HTTP), with pooled connections and a deadline per call.
 
-A call takes its backend as one `BackendTarget` (router/targets.py), read from the indexer's answer
+A call takes its backend as one `BackendTarget` (toolsearch/targets.py), read from the indexer's answer
 by the link with the defaults applied: where it is, its auth, its timeout and size bound, its
 protocol, and the client session's backend session there.
 
@@ -41,13 +41,14 @@ from router.errors import (
     BackendSessionGone,
     MissingCredentials,
 )
-from router.targets import BackendSession, BackendTarget
 from router.upstream.wire.backend_messages import BackendMessenger
 from router.upstream.wire.exchanges import Exchanges, OnOpen, translated
 from router.upstream.wire.pools import BackendPools
 from router.upstream.wire.relays import ClientAsker, NotificationRelay
 from toolsearch.outgoing import AuthSettings, OutgoingAuthError, auth_headers
 from toolsearch.responses import BoundedTransport
+from toolsearch.sessions import BackendSession
+from toolsearch.targets import BackendTarget
 
 logger = logging.getLogger(__name__)
 

@@ -15,8 +15,8 @@ from collections.abc import Mapping
 from router.caller import Identity
 from router.errors import MissingCredentials
 from router.link.indexer_client import IndexerClient
-from router.targets import BackendTarget
 from router.upstream.calls.backends import outgoing_headers
+from toolsearch.targets import BackendTarget
 
 
 class OutgoingCredentials:

@@ -24,9 +24,10 @@ import anyio
 from router.caller import Caller
 from router.errors import RouterError
 from router.link.indexer_client import IndexerClient
-from router.targets import BackendSession, BackendTarget
 from router.upstream.calls.backends import BackendCaller
 from router.upstream.calls.session_notes import SessionNote, replaced, unkept
+from toolsearch.sessions import BackendSession
+from toolsearch.targets import BackendTarget
 
 logger = logging.getLogger(__name__)
 

@@ -55,11 +55,11 @@ from router.errors import (
     RouterStopping,
 )
 from router.link.indexer_client import IndexerClient
-from router.targets import BackendSession
 from router.upstream.calls.backends import BackendCaller
 from router.upstream.calls.credentials import OutgoingCredentials
 from router.upstream.rounds.stream_rounds import KEPT_AFTER, POLL_FIRST, POLL_LAST, StreamAsker, keep_answer
 from router.upstream.wire.relays import NotificationRelay
+from toolsearch.sessions import BackendSession
 
 logger = logging.getLogger(__name__)
 

@@ -25,8 +25,8 @@ import anyio
 from router.caller import Caller
 from router.errors import BackendError, InvalidRequest
 from router.link.indexer_client import IndexerClient
-from router.targets import BackendSession
 from router.upstream.wire.relays import NotificationRelay
+from toolsearch.sessions import BackendSession
 
 ROUND = "round:"  # the own id of a request a `StreamAsker` asked, before its round's token and place
 KEPT_AFTER = 60.0  # seconds a round outlives its call's timeout, for the client's last answer or retry

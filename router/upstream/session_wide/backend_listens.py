@@ -30,12 +30,12 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from router.caller import Caller
 from router.errors import RouterError
-from router.targets import BackendTarget
 from router.upstream.calls.backends import BackendCaller
 from router.upstream.calls.credentials import OutgoingCredentials
 from router.upstream.session_wide.backend_streams import read_standalone
 from router.upstream.wire.backend_answers import events
 from router.upstream.wire.modern import modern_request
+from toolsearch.targets import BackendTarget
 
 logger = logging.getLogger(__name__)
 

@@ -19,9 +19,9 @@ import anyio
 from router.caller import Caller
 from router.errors import RouterError
 from router.link.indexer_client import IndexerClient
-from router.targets import BackendTarget
 from router.upstream.calls.backends import BackendCaller
 from router.upstream.calls.credentials import OutgoingCredentials
+from toolsearch.targets import BackendTarget
 
 logger = logging.getLogger(__name__)
 

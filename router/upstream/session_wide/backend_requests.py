@@ -27,7 +27,6 @@ from router.caller import STATE_KEY, Caller
 from router.error_answers import mcp_error
 from router.errors import BackendError, RouterError
 from router.link.indexer_client import IndexerClient
-from router.targets import BackendSession, BackendTarget, ReachableTarget, ReachableTargets, Subscription
 from router.upstream.calls.backends import BackendCaller
 from router.upstream.calls.credentials import OutgoingCredentials
 from router.upstream.calls.session_keeping import SessionKeeper
@@ -35,6 +34,8 @@ from router.upstream.calls.session_notes import noted_result
 from router.upstream.rounds.input_rounds import InputRounds, failed_outcome, raise_if_failed
 from router.upstream.wire.relays import ClientAsker, NotificationRelay
 from toolsearch.naming import Prefix
+from toolsearch.sessions import BackendSession, Subscription
+from toolsearch.targets import BackendTarget, ReachableTarget, ReachableTargets
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +52,7 @@ def caller_of(ctx: ServerRequestContext[Any, Any]) -> Caller:
     return caller
 
 
-def answered(result: Mapping[str, Any]) -> dict[str, Any]:
+def complete(result: Mapping[str, Any]) -> dict[str, Any]:
     """A result as the router answers it: complete (the 2026-07-28 wire requires it to say so), the
     rest as the backend or the aggregation gave it."""
     return {"resultType": "complete", **result}

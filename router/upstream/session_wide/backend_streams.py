@@ -42,11 +42,12 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from router.caller import Caller
 from router.errors import RouterError, SessionNotFound
 from router.link.indexer_client import IndexerClient
-from router.targets import BackendSession, BackendTarget, Subscription
 from router.upstream.calls.backends import BackendCaller
 from router.upstream.calls.credentials import OutgoingCredentials
 from router.upstream.wire.backend_answers import StreamPosition, events
 from toolsearch.outgoing import SESSION_HEADER, VERSION_HEADER
+from toolsearch.sessions import BackendSession, Subscription
+from toolsearch.targets import BackendTarget
 
 logger = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from typing import Generic, NamedTuple, TypeVar
 import anyio
 
 from router.errors import BackendError
-from router.targets import ReachableTarget
+from toolsearch.targets import ReachableTarget
 
 logger = logging.getLogger(__name__)
 

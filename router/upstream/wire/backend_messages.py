@@ -35,7 +35,6 @@ from router.errors import (
     BackendUnavailable,
     CapabilityMissing,
 )
-from router.targets import BackendSession
 from router.upstream.wire.backend_answers import (
     StreamPosition,
     answered,
@@ -49,6 +48,7 @@ from router.upstream.wire.backend_answers import (
 from router.upstream.wire.relays import ClientAsker, NotificationRelay
 from toolsearch.outgoing import ROUTER_CLIENT_NAME, SESSION_HEADER, VERSION_HEADER, client_info
 from toolsearch.responses import STREAMED, BoundedTransport
+from toolsearch.sessions import BackendSession
 
 logger = logging.getLogger(__name__)
 

@@ -34,10 +34,11 @@ from router.errors import (
     BackendTooLarge,
     BackendUnavailable,
 )
-from router.targets import BackendSession, BackendTarget
 from router.upstream.wire.backend_messages import BackendMessenger
 from router.upstream.wire.modern import modern_request
 from router.upstream.wire.relays import NotificationRelay
+from toolsearch.sessions import BackendSession
+from toolsearch.targets import BackendTarget
 
 logger = logging.getLogger(__name__)
 

@@ -33,7 +33,7 @@ from mcp.server.context import ServerRequestContext
 from pydantic import ValidationError
 
 from router.caller import ClientStream
-from router.targets import BackendSession
+from toolsearch.sessions import BackendSession
 
 logger = logging.getLogger(__name__)
 

@@ -1,27 +1,21 @@
-"""How to reach a backend, as the router's wings pass it on: one value per boundary, no protobuf.
+"""How to reach a backend, as the indexer says it and the router's wings pass it on.
 
 The indexer says where a tool or a session's backend lives in three messages (a tool's resolution,
-a reachable backend, a session at a backend). The indexer link (router/link/backend_targets.py)
-reads each into a `BackendTarget` once, with the defaults applied there, and the handlers and the
-upstream calls take that value whole: they neither unpack the messages nor repeat the defaults.
-The values live here, beneath the link, so every wing above it can name them.
+a reachable backend, a session at a backend). It builds each from what its registry knows of the
+backend (`BackendState.target`, indexer/backends/registry.py) and writes it to the wire in
+indexer/api/messages.py; the router's link reads it back (router/link/backend_targets.py), giving
+what an indexer leaves unsaid the router's defaults there and nowhere else. Above the link, the
+handlers and the upstream calls take a `BackendTarget` whole: they neither unpack the messages nor
+repeat the defaults.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
 
 from toolsearch.naming import Prefix
 from toolsearch.outgoing import OutgoingAuth
-
-
-class BackendSession(NamedTuple):
-    """A session at one backend: its `Mcp-Session-Id` ("" for a backend that issues none) and the
-    protocol version it negotiated."""
-
-    session_id: str
-    protocol_version: str
+from toolsearch.sessions import BackendSession, Subscription, VersionRef
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,33 +35,21 @@ class BackendTarget:
     session: BackendSession | None
 
 
-class Subscription(NamedTuple):
-    """A client's subscription to a resource of a backend that keeps none itself (one the router
-    speaks 2026-07-28 to), under the backend's own URI."""
-
-    backend_id: str
-    uri: str
-
-
-@dataclass(frozen=True, slots=True)
-class KeptSessions:
-    """A client session's backend sessions, each as its backend's target, its subscriptions, and the
-    stamp naming both, which a long poll for the next change (`IndexerClient.kept_sessions`) gives
-    back."""
-
-    stamp: str
-    targets: tuple[BackendTarget, ...]
-    subscriptions: frozenset[Subscription] = frozenset()
-
-
 @dataclass(frozen=True, slots=True)
 class ResolvedTool:
-    """An advertised tool name resolved in a session: the backend's own name, its schema, its backend."""
+    """An advertised tool name resolved in a session's current version: the backend's own name for
+    the tool ("" if the indexer did not say), its input schema, its backend, and the version the
+    name was resolved in."""
 
     name: str
-    original_name: str  # the backend's own name for the tool ("" if the indexer did not say)
+    original_name: str
     input_schema_json: str
     target: BackendTarget
+    version: VersionRef
+
+    @property
+    def backend_id(self) -> str:
+        return self.target.backend_id
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,3 +74,13 @@ class ReachableTargets:
     backends: tuple[ReachableTarget, ...] = ()
     prefix: Prefix = "on_collision"
     separator: str = "_"
+
+
+@dataclass(frozen=True, slots=True)
+class KeptSessions:
+    """A client session's backend sessions, each as its backend's target, its subscriptions, and the
+    stamp naming both, which a long poll for the next change gives back (`seen`)."""
+
+    stamp: str
+    targets: tuple[BackendTarget, ...]
+    subscriptions: frozenset[Subscription] = frozenset()
