@@ -65,9 +65,9 @@ from toolsearch.catalog import (
     server_slug,
 )
 from toolsearch.tracing import configure_tracing
+from toolsearch.transport import MIN_SECRET_BYTES
 
 DEFAULT_SECRET_ENV = "TOOLSEARCH_CATALOG_JWT_SECRET"
-MIN_SECRET_BYTES = 32  # RFC 7518 §3.2: an HS256 key must be at least as long as the hash
 ALL_SERVERS = "*"
 
 # pyjwt's own messages can quote parts of the token; clients get these fixed ones instead.

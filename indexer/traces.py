@@ -15,7 +15,7 @@ import grpc
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, StatusCode
 
-from toolsearch.tracing import extract_metadata
+from toolsearch.tracing import extract_metadata, rpc_name
 
 tracer = trace.get_tracer("toolsearch.indexer")
 
@@ -33,9 +33,7 @@ class RpcSpans(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         inner = getattr(handler, "unary_unary", None)
         if inner is None or not inspect.iscoroutinefunction(inner):
             return handler  # streams (reflection, health watches) and unknown methods pass untouched
-        method = handler_call_details.method
-        method = method.decode() if isinstance(method, bytes) else method
-        name = method.rpartition("/")[2] or "unknown"
+        name = rpc_name(handler_call_details.method)
         parent = extract_metadata(handler_call_details.invocation_metadata or ())
 
         async def traced(request: Any, context: grpc.aio.ServicerContext) -> Any:

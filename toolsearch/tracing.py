@@ -11,6 +11,7 @@ is the API's no-op.
 
 Context crosses the link as W3C `traceparent`/`tracestate`: in gRPC metadata from the router to the
 indexer (`inject_metadata`, `extract_metadata`), in HTTP headers from the router to the backends.
+Both sides name an indexer call by its method alone (`rpc_name`), in spans and metrics alike.
 """
 
 from __future__ import annotations
@@ -24,6 +25,12 @@ from opentelemetry import propagate
 logger = logging.getLogger(__name__)
 
 _ENDPOINTS = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+
+
+def rpc_name(method: str | bytes) -> str:
+    """A gRPC method's own name (`FindTools` of `/toolsearch.v1.Indexer/FindTools`), "unknown" for none."""
+    text = method.decode() if isinstance(method, bytes) else method
+    return text.rpartition("/")[2] or "unknown"
 
 
 def tracing_wanted(environ: Mapping[str, str]) -> bool:

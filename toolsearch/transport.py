@@ -27,7 +27,9 @@ import grpc
 from toolsearch.sections.indexer_settings import Indexer
 from toolsearch.sections.router_settings import Router
 
-MIN_SECRET_BYTES = 32  # as long as an HS256 key: guessing it must be out of reach
+# the fewest bytes of any shared secret (the link's, a JWT's HS256 key): RFC 7518 §3.2 holds an HS256
+# key to the length of its hash, so guessing it is out of reach
+MIN_SECRET_BYTES = 32
 AUTHORIZATION = "authorization"
 
 

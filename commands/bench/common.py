@@ -24,9 +24,8 @@ import psutil
 
 from toolsearch.catalog import EVAL_DATA
 
-DATA = EVAL_DATA
-STABLETOOLBENCH = DATA / "stabletoolbench"
-METATOOL = DATA / "metatool"
+STABLETOOLBENCH = EVAL_DATA / "stabletoolbench"
+METATOOL = EVAL_DATA / "metatool"
 QUERY_FILES = {
     # task instructions of several sentences: each find_tool embeds the whole text and each sentence
     "stabletoolbench": (STABLETOOLBENCH / "queries.jsonl",),

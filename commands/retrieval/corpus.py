@@ -23,13 +23,13 @@ import numpy.typing as npt
 
 from commands.retrieval.scoring import EvalError, load_queries
 from indexer.retrieval.bands import Bands
+from indexer.retrieval.documents import FloatArray
 from indexer.retrieval.embeddings import Embeddings
 from indexer.retrieval.text import document_texts, query_text
 from toolsearch.catalog import CatalogError, CatalogTool, load_catalog
 
 CHECK_PERCENT = 10
 QUERY_BLOCK = 64  # requests scored at once: a block's (requests, tools, views) floats stay small
-FloatArray = npt.NDArray[np.float32]
 
 
 class CorpusError(ValueError):

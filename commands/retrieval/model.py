@@ -31,6 +31,7 @@ from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 
 from indexer.embedder.files import (
+    WEIGHTS,
     ExportError,
     Manifest,
     StaleExportError,
@@ -48,7 +49,6 @@ from indexer.embedder.tuning import TuningError, apply_tuning, read_tuning, ship
 from toolsearch.sections.indexer_settings import BASE_MODEL_NAME
 
 DEFAULT_WEIGHTS_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
-WEIGHTS_FILE = "model.safetensors"
 # what sentence-transformers needs to load the folder at all, beside the weights
 REQUIRED_FILES = ("modules.json", "config.json")
 PACKAGE = "all_minilm_l6_v2"
@@ -115,13 +115,13 @@ def _verify_exports(model_dir: Path, required: tuple[Variant, ...] = ("fp32",)) 
 def _verify(path: Path, expected_sha256: str, shown_as: str) -> None:
     if not path.is_dir():
         raise ModelError(f"model directory {shown_as} not found: run `toolsearch model prepare`")
-    missing = [name for name in (*REQUIRED_FILES, WEIGHTS_FILE) if not (path / name).is_file()]
+    missing = [name for name in (*REQUIRED_FILES, WEIGHTS) if not (path / name).is_file()]
     if missing:
         raise ModelError(f"model directory {shown_as} is incomplete: missing {', '.join(missing)}")
-    actual = file_sha256(path / WEIGHTS_FILE)
+    actual = file_sha256(path / WEIGHTS)
     if actual != expected_sha256.lower():
         raise ModelError(
-            f"{WEIGHTS_FILE} in {shown_as} has sha256 {actual}, expected {expected_sha256.lower()}: "
+            f"{WEIGHTS} in {shown_as} has sha256 {actual}, expected {expected_sha256.lower()}: "
             "the weights are not the official ones; refusing them"
         )
 

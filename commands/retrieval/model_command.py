@@ -12,14 +12,13 @@ from pathlib import Path
 
 from commands.retrieval.model import (
     DEFAULT_WEIGHTS_SHA256,
-    WEIGHTS_FILE,
     ModelError,
     prepare_default_model,
     prepare_tuned_models,
     verify_model_dir,
 )
 from commands.retrieval.train_command import add_train_parser
-from indexer.embedder.files import EXPORT_DIR, ExportError, Manifest, export_dir, read_manifest
+from indexer.embedder.files import EXPORT_DIR, WEIGHTS, ExportError, Manifest, export_dir, read_manifest
 from indexer.embedder.recipe import write_recipe
 from indexer.embedder.tuning import read_tuning
 from toolsearch.sections.indexer_settings import BASE_MODEL_NAME, TUNED_MODEL_NAME
@@ -73,7 +72,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     verify.add_argument(
         "--sha256",
-        help=f"expected sha256 of {WEIGHTS_FILE} (default: the one a tuned folder's tuning records, "
+        help=f"expected sha256 of {WEIGHTS} (default: the one a tuned folder's tuning records, "
         f"else the official {BASE_MODEL_NAME} one)",
     )
     recipe = actions.add_parser(
@@ -101,7 +100,7 @@ def run_cli(args: argparse.Namespace) -> int:
             )
             # verified by prepare a moment ago
             manifest = None if args.no_export else read_manifest(export_dir(path))
-            print(f"{path}: ready, {WEIGHTS_FILE} sha256 {DEFAULT_WEIGHTS_SHA256}{_described(manifest)}")
+            print(f"{path}: ready, {WEIGHTS} sha256 {DEFAULT_WEIGHTS_SHA256}{_described(manifest)}")
             for tuned in prepare_tuned_models(args.models_dir, not args.no_export, args.with_torch):
                 manifest = None if args.no_export else read_manifest(export_dir(tuned))
                 print(f"{tuned}: ready, tuned from {path.name}{_described(manifest)}")
@@ -117,7 +116,7 @@ def run_cli(args: argparse.Namespace) -> int:
             tuning = read_tuning(args.path) if args.path.is_dir() else None
             expected = args.sha256 or (tuning.weights_sha256 if tuning else DEFAULT_WEIGHTS_SHA256)
             manifest = verify_model_dir(args.path, expected)
-            print(f"{args.path}: ok, {WEIGHTS_FILE} sha256 {expected.lower()}{_described(manifest)}")
+            print(f"{args.path}: ok, {WEIGHTS} sha256 {expected.lower()}{_described(manifest)}")
     except (ModelError, ExportError, OSError) as exc:  # a TuningError is an ExportError
         print(f"toolsearch model {args.model_command}: {exc}", file=sys.stderr)
         return 1

@@ -32,6 +32,7 @@ from indexer.retrieval.index import VersionPool
 from indexer.sessions.manager import SessionManager
 from indexer.state.backends import STATUSES
 from toolsearch.logs import REQUEST_ID_HEADER, bound
+from toolsearch.tracing import rpc_name
 
 logger = logging.getLogger(__name__)
 
@@ -141,11 +142,6 @@ class _ReadingCollector(Collector):
         yield health
 
 
-def _method_name(method: str | bytes) -> str:
-    text = method.decode() if isinstance(method, bytes) else method
-    return text.rpartition("/")[2] or "unknown"
-
-
 def _code_name(code: Any) -> str:
     return code.name if isinstance(code, grpc.StatusCode) else "OK"
 
@@ -161,7 +157,7 @@ class RpcObserver(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         inner = getattr(handler, "unary_unary", None)
         if inner is None or not inspect.iscoroutinefunction(inner):
             return handler  # streams (reflection) and unknown methods pass untouched
-        method = _method_name(handler_call_details.method)
+        method = rpc_name(handler_call_details.method)
         metadata = dict(handler_call_details.invocation_metadata or ())
         request_id = str(metadata.get(REQUEST_ID_HEADER, ""))
         histogram = self._histogram

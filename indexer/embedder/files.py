@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 from indexer.embedder.base import EmbedderError
 
+WEIGHTS = "model.safetensors"  # a model folder's weights
 EXPORT_DIR = "onnx"
 MANIFEST = "manifest.json"
 MANIFEST_FORMAT = 1

@@ -27,6 +27,7 @@ from typing import Any
 
 from indexer.embedder.files import (
     EXPORT_OLD_PREFIX,
+    WEIGHTS,
     ExportError,
     Manifest,
     export_dir,
@@ -43,7 +44,6 @@ RECIPES = Path(__file__).with_name("recipes")
 RECIPE = "recipe.json"
 GRAPH = "graph.bin.gz"  # gzip: the graph's bytes shrink twentyfold
 RECIPE_FORMAT = 1
-WEIGHTS = "model.safetensors"
 # a tensor shorter than this stays in graph.bin: too short to be told apart from the graph's own bytes
 _SMALLEST = 1024
 

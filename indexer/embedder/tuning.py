@@ -27,12 +27,18 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from indexer.embedder.files import EXPORT_DIR, ExportError, file_sha256, folder_digest, swap_into_place
+from indexer.embedder.files import (
+    EXPORT_DIR,
+    WEIGHTS,
+    ExportError,
+    file_sha256,
+    folder_digest,
+    swap_into_place,
+)
 
 TUNINGS = Path(__file__).with_name("tunings")
 TUNING = "tuning.json"
 LOW_RANK = "low_rank.safetensors"
-WEIGHTS = "model.safetensors"
 TUNING_FORMAT = 1
 # hidden folders a tuned folder is made in and its predecessor waits in, as `commands.retrieval.model`
 # clears them

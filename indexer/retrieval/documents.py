@@ -23,7 +23,7 @@ from indexer.retrieval.text import (
     server_text,
 )
 
-FloatArray = npt.NDArray[np.float32]
+FloatArray = npt.NDArray[np.float32]  # vectors and scores alike
 
 
 @dataclass(frozen=True, eq=False)

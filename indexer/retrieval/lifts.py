@@ -15,10 +15,9 @@ import faiss
 import numpy as np
 import numpy.typing as npt
 
-from indexer.retrieval.documents import ServerDocument
+from indexer.retrieval.documents import FloatArray, ServerDocument
 from indexer.retrieval.text import lexical_tokens
 
-FloatArray = npt.NDArray[np.float32]
 BLOCK_VIEWS = 512  # vectors per block (768 kB at 384 dimensions): small enough to stay in cache
 
 

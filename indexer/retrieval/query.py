@@ -15,9 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from indexer.retrieval.documents import FloatArray
 from indexer.retrieval.text import query_texts
-
-FloatArray = npt.NDArray[np.float32]
 
 
 @dataclass(frozen=True, eq=False, slots=True)

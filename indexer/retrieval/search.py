@@ -24,10 +24,15 @@ import faiss
 import numpy as np
 import numpy.typing as npt
 
-from indexer.retrieval.documents import ServerDocument, ToolDocument, server_documents, tool_documents
+from indexer.retrieval.documents import (
+    FloatArray,
+    ServerDocument,
+    ToolDocument,
+    server_documents,
+    tool_documents,
+)
 from indexer.retrieval.lifts import (
     BackendLift,
-    FloatArray,
     ServerArm,
     inner_products,
     run_starts,

@@ -3,18 +3,13 @@
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from indexer.state.listings import ServerInfo
+from toolsearch.answers import estimate_tokens
 from toolsearch.naming import Prefix, advertised_names
-
-# A rough count of what a definition costs a model: about four characters a token for JSON-ish
-# English. It is an estimate for the savings figure, not a bill; a real tokenizer would need the
-# client's model, which the router does not know.
-CHARS_PER_TOKEN = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,11 +31,6 @@ class Tool:
         return schema if isinstance(schema, Mapping) else {"type": "object"}
 
 
-def estimate_prompt_tokens(text: str) -> int:
-    """Estimated tokens a serialised definition costs in a client model's context (`CHARS_PER_TOKEN`)."""
-    return math.ceil(len(text) / CHARS_PER_TOKEN)
-
-
 def make_tool(
     backend_id: str, definition: Mapping[str, Any], name: str, server: ServerInfo | None = None
 ) -> Tool:
@@ -56,7 +46,7 @@ def make_tool(
         definition=definition,
         definition_json=text,
         input_schema_json=json.dumps(schema if isinstance(schema, Mapping) else {"type": "object"}),
-        tokens=estimate_prompt_tokens(text),
+        tokens=estimate_tokens(text),
         server=server or ServerInfo(),
     )
 

@@ -17,7 +17,7 @@ from mcp_types import INVALID_REQUEST, PARSE_ERROR
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from starlette.datastructures import Headers
 
-VERSION_HEADER = "mcp-protocol-version"
+from toolsearch.outgoing import VERSION_HEADER
 
 
 class ClientError(Exception):

@@ -34,7 +34,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from router.observe.metrics import TOOLS, call_outcome
-from toolsearch.tracing import inject_metadata
+from toolsearch.tracing import inject_metadata, rpc_name
 
 # named for what it is, not where it lives: operators filter their log on this name
 logger = logging.getLogger("router.access_log")
@@ -228,9 +228,7 @@ class AccessInterceptor(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[m
 
     async def intercept_unary_unary(self, continuation: Any, client_call_details: Any, request: Any) -> Any:
         details = client_call_details
-        method = (
-            details.method.decode() if isinstance(details.method, bytes) else details.method
-        ).rpartition("/")[2]
+        method = rpc_name(details.method)
         record = _current.get()
         with _tracer.start_as_current_span(f"indexer {method}", kind=SpanKind.CLIENT) as span:
             span.set_attributes(

@@ -24,10 +24,11 @@ from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from toolsearch.logs import REQUEST_ID_HEADER, bound, clean_request_id, current_request_id
+from toolsearch.tracing import rpc_name
 
 TOOLS = frozenset({"find_tool", "call_tool"})
 ROUTES = frozenset({"/mcp", "/healthz", "/readyz", "/metrics", "/status", "/status.json"})
-METHODS = frozenset({"GET", "POST", "DELETE", "PUT", "PATCH", "HEAD", "OPTIONS"})
+HTTP_METHODS = frozenset({"GET", "POST", "DELETE", "PUT", "PATCH", "HEAD", "OPTIONS"})
 # Tool calls span a fast search and a backend call that may take its whole timeout.
 _TOOL_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 _INDEXER_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
@@ -42,11 +43,6 @@ def call_outcome(result: Any) -> str:
     if isinstance(result, Mapping):
         return "tool_error" if result.get("isError") else "ok"
     return "tool_error" if getattr(result, "is_error", False) else "ok"
-
-
-def _method_name(method: str | bytes) -> str:
-    text = method.decode() if isinstance(method, bytes) else method
-    return text.rpartition("/")[2] or "unknown"
 
 
 class RouterMetrics:
@@ -137,7 +133,7 @@ class _IndexerCalls(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[misc]
             code = "CANCELLED"
             raise
         finally:
-            self._histogram.labels(_method_name(details.method), code).observe(time.perf_counter() - started)
+            self._histogram.labels(rpc_name(details.method), code).observe(time.perf_counter() - started)
         return call
 
 
@@ -171,6 +167,6 @@ class RequestObserver:
             with bound(request=request_id):
                 await self.app(scope, receive, send_with_id)
         finally:
-            method = method if method in METHODS else "other"
+            method = method if method in HTTP_METHODS else "other"
             self.metrics.http_requests.labels(route, method, str(status)).inc()
             self.metrics.http_seconds.labels(route).observe(time.perf_counter() - started)

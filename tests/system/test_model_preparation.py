@@ -22,14 +22,13 @@ from commands.cli import main
 from commands.retrieval.model import (
     BASE_MODEL_NAME,
     DEFAULT_WEIGHTS_SHA256,
-    WEIGHTS_FILE,
     ModelError,
     ensure_export,
     file_sha256,
     prepare_default_model,
     verify_model_dir,
 )
-from indexer.embedder.files import ExportError, export_dir, folder_digest, read_manifest
+from indexer.embedder.files import WEIGHTS, ExportError, export_dir, folder_digest, read_manifest
 from indexer.embedder.recipe import (
     GRAPH,
     RECIPE,
@@ -94,14 +93,14 @@ def test_prepare_extracts_a_complete_folder_whose_weights_verify(prepared: Path)
     assert prepared.name == BASE_MODEL_NAME
     for name in ("modules.json", "config.json", "tokenizer.json", "1_Pooling/config.json"):
         assert (prepared / name).is_file(), name
-    assert file_sha256(prepared / WEIGHTS_FILE) == DEFAULT_WEIGHTS_SHA256
+    assert file_sha256(prepared / WEIGHTS) == DEFAULT_WEIGHTS_SHA256
     verify_model_dir(prepared)
     assert sorted(p.name for p in prepared.parent.iterdir()) == [BASE_MODEL_NAME]
     assert prepared.stat().st_mode & 0o777 == 0o755  # readable by a service running as another user
 
 
 def test_preparing_an_existing_verified_folder_changes_nothing(prepared: Path) -> None:
-    weights = prepared / WEIGHTS_FILE
+    weights = prepared / WEIGHTS
     before = (prepared.stat().st_ino, weights.stat().st_ino, weights.stat().st_mtime_ns)
     assert prepare_default_model(prepared.parent, export=False) == prepared
     assert (prepared.stat().st_ino, weights.stat().st_ino, weights.stat().st_mtime_ns) == before
@@ -110,17 +109,17 @@ def test_preparing_an_existing_verified_folder_changes_nothing(prepared: Path) -
 def test_leftovers_of_a_killed_prepare_are_removed_on_the_next_one(prepared: Path) -> None:
     leftover = prepared.parent / f".{BASE_MODEL_NAME}.tmp-killed"
     (leftover / "1_Pooling").mkdir(parents=True)
-    (leftover / WEIGHTS_FILE).write_bytes(b"half written")
+    (leftover / WEIGHTS).write_bytes(b"half written")
     prepare_default_model(prepared.parent, export=False)
     assert not leftover.exists()
 
 
 def test_tampered_weights_are_refused_with_both_hashes(prepared: Path, tmp_path: Path) -> None:
     copy = _copy(prepared, tmp_path / "copy")
-    _tamper(copy / WEIGHTS_FILE)
+    _tamper(copy / WEIGHTS)
     with pytest.raises(ModelError, match=f"expected {DEFAULT_WEIGHTS_SHA256}") as caught:
         verify_model_dir(copy)
-    assert file_sha256(copy / WEIGHTS_FILE) in str(caught.value)
+    assert file_sha256(copy / WEIGHTS) in str(caught.value)
 
 
 def test_a_folder_missing_a_file_is_reported_as_incomplete(prepared: Path, tmp_path: Path) -> None:
@@ -133,7 +132,7 @@ def test_a_folder_missing_a_file_is_reported_as_incomplete(prepared: Path, tmp_p
 def test_prepare_replaces_a_tampered_folder_with_a_verified_one(prepared: Path, tmp_path: Path) -> None:
     models = tmp_path / "models"
     copy = _copy(prepared, models / BASE_MODEL_NAME)
-    _tamper(copy / WEIGHTS_FILE)
+    _tamper(copy / WEIGHTS)
     assert prepare_default_model(models, export=False) == copy
     verify_model_dir(copy)
     assert sorted(p.name for p in models.iterdir()) == [BASE_MODEL_NAME]
@@ -142,7 +141,7 @@ def test_prepare_replaces_a_tampered_folder_with_a_verified_one(prepared: Path, 
 def test_an_archive_with_wrong_weights_is_refused_and_leaves_nothing(tmp_path: Path) -> None:
     archive = _archive(
         tmp_path / "model.zip",
-        {"modules.json": b"[]", "config.json": b"{}", WEIGHTS_FILE: b"not the official weights"},
+        {"modules.json": b"[]", "config.json": b"{}", WEIGHTS: b"not the official weights"},
     )
     models = tmp_path / "models"
     with pytest.raises(ModelError, match=r"archive .* not the official ones"):
@@ -174,7 +173,7 @@ def test_the_prepare_command_prints_one_line_and_exits_zero(
     no_export = "; no ONNX export (indexer.embedder: onnx needs one: toolsearch model prepare)"
     # one line a model: the published one, then the tuned one made from it
     assert out.splitlines() == [
-        f"{prepared}: ready, {WEIGHTS_FILE} sha256 {DEFAULT_WEIGHTS_SHA256}{no_export}",
+        f"{prepared}: ready, {WEIGHTS} sha256 {DEFAULT_WEIGHTS_SHA256}{no_export}",
         f"{prepared.parent / TUNED_MODEL_NAME}: ready, tuned from {BASE_MODEL_NAME}{no_export}",
     ]
 
@@ -184,13 +183,13 @@ def test_the_verify_command_accepts_the_default_and_refuses_a_tampered_copy(
 ) -> None:
     assert main(["model", "verify", str(prepared)]) == 0
     copy = _copy(prepared, tmp_path / "copy")
-    _tamper(copy / WEIGHTS_FILE)
+    _tamper(copy / WEIGHTS)
     capsys.readouterr()
     assert main(["model", "verify", str(copy)]) == 1
     err = capsys.readouterr().err
     assert err.startswith("toolsearch model verify: ") and "Traceback" not in err
     # another model's weights verify against their own hash
-    assert main(["model", "verify", str(copy), "--sha256", file_sha256(copy / WEIGHTS_FILE)]) == 0
+    assert main(["model", "verify", str(copy), "--sha256", file_sha256(copy / WEIGHTS)]) == 0
 
 
 def test_the_verify_command_tells_how_to_make_a_missing_folder(
