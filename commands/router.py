@@ -14,7 +14,7 @@ from toolsearch.tracing import configure_tracing
 
 # uvicorn's levels: info has one access line per MCP request (router/observe/access_log.py); debug adds
 # uvicorn's line for every HTTP request
-LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
+UVICORN_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -29,5 +29,5 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser = subparsers.add_parser("router", help="serve find_tool and call_tool over MCP at /mcp")
     add_config(parser)
     help = "log level: info logs one line per MCP request, debug every HTTP request too (default: info)"
-    add_logging(parser, default="info", levels=LEVELS, help=help)
+    add_logging(parser, default="info", levels=UVICORN_LEVELS, help=help)
     parser.set_defaults(func=run)

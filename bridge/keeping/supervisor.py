@@ -40,7 +40,7 @@ QUICK_RESTART = 1.0  # a restart this close is waited for by requests
 # that another server's first start is done)
 FIRST_START_LOOK = 0.25
 
-State = Literal["starting", "ready", "waiting", "stopped"]
+SupervisorState = Literal["starting", "ready", "waiting", "stopped"]
 
 
 class Running(Protocol):
@@ -69,7 +69,7 @@ class Supervisor(Generic[U]):
         firsts: FirstStarts | None = None,
     ) -> None:
         self.backend_id = launch.backend_id
-        self.state: State = "starting"
+        self.state: SupervisorState = "starting"
         self.last_error = ""
         self.starts = 0
         self.tried = anyio.Event()  # the first start has succeeded or failed
@@ -87,7 +87,7 @@ class Supervisor(Generic[U]):
         if firsts is not None:
             firsts.add(self)
 
-    def _set(self, state: State, upstream: U | None = None) -> None:
+    def _set(self, state: SupervisorState, upstream: U | None = None) -> None:
         self.state, self._upstream = state, upstream
         self._changed.set()
         self._changed = anyio.Event()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from commands.bench.plan import CONCURRENCY, QUERY_SETS
+from commands.bench.plan import CLIENT_COUNTS, QUERY_SETS
 from commands.retrieval.scoring import PEER
 
 CHART = "bench-latency.png"
@@ -77,13 +77,15 @@ def find_tool(results: dict[str, Any]) -> list[str]:
         "query cache never answers. The floor is measured on its own first, and again beside the single",
         "client (before each of its requests, same query): the target's ratio uses the one beside it.",
         "",
-        row("queries", "floor", "floor beside", *(f"{c} client(s)" for c in CONCURRENCY), "1 client / floor"),
-        rule("l", "r", "r", *("r" for _ in CONCURRENCY), "r"),
+        row(
+            "queries", "floor", "floor beside", *(f"{c} client(s)" for c in CLIENT_COUNTS), "1 client / floor"
+        ),
+        rule("l", "r", "r", *("r" for _ in CLIENT_COUNTS), "r"),
     ]
     for name in QUERY_SETS:
         runs, flo = results["find_tool"][name], results["floor"][name]
         beside = runs["1"].get("beside")
-        cells = [f"{ms(runs[str(c)])} ({runs[str(c)]['throughput_per_second']:.0f}/s)" for c in CONCURRENCY]
+        cells = [f"{ms(runs[str(c)])} ({runs[str(c)]['throughput_per_second']:.0f}/s)" for c in CLIENT_COUNTS]
         label = f"{name} ({flo['texts_per_query']} texts embedded a query)"
         ratio = runs["single_client_p50_over_floor_p50"]
         lines.append(row(label, ms(flo), ms(beside) if beside else "not measured", *cells, ratio))
@@ -101,7 +103,7 @@ def find_tool(results: dict[str, Any]) -> list[str]:
         rule("l", "r", *("r" for _ in CPU_COLUMNS), "r"),
     ]
     for name in QUERY_SETS:
-        for clients in CONCURRENCY:
+        for clients in CLIENT_COUNTS:
             run = results["find_tool"][name][str(clients)]
             cells = [run["cpu"].get(key, {}).get("ms_per_request", "") for key, _ in CPU_COLUMNS]
             lines.append(row(name, clients, *cells, run["errors"]))
@@ -226,16 +228,16 @@ def embedders(results: dict[str, Any]) -> list[str]:
         "The first runs every part; each other one ran the floor and find_tool again with the same "
         "queries, on a stack of its own (its own indexer process and caches).",
         "",
-        row("queries", "embedder", "floor", *(f"{c} client(s)" for c in CONCURRENCY), "1 client / floor"),
-        rule("l", "l", "r", *("r" for _ in CONCURRENCY), "r"),
+        row("queries", "embedder", "floor", *(f"{c} client(s)" for c in CLIENT_COUNTS), "1 client / floor"),
+        rule("l", "l", "r", *("r" for _ in CLIENT_COUNTS), "r"),
     ]
     for name in QUERY_SETS:
         for kind, data in figures.items():
             runs, flo = data.get("find_tool", {}).get(name), data["floor"][name]
             cells = (
-                [f"{ms(runs[str(c)])} ({runs[str(c)]['throughput_per_second']:.0f}/s)" for c in CONCURRENCY]
+                [f"{ms(runs[str(c)])} ({runs[str(c)]['throughput_per_second']:.0f}/s)" for c in CLIENT_COUNTS]
                 if runs
-                else ["not measured"] * len(CONCURRENCY)
+                else ["not measured"] * len(CLIENT_COUNTS)
             )
             ratio = runs["single_client_p50_over_floor_p50"] if runs else ""
             lines.append(row(name, kind, ms(flo), *cells, ratio))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 QUERY_SETS = ("stabletoolbench", "metatool")
-CONCURRENCY = (1, 8, 32)
+CLIENT_COUNTS = (1, 8, 32)  # clients searching at once: one run each
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from commands.bench.markdown import CHART, markdown
-from commands.bench.plan import CONCURRENCY, QUERY_SETS
+from commands.bench.plan import CLIENT_COUNTS, QUERY_SETS
 
 # find_tool requests a second at 32 clients: StableToolBench's queries are task instructions of a
 # few sentences (several texts embedded each), MetaTool's one line
@@ -121,11 +121,15 @@ def chart(results: dict[str, Any], path: Path) -> None:
     for name, color in zip(QUERY_SETS, ("tab:blue", "tab:orange"), strict=True):
         runs, flo = results["find_tool"][name], results["floor"][name]
         left.plot(
-            CONCURRENCY, [runs[str(c)]["p50_ms"] for c in CONCURRENCY], "o-", color=color, label=f"{name} p50"
+            CLIENT_COUNTS,
+            [runs[str(c)]["p50_ms"] for c in CLIENT_COUNTS],
+            "o-",
+            color=color,
+            label=f"{name} p50",
         )
         left.plot(
-            CONCURRENCY,
-            [runs[str(c)]["p99_ms"] for c in CONCURRENCY],
+            CLIENT_COUNTS,
+            [runs[str(c)]["p99_ms"] for c in CLIENT_COUNTS],
             "s--",
             color=color,
             label=f"{name} p99",
@@ -134,8 +138,8 @@ def chart(results: dict[str, Any], path: Path) -> None:
         beside = runs["1"].get("beside", flo)
         left.axhline(beside["p50_ms"], color=color, linestyle=":", label=f"{name} floor p50")
         right.plot(
-            CONCURRENCY,
-            [runs[str(c)]["throughput_per_second"] for c in CONCURRENCY],
+            CLIENT_COUNTS,
+            [runs[str(c)]["throughput_per_second"] for c in CLIENT_COUNTS],
             "o-",
             color=color,
             label=name,
@@ -144,7 +148,7 @@ def chart(results: dict[str, Any], path: Path) -> None:
     right.axhline(200, color="grey", linewidth=0.8, label="target (32 clients)")
     for axis, label in ((left, "latency (ms)"), (right, "find_tool per second")):
         axis.set_xscale("log", base=2)
-        axis.set_xticks(CONCURRENCY, [str(c) for c in CONCURRENCY])
+        axis.set_xticks(CLIENT_COUNTS, [str(c) for c in CLIENT_COUNTS])
         axis.set_xlabel("concurrent clients (one session each)")
         axis.set_ylabel(label)
         axis.grid(True, alpha=0.3)

@@ -30,7 +30,7 @@ from commands.bench.latency import (
 )
 from commands.bench.memory import memory
 from commands.bench.peer import peer_part
-from commands.bench.plan import CONCURRENCY, QUERY_SETS, Plan
+from commands.bench.plan import CLIENT_COUNTS, QUERY_SETS, Plan
 from commands.bench.reindex import reindex
 from commands.bench.sessions import cold_open, open_many
 from commands.bench.stack import CatalogSpec, Stack, secret
@@ -67,12 +67,12 @@ class Run:
         # handed out up front, so the floor and the single client share theirs and nothing repeats
         self.queries = {
             name: {
-                c: [self.pools[name].take(plan.per_client[name][c]) for _ in range(c)] for c in CONCURRENCY
+                c: [self.pools[name].take(plan.per_client[name][c]) for _ in range(c)] for c in CLIENT_COUNTS
             }
             for name in QUERY_SETS
         }
         self.warmups = {
-            name: {c: self.pools[name].take(plan.warmup) for c in CONCURRENCY} for name in QUERY_SETS
+            name: {c: self.pools[name].take(plan.warmup) for c in CLIENT_COUNTS} for name in QUERY_SETS
         }
         self.out: dict[str, Any] = {
             "embedder": self.kind,
@@ -274,7 +274,7 @@ class Run:
         out: dict[str, Any] = {}
         for name in QUERY_SETS:
             runs: dict[str, Any] = {}
-            for clients in CONCURRENCY:
+            for clients in CLIENT_COUNTS:
                 self.progress(f"find_tool: {name} queries, {clients} concurrent clients")
                 queries, warmup = self.queries[name][clients], self.warmups[name][clients]
                 beside = None
@@ -340,7 +340,7 @@ class Run:
         """
         counts = self.plan.peer_per_client
         queries = {
-            name: {c: [mine[: counts[c]] for mine in self.queries[name][c]] for c in CONCURRENCY}
+            name: {c: [mine[: counts[c]] for mine in self.queries[name][c]] for c in CLIENT_COUNTS}
             for name in QUERY_SETS
         }
         warmups = {name: self.warmups[name][1] for name in QUERY_SETS}

@@ -32,10 +32,11 @@ from indexer.backends.lister import BackendLister
 from indexer.retrieval.index import IndexVersion
 from indexer.sessions.catalogs import Catalog, Catalogs
 from indexer.sessions.views import Views, announce
-from indexer.state import Events, Leadership, SessionRecord, SessionStore, Swap, SwapChange, VersionRef
+from indexer.state import Events, Leadership, SessionRecord, SessionStore, Swap, SwapChange
 from indexer.state.listings import intern_backends
 from toolsearch.logs import bound
 from toolsearch.outgoing import per_caller
+from toolsearch.sessions import VersionRef
 
 logger = logging.getLogger(__name__)
 
@@ -44,7 +45,8 @@ _RELIST_CONCURRENCY = 32  # passthrough listings run at once when many sessions 
 # Ends a session (its record, its handle, its backend sessions): the `SessionManager`'s `end`, which
 # owns ending; a session whose stored credentials a backend rejects is ended through it.
 End = Callable[[SessionRecord, str | None], Awaitable[None]]
-Target = tuple[SessionRecord, Catalog, IndexVersion]
+# A session, the catalog it has now, and the version built from it: what a swap moves it to
+NewVersion = tuple[SessionRecord, Catalog, IndexVersion]
 
 
 class SessionVersions:
@@ -114,12 +116,12 @@ class SessionVersions:
                 "ended session: backends rejected its stored credentials: %s", ", ".join(sorted(backends))
             )
 
-    async def swap(self, targets: Sequence[Target], reason: str) -> int:
+    async def swap(self, new_versions: Sequence[NewVersion], reason: str) -> int:
         """Move sessions to the versions given, through the store's compare-and-set; returns the swaps."""
         at = time.time()
         wanted = [
             (SwapChange(session, catalog.fingerprint, catalog.refs, reason, at), version)
-            for session, catalog, version in targets
+            for session, catalog, version in new_versions
             if session.ref.fingerprint != catalog.fingerprint and not session.ending
         ]
         if not wanted:
@@ -161,15 +163,15 @@ class SessionVersions:
         for session in sessions:
             own = tuple((b, id(listing)) for b, listing in session.own_listings.items())
             groups.setdefault((session.accepted, own), []).append(session)
-        targets: list[Target] = []
+        new_versions: list[NewVersion] = []
         catalogs = []
         for members in groups.values():
             catalog = self._catalogs.current(members[0].accepted, members[0].own_listings)
             version = await self._catalogs.version(catalog)
             catalogs.append(catalog)
-            targets += [(session, catalog, version) for session in members]
+            new_versions += [(session, catalog, version) for session in members]
         await self._catalogs.share(catalogs)
-        return await self.swap(targets, reason)
+        return await self.swap(new_versions, reason)
 
     async def add_backends(self, backend_ids: Sequence[str]) -> None:
         """Offer backends a config reload added to every session, listed as they would be at creation."""

@@ -28,7 +28,7 @@ from indexer.state import Leadership
 from indexer.state.listings import Listing
 from indexer.upkeep.rebuilds import Rebuilder
 from indexer.upkeep.replica import Replica
-from indexer.upkeep.verdicts import CircuitBreaker, Clock, Outcome, answered, change_reason, judge
+from indexer.upkeep.verdicts import CircuitBreaker, Clock, Outcome, answer_reason, change_reason, judge
 from toolsearch.outgoing import per_caller
 from toolsearch.sections.backend_settings import Backend
 from toolsearch.sections.indexer_settings import Health
@@ -250,7 +250,7 @@ class HealthMonitor:
             f" ({error.reason})" if error else "",
         )
         if before != after:  # the one line a change gets, with its reason
-            why = error.reason if error else answered(before, after, latency, self._settings)
+            why = error.reason if error else answer_reason(before, after, latency, self._settings)
             logger.info("backend %s: %s -> %s: %s", backend_id, before, after, why)
         if reason is not None:
             self._rebuilder.request(reason)

@@ -2,7 +2,7 @@
 
 `judge` turns the previous status and one outcome into the next status; `CircuitBreaker` decides
 whether a dead backend is probed at all; `change_reason` names what sessions may see differently
-after a verdict (the rebuild's reason) and `answered` why an answer changed a status (its log
+after a verdict (the rebuild's reason) and `answer_reason` why an answer changed a status (its log
 line). The health monitor (indexer/upkeep/health.py) probes and applies them; docs/health.md
 describes the statuses and transitions.
 """
@@ -79,7 +79,7 @@ def change_reason(backend_id: str, before: Status, after: Status, tools_changed:
     return None
 
 
-def answered(before: Status, after: Status, latency: float, settings: Health) -> str:
+def answer_reason(before: Status, after: Status, latency: float, settings: Health) -> str:
     """Why an answer changed a backend's status: how fast it came, and what that means."""
     answered = f"answered in {latency * 1000:.0f} ms"
     if latency > settings.degraded_latency:

@@ -23,7 +23,7 @@ from google.protobuf.message import Message
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from router.errors import IndexerUnavailable
-from router.link.failover import error_kind, judge, next_address
+from router.link.failover import error_kind, failure_of, next_address
 from router.link.indexer_errors import UNAVAILABLE_MESSAGE, translate
 from toolsearch.trailers import ErrorKind
 from toolsearch.transport import ChannelSecurity, aio_channel
@@ -161,7 +161,7 @@ class IndexerChannels:
                         "and router.indexer_tls",
                         self.addresses[index],
                     )
-                failure = judge(exc, idempotent)
+                failure = failure_of(exc, idempotent)
                 if failure is None:
                     if ran and if_gone is not None and error_kind(exc) == ErrorKind.SESSION_NOT_FOUND:
                         return if_gone

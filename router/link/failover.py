@@ -51,7 +51,7 @@ def error_kind(exc: grpc.aio.AioRpcError) -> str:
     return ""
 
 
-def judge(exc: grpc.aio.AioRpcError, idempotent: bool) -> Failure | None:
+def failure_of(exc: grpc.aio.AioRpcError, idempotent: bool) -> Failure | None:
     """How a failed call may be tried again; None when the answer is the indexer's (not a failover)."""
     code = exc.code()
     if code == grpc.StatusCode.CANCELLED:

@@ -18,11 +18,11 @@ import grpc
 import pytest
 
 from commands.ports import free_port
-from router.caller import Principal
 from router.errors import RouterError, SessionNotFound
-from router.link.failover import Failure, judge, next_address
+from router.link.failover import Failure, failure_of, next_address
 from router.link.indexer_client import IndexerClient
 from tests.support.waits import wait_for
+from toolsearch.sessions import Principal
 from toolsearch.v1 import indexer_pb2 as pb
 from toolsearch.v1 import indexer_pb2_grpc as pb_grpc
 
@@ -60,7 +60,7 @@ NO_CONNECTION = "failed to connect to all addresses; last error: UNKNOWN: Connec
 def test_a_failed_call_is_tried_again_only_where_that_is_safe(
     error: grpc.aio.AioRpcError, idempotent: bool, expected: Failure | None
 ) -> None:
-    assert judge(error, idempotent) == expected
+    assert failure_of(error, idempotent) == expected
 
 
 def test_the_next_address_is_an_untried_live_one_then_a_live_one_again() -> None:

@@ -31,7 +31,7 @@ from indexer.upkeep.rebuilds import Rebuilder, summarise
 from indexer.upkeep.verdicts import CircuitBreaker, judge
 from tests.support.waits import wait_for
 from toolsearch.sections.backend_settings import Backend, BackendAuth
-from toolsearch.sections.indexer_settings import CircuitBreaker as BreakerConfig
+from toolsearch.sections.indexer_settings import CircuitBreakerSettings as BreakerConfig
 from toolsearch.sections.indexer_settings import Health
 
 SETTINGS = Health(unhealthy_after=3, degraded_latency=1.0)

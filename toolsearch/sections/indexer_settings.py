@@ -53,7 +53,7 @@ class Search(Section):
         return self
 
 
-class CircuitBreaker(Section):
+class CircuitBreakerSettings(Section):
     enabled: bool = False
     cooldown: float = Field(default=30.0, gt=0)  # seconds a dead backend goes unprobed
 
@@ -67,7 +67,7 @@ class Health(Section):
     unhealthy_after: int = Field(default=3, ge=1)
     degraded_latency: float = Field(default=2.0, gt=0)
     max_concurrent_probes: int = Field(default=16, ge=1)  # probes in flight at once, over all backends
-    circuit_breaker: CircuitBreaker = CircuitBreaker()
+    circuit_breaker: CircuitBreakerSettings = CircuitBreakerSettings()
 
 
 class IndexerTls(Section):
