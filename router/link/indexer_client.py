@@ -233,7 +233,7 @@ class IndexerClient:
         record = json.loads(response.record_json)
         return record if isinstance(record, dict) else None
 
-    async def keep_stream_events(
+    async def keep_stream_events(  # noqa: PLR0913, PLR0917 (its parameters become one value: `EventsToKeep`)
         self,
         session_id: str,
         principal: Principal,
@@ -319,7 +319,7 @@ class IndexerClient:
         """Resolve an advertised tool name to its backend; raises `ToolNotFound`."""
         request = pb.ResolveToolRequest(session_id=session_id, principal=_principal(principal), name=name)
         response: pb.ResolveToolResponse = await self.channels.call(
-            lambda stub: stub.ResolveTool, request, tool_name=name
+            lambda stub: stub.ResolveTool, request, asked=name
         )
         return resolved_tool(response)
 
@@ -341,8 +341,8 @@ class IndexerClient:
         response: pb.ExchangeTokenResponse = await self.channels.call(
             lambda stub: stub.ExchangeToken,
             request,
+            asked=backend_id,
             timeout=self.open_session_timeout,
-            backend_id=backend_id,
         )
         return response.access_token
 
