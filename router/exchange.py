@@ -3,12 +3,12 @@
 Everything a request to a backend needs besides its target travels as this one value: who asks and
 in which session (`Caller`: the identity its credentials come from, what the client declared of
 itself), the client's JSON-RPC id (a call goes to its backend under an id made of it, so a
-cancellation that reaches any replica names it too), what a retry of an input-required call carries
-back to its backend, the relay that passes what a backend streams on to the client, and the asker
-that carries a backend's questions across the protocol eras. `BackendCaller.call_tool(target, name,
-arguments, exchange)` and `request(target, method, params, exchange)` (router/upstream/calls/
-backends.py) are the ways to a backend; the wire reads from the exchange what it offers a backend
-and where a backend's messages go.
+cancellation that reaches any replica names it too), the stream it is answered on, what a retry of
+an input-required call carries back to its backend, the relay that passes what a backend streams on
+to the client, and the asker that carries a backend's questions across the protocol eras.
+`BackendCaller.call_tool(target, name, arguments, exchange)` and `request(target, method, params,
+exchange)` (router/upstream/calls/backends.py) are the ways to a backend; the wire reads from the
+exchange what it offers a backend and where a backend's messages go.
 
 The session layer makes it where the request enters (router/frontdoor/session_layer.py), and leaves
 it in the request's scope for the handler; the handler binds the relay (`exchange_of`: the SDK's
