@@ -16,7 +16,8 @@ from starlette.datastructures import Headers
 from toolsearch.sessions import Principal
 from toolsearch.targets import ResolvedTool
 
-STATE_KEY = "toolsearch.caller"  # where the session layer leaves the `Caller` in scope["state"]
+# where the session layer leaves a request's `Exchange` (router/exchange.py) in scope["state"]
+STATE_KEY = "toolsearch.caller"
 # a backend's requests of its client the router relays, by the client capability each needs
 ANSWERABLE = {
     "sampling/createMessage": "sampling",
@@ -79,7 +80,7 @@ class Declared:
     @property
     def answers_on_stream(self) -> dict[str, Any]:
         """What a backend may ask a handshake-era client through the router: its sampling,
-        elicitation and roots, whose requests reach it on a call's stream (router/upstream/wire/relays.py).
+        elicitation and roots, whose requests reach it on a call's stream (router/relays.py).
         None for a 2026-07-28 client, which takes no request on a stream."""
         return {} if self.quiet_unasked else self._answerable()
 
@@ -99,28 +100,15 @@ class Declared:
 NOTHING_DECLARED = Declared()
 
 
-class ClientStream(Protocol):
-    """The SSE stream a call is answered on, for the messages the router writes on it itself beside
-    the SDK's (router/frontdoor/streams/call_streams.py): a backend's request of the client."""
-
-    async def send(self, message: Mapping[str, Any]) -> bool:
-        """Write one JSON-RPC message as an event; False when the stream is gone (nothing was sent)."""
-        ...
-
-
 @dataclass(frozen=True, slots=True)
 class Caller:
-    """What the tool handlers know about the request in hand."""
+    """Who the request in hand comes from, in which session, and what the client declared."""
 
     identity: Identity
     session_id: str  # empty when the request needs no session (2026-07-28 `tools/list`, discovery)
-    streamed: bool = False  # answered as an SSE stream: notifications may go before the result
     # the tool a call_tool names, resolved with the session check; None: resolve it when needed
     resolved: ResolvedTool | None = None
     # the session is one that callers who may be different people share (the implied session of a
     # principal the router did not verify): it keeps no backend sessions
     shared: bool = False
     declared: Declared = NOTHING_DECLARED  # what the client said of itself
-    # the stream a streamed call is answered on, for the backend's requests of the client; None
-    # when the answer is JSON (nothing but the result can reach the client)
-    stream: ClientStream | None = field(default=None, compare=False)

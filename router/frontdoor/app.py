@@ -41,10 +41,9 @@ from router.frontdoor.mcp_server import build_server
 from router.frontdoor.origins import HostPolicy, OriginGuard
 from router.frontdoor.resource_metadata import ResourceMetadata
 from router.frontdoor.server import ShutdownGuard, router_server
-from router.frontdoor.session_layer import SessionLayer
+from router.frontdoor.session_layer import Handoffs, SessionLayer
 from router.frontdoor.streams.held import Stopping
 from router.frontdoor.streams.standalone import StandaloneStreams
-from router.handlers.client_answers import ClientAnswers
 from router.handlers.listens import Listens
 from router.handlers.log_levels import LogLevels
 from router.handlers.meta_tools import MetaTools
@@ -59,6 +58,7 @@ from router.observe.status_page import StatusPage
 from router.upstream.calls.backends import BackendCaller
 from router.upstream.rounds.input_rounds import InputRounds
 from router.upstream.session_wide.backend_listens import BackendListens
+from router.upstream.session_wide.backend_notices import BackendNotices
 from router.upstream.session_wide.backend_requests import BackendRequests
 from router.upstream.session_wide.backend_streams import BackendStreams
 from router.upstream.wire.pools import BackendPools
@@ -143,19 +143,13 @@ def create_app(
             open_session_timeout=settings.open_session_timeout,
         )
         pools = BackendPools(settings.max_connections_per_backend, backend_transport)
-        caller = BackendCaller(pools)
+        backends = BackendCaller(pools, indexer, secrets)
+        requests = BackendRequests(indexer, backends)
         tools = MetaTools(
-            indexer,
-            caller,
-            config.indexer.search,
-            secrets,
-            max_arguments_bytes=settings.max_arguments_bytes,
-            pinned=settings.pinned,
+            requests, config.indexer.search, settings.max_arguments_bytes, pinned=settings.pinned
         )
-        requests = BackendRequests(indexer, caller, secrets)
-        answers = ClientAnswers(indexer, caller, requests.credentials)
-        streams = BackendStreams(indexer, caller, requests.credentials)
-        backend_listens = BackendListens(caller, requests.credentials)
+        streams = BackendStreams(indexer, backends)
+        backend_listens = BackendListens(backends)
         notifications = Notifications(requests, streams, backend_listens)
         standalone = StandaloneStreams(notifications, stopping)
         listens = Listens(
@@ -175,26 +169,22 @@ def create_app(
         streaming = StreamableHTTPSessionManager(
             server, stateless=True, json_response=False, max_request_body_size=settings.max_body_bytes
         )
+        # direct calls are observed as the SDK's tools/call handler is (build_server)
+        direct = DirectCalls(AccessLog.observe_tool_calls(metrics.observe_tool_calls(tools.answer_directly)))
+        handoffs = Handoffs(streaming.handle_request, BackendNotices(requests), standalone, direct)
         sessions = SessionLayer(
             manager.handle_request,
             indexer,
             authenticator,
             settings.max_body_bytes,
             resource_metadata,
-            streaming.handle_request,
-            tools.noticed,
-            answers.deliver,
-            standalone,
-            # observed as the SDK's tools/call handler is (build_server)
-            DirectCalls(AccessLog.observe_tool_calls(metrics.observe_tool_calls(tools.answer_directly))),
+            handoffs,
         )
         try:
             async with manager.run(), streaming.run(), anyio.create_task_group() as rounds:
                 # where the calls a backend may ask a 2026-07-28 client something run; they end
                 # with the app (router/upstream/rounds/input_rounds.py)
-                tools.rounds = answers.rounds = requests.rounds = InputRounds(
-                    indexer, caller, requests.credentials, rounds
-                )
+                requests.rounds = InputRounds(indexer, backends, rounds)
                 yield {"indexer": indexer, "sessions": sessions}
                 rounds.cancel_scope.cancel()
         finally:

@@ -38,15 +38,15 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from router.caller import Caller
 from router.error_answers import jsonrpc_error_body
+from router.exchange import Exchange
 from router.frontdoor.messages import JsonRpcMessage
 from router.handlers.meta_tool_schemas import META_TOOLS
 
-# a meta-tool's tool result for a caller, the call's JSON-RPC id last (`MetaTools.answer_directly`,
-# observed as every tools/call is); raises the router's errors the session layer answers itself,
-# and `MCPError` for a JSON-RPC error answer
-MetaToolCall = Callable[[Caller, CallToolRequestParams, Any], Awaitable[dict[str, Any]]]
+# a meta-tool's tool result for a request (`MetaTools.answer_directly`, observed as every tools/call
+# is); raises the router's errors the session layer answers itself, and `MCPError` for a JSON-RPC
+# error answer
+MetaToolCall = Callable[[Exchange, CallToolRequestParams], Awaitable[dict[str, Any]]]
 
 _tracer = trace.get_tracer("toolsearch.router")
 _PLAIN = frozenset({"name", "arguments", "_meta"})  # the params of a plain call
@@ -77,14 +77,14 @@ class DirectCalls:
         scope: Scope,
         receive: Receive,
         send: Send,
-        caller: Caller,
+        exchange: Exchange,
         params: CallToolRequestParams,
         message: JsonRpcMessage,
     ) -> None:
         """Run the call and write its answer; the router's errors propagate to the session layer."""
         try:
             with _span(params.name, message) as span:
-                result = await self._call(caller, params, message.id)
+                result = await self._call(exchange, params)
                 if result.get("isError") is True:
                     span.set_attribute("error.type", "tool_error")
                     span.set_status(StatusCode.ERROR)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -29,10 +29,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from router.caller import NOTHING_DECLARED, STATE_KEY, Authenticator, Caller, Declared, Identity
 from router.error_answers import http_answer, jsonrpc_error_response
-from router.errors import (
-    RouterError,
-    Unauthenticated,
-)
+from router.errors import RouterError, Unauthenticated
+from router.exchange import Exchange
 from router.frontdoor.bodies import DRAIN_FACTOR, Body, BodyTooLarge, ClientGone, answer_early
 from router.frontdoor.declarations import request_declared, session_declared
 from router.frontdoor.direct_calls import DirectCalls
@@ -50,6 +48,7 @@ from router.frontdoor.streams.stream_cursor import is_cursor
 from router.frontdoor.streams.stream_log import StreamLog
 from router.handlers.meta_tool_schemas import CALL_TOOL, FIND_TOOL
 from router.link.indexer_client import IndexerClient
+from router.upstream.session_wide.backend_notices import BackendNotices
 from toolsearch.logs import bind_session
 from toolsearch.outgoing import SESSION_HEADER, VERSION_HEADER
 from toolsearch.targets import ResolvedTool
@@ -59,8 +58,7 @@ logger = logging.getLogger(__name__)
 JSONRPC_ID_KEY = "toolsearch.jsonrpc_id"  # and the posted message's id, for answers given outside it
 LAST_EVENT_ID = "last-event-id"
 MISSING_SESSION = "missing Mcp-Session-Id header: send the id returned by initialize"
-# a handshake client's notifications its backend sessions are told of
-# (router/upstream/session_wide/backend_notices.py)
+# a handshake client's notifications its backend sessions are told of (`BackendNotices`)
 PASSED_ON = frozenset({"notifications/cancelled", "notifications/roots/list_changed"})
 # requests besides calls a backend may ask its client something during (a handshake-era client
 # answers on the request's stream)
@@ -80,26 +78,39 @@ SESSION_METHODS = frozenset(
 )
 
 
+@dataclass(frozen=True, slots=True)
+class Handoffs:
+    """Where the session layer hands a request instead of the SDK's JSON handler, each optional.
+
+    A `tools/call` that asks for progress goes to `streaming` (the SDK's handler answering with an
+    SSE stream), so what its backend reports during the call reaches the client before the result.
+    A call of a client that declared capabilities a backend may ask for (sampling, elicitation,
+    roots) is streamed too, through a `CallStream` the relay writes such requests on. A handshake
+    session's `notifications/cancelled` and `notifications/roots/list_changed` go to `notices`
+    (which passes them on to the backends) before the SDK acknowledges them: the call a
+    cancellation names may run on another replica; so does a client's answer to a backend's
+    request, a posted response, which `notices` passes on to the backend that asked, saying
+    whether it was one of those (else the SDK takes it, as any response). With `standalone`, a
+    handshake session's `GET` opens its standalone stream there; a handshake session's streamed
+    call is also kept in the indexer as it is written (router/frontdoor/streams/stream_log.py), and
+    a `GET` with `Last-Event-ID` resumes it (router/frontdoor/streams/resumed_streams.py). With
+    `direct`, a handshake session's find_tool and call_tool calls answered with JSON are answered
+    there, in front of the SDK's server; a find's session is checked by the search itself
+    (router/frontdoor/direct_calls.py).
+    """
+
+    streaming: ASGIApp | None = None
+    notices: BackendNotices | None = None
+    standalone: StandaloneStreams | None = None
+    direct: DirectCalls | None = None
+
+
 class SessionLayer:
-    """Issues, checks and ends `Mcp-Session-Id` around the SDK's stateless handler `app`.
+    """Issues, checks and ends `Mcp-Session-Id` around the SDK's stateless handler `app`, and makes
+    each request's `Exchange` (router/exchange.py) for what answers it.
 
     With `resource_metadata`, every 401 points at the RFC 9728 document
-    (router/frontdoor/resource_metadata.py).
-    A `tools/call` that asks for progress goes to `streaming_app` (the SDK's handler answering with
-    an SSE stream), so what its backend reports during the call reaches the client before the result.
-    A handshake session's `notifications/cancelled` and `notifications/roots/list_changed` are
-    handed to `on_notice` (which passes them on to the backends) before the SDK acknowledges them:
-    the call a cancellation names may run on another replica.
-    A call of a client that declared capabilities a backend may ask for (sampling, elicitation,
-    roots) is streamed too, through a `CallStream` the handlers write such requests on; the client's
-    answer, a posted response, is handed to `on_answer`, which passes it on to the backend that
-    asked and says whether it was one of those (else the SDK takes it, as any response). With
-    `standalone`, a handshake session's `GET` opens its standalone stream there. With `direct`, a
-    handshake session's find_tool and call_tool calls answered with JSON are answered there, in
-    front of the SDK's server; a find's session is checked by the search itself
-    (router/frontdoor/direct_calls.py). Where `GET` is served (`standalone`), a handshake session's
-    streamed call is also kept in the indexer as it is written (router/frontdoor/streams/stream_log.py), and
-    a `GET` with `Last-Event-ID` resumes it (router/frontdoor/streams/resumed_streams.py).
+    (router/frontdoor/resource_metadata.py). `handoffs` says where else requests go.
     """
 
     def __init__(
@@ -109,19 +120,15 @@ class SessionLayer:
         authenticator: Authenticator,
         max_body_bytes: int,
         resource_metadata: ResourceMetadata | None = None,
-        streaming_app: ASGIApp | None = None,
-        on_notice: Callable[[Caller, str, Mapping[str, Any]], Awaitable[None]] | None = None,
-        on_answer: Callable[[Caller, Mapping[str, Any]], Awaitable[bool]] | None = None,
-        standalone: StandaloneStreams | None = None,
-        direct: DirectCalls | None = None,
+        handoffs: Handoffs = Handoffs(),
     ) -> None:
+        standalone = handoffs.standalone
         self.app = app
         self.resumed = ResumedStreams(indexer, standalone.stopping) if standalone is not None else None
-        self.direct = direct
+        self.direct = handoffs.direct
         self.standalone = standalone
-        self.streaming_app = streaming_app
-        self.on_notice = on_notice
-        self.on_answer = on_answer
+        self.streaming_app = handoffs.streaming
+        self.notices = handoffs.notices
         self.indexer = indexer
         self.authenticator = authenticator
         self.max_body_bytes = max_body_bytes
@@ -202,21 +209,13 @@ class SessionLayer:
             direct = self.direct
             if direct is not None and (find := direct.params(scope, message, FIND_TOOL)) is not None:
                 bind_session(session_id)
-                await direct.answer(scope, receive, send, Caller(identity, session_id), find, message)
+                exchange = Exchange(Caller(identity, session_id), message.id)
+                await direct.answer(scope, receive, send, exchange, find, message)
                 return
             checked = await self.indexer.get_session(session_id, identity.principal, message.named_tool)
             resolved = checked.tool
             declared = session_declared(checked.log_level, checked.capabilities_json)
-            noticed = message.method in PASSED_ON and not message.is_request
-            if noticed and self.on_notice is not None and message.method is not None:
-                params = message.params if isinstance(message.params, dict) else {}
-                await self.on_notice(Caller(identity, session_id), message.method, params)
-            answer, on_answer = message.answer, self.on_answer
-            if (
-                answer is not None
-                and on_answer is not None
-                and await on_answer(Caller(identity, session_id), answer)
-            ):
+            if await self._passed_on(Caller(identity, session_id), message):
                 await Response(status_code=202)(scope, receive, send)
                 return
         elif message.method in SESSION_METHODS and headers.get(VERSION_HEADER) in MODERN_PROTOCOL_VERSIONS:
@@ -233,12 +232,12 @@ class SessionLayer:
         if streaming is None or not _streamed_answer(
             message, declared, bool(session_id) and is_handshake_era(headers)
         ):
-            caller = Caller(identity, session_id, False, resolved, shared, declared)
+            exchange = Exchange(Caller(identity, session_id, resolved, shared, declared), message.id)
             direct = self.direct if session_id and is_handshake_era(headers) else None
             if direct is not None and (call := direct.params(scope, message, CALL_TOOL)) is not None:
-                await direct.answer(scope, receive, send, caller, call, message)
+                await direct.answer(scope, receive, send, exchange, call, message)
                 return
-            scope.setdefault("state", {})[STATE_KEY] = caller
+            scope.setdefault("state", {})[STATE_KEY] = exchange
             await self.app(scope, receive, send)
             return
         log = None
@@ -248,9 +247,20 @@ class SessionLayer:
                 self.indexer, Caller(identity, session_id), json.dumps(message.id), resumed.detached
             )
         stream = CallStream(send, receive, log)
-        caller = Caller(identity, session_id, True, resolved, shared, declared, stream)
-        scope.setdefault("state", {})[STATE_KEY] = caller
+        caller = Caller(identity, session_id, resolved, shared, declared)
+        scope.setdefault("state", {})[STATE_KEY] = Exchange(caller, message.id, stream)
         await _streamed(streaming, scope, receive, stream, log)
+
+    async def _passed_on(self, caller: Caller, message: JsonRpcMessage) -> bool:
+        """Pass a handshake client's notification its backends are told of on to them, and its
+        answer to a backend's request to that backend; whether it was such an answer."""
+        notices = self.notices
+        if notices is None:
+            return False
+        if message.method in PASSED_ON and not message.is_request and message.method is not None:
+            params = message.params if isinstance(message.params, dict) else {}
+            await notices.noticed(caller, message.method, params)
+        return message.answer is not None and await notices.answered(caller, message.answer)
 
     async def _initialize(
         self, scope: Scope, receive: Receive, send: Send, identity: Identity, capabilities_json: str
@@ -261,7 +271,7 @@ class SessionLayer:
         async def hold(message: Message) -> None:
             held.append(message)
 
-        scope.setdefault("state", {})[STATE_KEY] = Caller(identity, "")
+        scope.setdefault("state", {})[STATE_KEY] = Exchange(Caller(identity, ""))
         await self.app(scope, receive, hold)
         start = held[0] if held and held[0]["type"] == "http.response.start" else None
         if start is not None and start["status"] == 200 and not _is_jsonrpc_error(held[1:]):

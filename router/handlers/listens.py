@@ -59,10 +59,11 @@ from mcp_types import (
 )
 
 from router.caller import Caller
+from router.exchange import exchange_of
 from router.handlers.notifications import TOOLS_CHANGED, Notifications
 from router.handlers.resources import target_of
 from router.upstream.session_wide.backend_listens import BackendListens, Interest
-from router.upstream.session_wide.backend_requests import BackendRequests, Reach, caller_of
+from router.upstream.session_wide.backend_requests import BackendRequests, Reach
 from toolsearch.targets import BackendTarget
 
 logger = logging.getLogger(__name__)
@@ -137,7 +138,7 @@ class Listens:
                 f"one listen names at most {MAX_RESOURCES} resources, this one {len(asked)}: "
                 "split them over several listens",
             )
-        caller = caller_of(ctx)
+        caller = exchange_of(ctx).caller
         counted = "" if caller.shared else caller.session_id
         self._admit(counted)
         try:

@@ -8,7 +8,7 @@ A backend session opened later gets the level right after its `initialize`
 (router/upstream/wire/backend_messages.py), when the backend declared `logging`. A 2026-07-28 backend
 keeps no session: each request it gets says the client's level in its `_meta`
 (router/upstream/wire/modern.py). Whatever a backend sends, the relay passes on no message below the
-level (router/upstream/wire/relays.py).
+level (router/relays.py).
 
 Passing the level on is best effort: each backend gets it within `PASS_ON_TIMEOUT` (or its own
 timeout, if lower), and one that refuses it or does not answer is logged at debug; the client's
@@ -17,7 +17,6 @@ request is answered `{}` once the level is kept.
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 import anyio
@@ -26,16 +25,14 @@ from mcp.server.context import ServerRequestContext
 
 from router.error_answers import mcp_error
 from router.errors import RouterError
-from router.upstream.session_wide.backend_requests import BackendRequests, caller_of
-from toolsearch.targets import BackendTarget
-
-logger = logging.getLogger(__name__)
+from router.exchange import exchange_of
+from router.upstream.session_wide.backend_requests import BackendRequests
 
 PASS_ON_TIMEOUT = 5.0  # seconds one backend may take to take a client's level, at most
 
 
 class LogLevels:
-    """The handler of `logging/setLevel`, over the backend requests' indexer, backends and credentials."""
+    """The handler of `logging/setLevel`, over the backend requests' indexer and backends."""
 
     def __init__(self, requests: BackendRequests) -> None:
         self._requests = requests
@@ -43,7 +40,7 @@ class LogLevels:
     async def set_level(
         self, ctx: ServerRequestContext[Any, Any], params: types.SetLevelRequestParams
     ) -> dict[str, Any]:
-        caller = caller_of(ctx)
+        caller = exchange_of(ctx).caller
         requests = self._requests
         try:
             kept = await requests.indexer.set_log_level(
@@ -51,17 +48,8 @@ class LogLevels:
             )
         except RouterError as exc:
             raise mcp_error(exc) from None
-
-        async def one(target: BackendTarget) -> None:
-            try:
-                headers = await requests.credentials.headers(target, caller.identity)
-            except RouterError as exc:
-                logger.debug("backend %s: the log level was not passed on: %s", target.backend_id, exc)
-                return
-            within = min(target.timeout_seconds, PASS_ON_TIMEOUT)
-            await requests.backends.set_level(target, headers, params.level, within)
-
         async with anyio.create_task_group() as group:
             for target in kept:
-                group.start_soon(one, target)
+                within = min(target.timeout_seconds, PASS_ON_TIMEOUT)
+                group.start_soon(requests.backends.set_level, target, params.level, caller, within)
         return {}

@@ -1,6 +1,13 @@
 """`find_tool` and `call_tool`: the handlers of the only two tools a client sees (their schemas are
 router/handlers/meta_tool_schemas.py).
 
+call_tool's way to a backend: the name resolved, the arguments checked, the backend called with
+the request's `Exchange` (router/exchange.py). The tool's resolution mostly comes with the session
+check the request made already (the session layer asks `GetSession` to resolve the `tool_name` it
+sees); `ResolveTool` is asked only when the name did not resolve there, and says why. The call
+itself, in the client session's backend session and with what the backend asks the client carried
+across the eras, is upstream's (`BackendRequests.calling`, `BackendCaller.call_tool`).
+
 Router errors become MCP answers here and only here: a mistake the model can correct (a wrong
 argument, an unknown tool, a failing backend) is a tool result with `isError` and a message saying
 how to correct it; a fault of the router's own (the indexer down) is a JSON-RPC error.
@@ -11,6 +18,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import mcp_types as types
@@ -19,7 +27,8 @@ from mcp.server.context import HandlerResult, ServerRequestContext
 from router.caller import Caller
 from router.error_answers import mcp_error, text_result, tool_result_for
 from router.errors import BackendAnswered, InvalidRequest, RouterError
-from router.handlers.arguments import parse_find_tool
+from router.exchange import Exchange, exchange_of
+from router.handlers.arguments import parse_call_tool, parse_find_tool
 from router.handlers.meta_tool_schemas import (
     CALL_TOOL,
     CALL_TOOL_DESCRIPTION,
@@ -30,13 +39,8 @@ from router.handlers.meta_tool_schemas import (
     find_tool_input_schema,
 )
 from router.handlers.passthrough import PassedThrough, answer
-from router.handlers.tool_calls import ToolCalls
-from router.link.indexer_client import IndexerClient
-from router.upstream.calls.backends import BackendCaller
-from router.upstream.rounds.input_rounds import InputRounds
-from router.upstream.session_wide.backend_requests import caller_of
-from router.upstream.wire.backend_messages import backend_request_id
-from router.upstream.wire.relays import NotificationRelay
+from router.handlers.schemas import SchemaValidators
+from router.upstream.session_wide.backend_requests import BackendRequests
 from toolsearch.answers import render_answer
 from toolsearch.sections.indexer_settings import Search
 
@@ -57,31 +61,23 @@ def _retry(params: types.CallToolRequestParams) -> dict[str, Any]:
     )
 
 
-def _progress_token(params: types.CallToolRequestParams) -> str | int | None:
-    meta = params.meta  # a TypedDict of its snake_case keys
-    return meta.get("progress_token") if meta is not None else None
-
-
 class MetaTools:
     """The handlers behind `tools/list` and `tools/call`; `max_arguments_bytes` 0 sets no size limit."""
 
     def __init__(
         self,
-        indexer: IndexerClient,
-        backends: BackendCaller,
+        requests: BackendRequests,
         search: Search,
-        secrets: Mapping[str, str],
         max_arguments_bytes: int = 0,
         pinned: Sequence[str] = (),
     ) -> None:
-        self.indexer = indexer
+        self.requests = requests
+        self.indexer = requests.indexer
         self.pinned = list(pinned)  # "backend/tool" or "backend/*": advertised beside the meta-tools
         self.max_limit = search.max_limit
         self.compact = search.compact
-        self.calls = ToolCalls(indexer, backends, secrets, max_arguments_bytes)
-        # a 2026-07-28 client's calls that a handshake-era backend may ask something (the app's
-        # lifespan sets it, with the task group the calls run in); None: such requests are refused
-        self.rounds: InputRounds | None = None
+        self.max_arguments_bytes = max_arguments_bytes
+        self.validators = SchemaValidators()
         self.schemas = {FIND_TOOL: find_tool_input_schema(search), CALL_TOOL: CALL_TOOL_INPUT_SCHEMA}
         self.tools = [
             types.Tool(
@@ -96,15 +92,6 @@ class MetaTools:
             ),
         ]
 
-    async def noticed(self, caller: Caller, method: str, params: Mapping[str, Any]) -> None:
-        """A client's notification its backends are told of (the session layer's hook): a
-        cancellation ends its call here and goes to every backend session; anything else (its roots
-        changed) just goes to every backend session."""
-        if method == "notifications/cancelled":
-            await self.calls.cancel(caller, params)
-        else:
-            await self.calls.notices.tell_all(caller, method, params)
-
     def input_schema(self, name: str) -> Mapping[str, Any] | None:
         """A meta-tool's input schema by name (the SDK checks `Mcp-Param-*` headers against it)."""
         return self.schemas.get(name)
@@ -114,7 +101,7 @@ class MetaTools:
     ) -> types.ListToolsResult:
         if not self.pinned:
             return types.ListToolsResult(tools=self.tools)
-        caller = caller_of(ctx)
+        caller = exchange_of(ctx).caller
         if not caller.session_id:
             # a sessionless (2026-07-28) listing: pinned tools belong to a session's backends
             return types.ListToolsResult(tools=self.tools)
@@ -131,23 +118,20 @@ class MetaTools:
     async def call_tool(
         self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
     ) -> HandlerResult:
-        """`tools/call`: run find_tool or call_tool for the caller the session layer identified."""
-        caller = caller_of(ctx)
-        # only a streamed answer (the session layer's choice) can carry notifications before the result
-        relay = None
-        if caller.streamed:
-            relay = NotificationRelay(ctx, _progress_token(params), caller.declared.log_floor, caller.stream)
+        """`tools/call`: run find_tool or call_tool for the request the session layer let in (only a
+        streamed answer, the session layer's choice, relays what comes before the result)."""
+        exchange = exchange_of(ctx)
         try:
             if params.name == FIND_TOOL:
-                return await self.find_tool(caller, params.arguments)
+                return await self.find_tool(exchange.caller, params.arguments)
             # the backend's result is answered as it came (router/handlers/passthrough.py)
             if params.name == CALL_TOOL:
-                return PassedThrough(await self._run(caller, params, params.arguments, relay, ctx.request_id))
+                return PassedThrough(await self._call(exchange, params, params.arguments))
             if self.pinned:
                 # a pinned tool called by its own name: the same path as call_tool, health included
                 arguments = {"tool_name": params.name, "parameters": params.arguments or {}}
                 try:
-                    return PassedThrough(await self._run(caller, params, arguments, relay, ctx.request_id))
+                    return PassedThrough(await self._call(exchange, params, arguments))
                 except BackendAnswered as exc:
                     # called as the client would call its backend, it gets the backend's JSON-RPC
                     # error as one too (a refused request state, say), not a tool result
@@ -160,40 +144,15 @@ class MetaTools:
             is_error=True,
         )
 
-    async def _run(
-        self,
-        caller: Caller,
-        params: types.CallToolRequestParams,
-        arguments: Mapping[str, Any] | None,
-        relay: NotificationRelay | None,
-        request_id: types.RequestId | None,
-    ) -> dict[str, Any]:
-        """One call of `params` with call_tool's `arguments`, as an input round where its backend may
-        ask a 2026-07-28 client something, and a client's retry of a round the router made answered
-        from that round; `request_id` is the client's, which the backend request's id is made of."""
-        call_id = backend_request_id(request_id) if request_id is not None else None
-        retry = _retry(params)
-        rounds = self.rounds
-        if rounds is not None:
-            resumed = await rounds.resume(caller, retry)  # never sent to the backend: its state is ours
-            if resumed is not None:
-                return resumed
-            if rounds.applies(caller):
-                return await rounds.run(
-                    caller, lambda asker: self.calls.run(caller, arguments, relay, call_id, retry, asker)
-                )
-            asker = rounds.on_stream(caller, relay)
-            return await self.calls.run(caller, arguments, relay, call_id, retry, asker)
-        return await self.calls.run(caller, arguments, relay, call_id, retry)
-
     async def answer_directly(
-        self, caller: Caller, params: types.CallToolRequestParams, request_id: types.RequestId
+        self, exchange: Exchange, params: types.CallToolRequestParams
     ) -> dict[str, Any]:
         """find_tool or call_tool answered in front of the SDK's server, as JSON to a handshake-era
         client (router/frontdoor/direct_calls.py): the tool result the SDK's path gives, a backend's
         passed through as it came. A find's session-check errors and the router's own faults
         propagate, for the session layer to answer as it answers a failed check; a call's go
         where `call_tool` sends them (a tool result, or `MCPError` for a JSON-RPC error)."""
+        caller = exchange.caller
         if params.name == FIND_TOOL:
             try:
                 return await self.find_tool(caller, params.arguments)
@@ -203,10 +162,35 @@ class MetaTools:
                 await self.indexer.get_session(caller.session_id, caller.identity.principal)
                 return tool_result_for(exc)
         try:
-            result = await self._run(caller, params, params.arguments, None, request_id)
+            result = await self._call(exchange, params, params.arguments)
         except RouterError as exc:
             return tool_result_for(exc)
         return answer(PassedThrough(result), {}, None)  # the handshake era's envelope: none
+
+    async def _call(
+        self, exchange: Exchange, params: types.CallToolRequestParams, arguments: Mapping[str, Any] | None
+    ) -> dict[str, Any]:
+        """call_tool with `arguments`: a retry of an input round answered from it; else the name
+        resolved in the caller's session, the arguments checked, the backend called; the backend's
+        result as it came (with a note when its backend session was replaced or not kept)."""
+
+        async def call(exchange: Exchange) -> dict[str, Any]:
+            args = parse_call_tool(arguments, self.max_arguments_bytes)
+            caller = exchange.caller
+            # resolved with the session check from the same `tool_name`, unless it did not resolve there
+            tool = caller.resolved or await self.indexer.resolve_tool(
+                caller.session_id, caller.identity.principal, args.name
+            )
+            problem = self.validators.problem(tool.input_schema_json, args.parameters)
+            if problem is not None:
+                raise InvalidRequest(
+                    f"invalid parameters for {args.name}: {problem}. Fix the parameters to match the "
+                    "tool's inputSchema (find_tool shows it) and call again."
+                )
+            name = tool.original_name or args.name
+            return await self.requests.backends.call_tool(tool.target, name, args.parameters, exchange)
+
+        return await self.requests.calling(replace(exchange, retry=_retry(params)), call)
 
     async def find_tool(self, caller: Caller, arguments: Mapping[str, Any] | None) -> dict[str, Any]:
         """Search the caller's session; the answer is the same JSON as structured content and as text."""

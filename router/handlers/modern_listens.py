@@ -29,6 +29,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from router.caller import Caller
 from router.errors import RouterError
+from router.exchange import Exchange
 from router.upstream.session_wide.backend_listens import BackendListens, Deliver, Interest
 from router.upstream.session_wide.backend_requests import BackendRequests
 from toolsearch.sessions import Subscription
@@ -104,7 +105,7 @@ class ModernListens:
     async def _look(self) -> None:
         """Find the session's 2026-07-28 backends, and start listening to those not listened to yet."""
         try:
-            reach = await self._requests.reach(self._caller)
+            reach = await self._requests.reach(Exchange(self._caller))
         except RouterError as exc:
             logger.debug("the session's 2026-07-28 backends are not listened to: %s", exc)
             return

@@ -36,13 +36,14 @@ import anyio
 
 from router.caller import Caller
 from router.errors import RouterError
+from router.exchange import Exchange
 from router.handlers.modern_listens import ModernListens
 from router.handlers.offerings import template_pattern
 from router.handlers.resources import catalogue
+from router.relays import passes_level
 from router.upstream.session_wide.backend_listens import BackendListens
 from router.upstream.session_wide.backend_requests import BackendRequests
 from router.upstream.session_wide.backend_streams import BackendStreams
-from router.upstream.wire.relays import passes_level
 from toolsearch.naming import prefixed
 
 logger = logging.getLogger(__name__)
@@ -113,7 +114,7 @@ class Notifications:
         if not isinstance(uri, str) or not isinstance(params, dict):
             return None
         try:
-            reach = await self.requests.reach(caller)
+            reach = await self.requests.reach(Exchange(caller))
         except RouterError as exc:
             logger.debug("an update of backend %s was not passed on: %s", backend_id, exc)
             return None

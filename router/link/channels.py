@@ -108,10 +108,9 @@ class IndexerChannels:
         self,
         method: Callable[[IndexerAsyncStub], _Unary[_Request, _Response]],
         request: _Request,
-        tool_name: str = "",
+        asked: str = "",
         timeout: float | None = None,
         idempotent: bool = True,
-        backend_id: str = "",
         if_gone: _Response | None = None,
     ) -> _Response:
         """Call `method` with `request`, failing over to other addresses; a failure becomes a router error.
@@ -119,7 +118,7 @@ class IndexerChannels:
         `method` picks the method off a stub (`lambda stub: stub.FindTools`) rather than being one
         stub's bound method: each address has a stub of its own, and a failover calls another's.
         `idempotent`: whether running the call twice is harmless (router/link/failover.py);
-        `tool_name` and `backend_id` are what a ResolveTool or an ExchangeToken asked for, for its error.
+        `asked` is what a ResolveTool or an ExchangeToken asked for (a tool, a backend), for its error.
         `if_gone`: the answer when the session is not found after an attempt that may have run (a
         close that ran there, its answer lost).
         """
@@ -165,7 +164,7 @@ class IndexerChannels:
                 if failure is None:
                     if ran and if_gone is not None and error_kind(exc) == ErrorKind.SESSION_NOT_FOUND:
                         return if_gone
-                    raise translate(exc, tool_name, backend_id) from None
+                    raise translate(exc, asked) from None
                 # each request message is named for its method: OpenSessionRequest, ...
                 name = request.DESCRIPTOR.name.removesuffix("Request")
                 logger.warning(
@@ -173,7 +172,7 @@ class IndexerChannels:
                 )
                 ran += failure.ran
                 if not failure.retry or ran >= self.tries:
-                    raise translate(exc, tool_name, backend_id) from None
+                    raise translate(exc, asked) from None
                 continue
             self.current = index
             return response

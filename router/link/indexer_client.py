@@ -289,7 +289,7 @@ class IndexerClient:
         """Resolve an advertised tool name to its backend; raises `ToolNotFound`."""
         request = pb.ResolveToolRequest(session_id=session_id, principal=_principal(principal), name=name)
         response: pb.ResolveToolResponse = await self.channels.call(
-            lambda stub: stub.ResolveTool, request, tool_name=name
+            lambda stub: stub.ResolveTool, request, asked=name
         )
         return resolved_tool(response)
 
@@ -311,8 +311,8 @@ class IndexerClient:
         response: pb.ExchangeTokenResponse = await self.channels.call(
             lambda stub: stub.ExchangeToken,
             request,
+            asked=backend_id,
             timeout=self.open_session_timeout,
-            backend_id=backend_id,
         )
         return response.access_token
 

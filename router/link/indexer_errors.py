@@ -67,18 +67,18 @@ def _exchange_error(kind: str, details: str, backend_id: str) -> RouterError | N
     return None
 
 
-def translate(exc: grpc.aio.AioRpcError, tool_name: str = "", backend_id: str = "") -> RouterError:
-    """The router error for a failed indexer call; `tool_name` names the tool a ResolveTool asked for,
-    `backend_id` the backend an ExchangeToken asked a token for."""
+def translate(exc: grpc.aio.AioRpcError, asked: str = "") -> RouterError:
+    """The router error for a failed indexer call; `asked` names what the call asked for: the tool
+    of a ResolveTool, the backend an ExchangeToken asked a token for."""
     code = exc.code()
     details = exc.details() or code.name
-    if (exchange := _exchange_error(error_kind(exc), details, backend_id)) is not None:
+    if (exchange := _exchange_error(error_kind(exc), details, asked)) is not None:
         return exchange
     if code in UNAVAILABLE_CODES:
         return IndexerUnavailable(UNAVAILABLE_MESSAGE)
     if code == grpc.StatusCode.NOT_FOUND:
         if error_kind(exc) == ErrorKind.TOOL_NOT_FOUND:
-            return _tool_not_found(exc, tool_name)
+            return _tool_not_found(exc, asked)
         return SessionNotFound()
     if code == grpc.StatusCode.INVALID_ARGUMENT:
         return InvalidRequest(details)

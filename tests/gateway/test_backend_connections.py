@@ -19,6 +19,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from commands.ports import free_port
+from router.exchange import BARE
 from router.upstream.calls.backends import BackendCaller
 from router.upstream.wire import backend_answers
 from router.upstream.wire.pools import BackendPools
@@ -57,11 +58,11 @@ async def calls_through(backend: SseBackend, calls: int) -> None:
         url = await serve_app(backend.app, f"127.0.0.1:{free_port()}", parts)
         pools = BackendPools(4)
         parts.push_async_callback(pools.aclose)
-        caller = BackendCaller(pools)
+        caller = BackendCaller(pools, None, {})  # type: ignore[arg-type]
         target = BackendTarget("sse", f"{url}/mcp", OutgoingAuth(), MODERN, 10.0, 1_000_000, None)
         for _ in range(calls):
-            outcome = await caller.call_tool(target, "work", {}, {})
-            assert outcome.result["content"] == [{"type": "text", "text": "done"}]
+            result = await caller.call_tool(target, "work", {}, BARE)
+            assert result["content"] == [{"type": "text", "text": "done"}]
 
 
 async def test_calls_answered_in_sse_streams_share_one_kept_connection(

@@ -37,6 +37,7 @@ from mcp_types import INVALID_PARAMS, SubscriptionFilter
 
 from commands.ports import free_port
 from router.caller import Caller, Identity
+from router.exchange import Exchange
 from router.handlers.listens import MAX_BACKENDS, MAX_RESOURCES, Listens
 from router.upstream.session_wide.backend_requests import Reach
 from tests.support.asking import ASKING_SERVER, ROOT
@@ -326,7 +327,7 @@ async def test_a_listen_over_more_backends_than_its_bound_reads_only_as_many() -
     )
     caller = Caller(Identity(Principal(), None), "session")
     listens = Listens(None, None, None, (), asyncio.Event().wait)  # type: ignore[arg-type]
-    reach = Reach(None, caller, ReachableTargets(targets))  # type: ignore[arg-type]
+    reach = Reach(None, Exchange(caller), ReachableTargets(targets))  # type: ignore[arg-type]
     plan = await listens.plan(reach, SubscriptionFilter(prompts_list_changed=True))
     assert sorted(plan.interests) == [f"b{n:02}" for n in range(MAX_BACKENDS)]  # the first by id
     assert plan.honored.prompts_list_changed

@@ -25,6 +25,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from router.errors import BackendError
+from router.exchange import BARE
 from router.handlers.passthrough import PassedThrough, PassThroughMiddleware, holding
 from router.upstream.calls.backends import BackendCaller
 from router.upstream.wire.pools import BackendPools
@@ -95,16 +96,17 @@ async def test_a_backend_result_comes_back_from_the_backend_caller_as_it_was_sen
     protocol_version: str,
 ) -> None:
     transport = httpx2.ASGITransport(canned_backend(RESULT))
-    caller = BackendCaller(BackendPools(4, shared=transport))
-    outcome = await caller.call_tool(target(protocol_version), "anything", {"x": 1}, {})
-    assert json.dumps(outcome.result, sort_keys=True) == json.dumps(WITHOUT_STAMP, sort_keys=True)
+    caller = BackendCaller(BackendPools(4, shared=transport), None, {})  # type: ignore[arg-type]
+    result = await caller.call_tool(target(protocol_version), "anything", {"x": 1}, BARE)
+    assert json.dumps(result, sort_keys=True) == json.dumps(WITHOUT_STAMP, sort_keys=True)
 
 
 @pytest.mark.parametrize("answer", [["a", "list"], "text", 7, None])
 async def test_a_result_that_is_not_an_object_is_a_clear_backend_error(answer: Any) -> None:
-    caller = BackendCaller(BackendPools(4, shared=httpx2.ASGITransport(canned_backend(answer))))
+    pools = BackendPools(4, shared=httpx2.ASGITransport(canned_backend(answer)))
+    caller = BackendCaller(pools, None, {})  # type: ignore[arg-type]
     with pytest.raises(BackendError, match="backend canned answered with something that is not a result"):
-        await caller.call_tool(target(MODERN), "anything", {}, {})
+        await caller.call_tool(target(MODERN), "anything", {}, BARE)
 
 
 def router_like_server() -> Starlette:

@@ -21,6 +21,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from router.errors import BackendUnavailable
+from router.exchange import BARE
 from router.upstream.calls.backends import BackendCaller
 from router.upstream.wire.pools import BackendPools
 from tests.support.conformance import conformance_server
@@ -44,9 +45,9 @@ def target(url: str) -> BackendTarget:
 async def test_a_call_whose_stream_the_backend_closes_early_is_resumed_to_its_result(
     conformance_url: str,
 ) -> None:
-    caller = BackendCaller(BackendPools(4))
-    outcome = await caller.call_tool(target(conformance_url), "test_reconnection", {}, {})
-    assert outcome.result["content"] == [{"type": "text", "text": "Reconnection test completed"}]
+    caller = BackendCaller(BackendPools(4), None, {})  # type: ignore[arg-type]
+    result = await caller.call_tool(target(conformance_url), "test_reconnection", {}, BARE)
+    assert result["content"] == [{"type": "text", "text": "Reconnection test completed"}]
 
 
 def polling_backend(
@@ -83,9 +84,9 @@ async def test_a_resumed_stream_carries_the_notifications_and_the_result_the_bac
     result = {"content": [{"type": "text", "text": "done"}]}
     # the call is the messenger's first request after initialize: its id is 2
     backend = polling_backend(sse({"jsonrpc": "2.0", "id": 2, "result": result}))
-    caller = BackendCaller(BackendPools(4, shared=httpx2.ASGITransport(backend)))
-    outcome = await caller.call_tool(target("http://canned/mcp"), "slow", {}, {})
-    assert outcome.result == result
+    caller = BackendCaller(BackendPools(4, shared=httpx2.ASGITransport(backend)), None, {})  # type: ignore[arg-type]
+    answered = await caller.call_tool(target("http://canned/mcp"), "slow", {}, BARE)
+    assert answered == result
 
 
 @pytest.mark.parametrize(
@@ -104,16 +105,16 @@ async def test_a_stream_that_cannot_be_resumed_is_a_clear_failure(
     resumption: Response | None, ids: bool, why: str
 ) -> None:
     backend = polling_backend(resumption, ids)
-    caller = BackendCaller(BackendPools(4, shared=httpx2.ASGITransport(backend)))
+    caller = BackendCaller(BackendPools(4, shared=httpx2.ASGITransport(backend)), None, {})  # type: ignore[arg-type]
     with pytest.raises(BackendUnavailable, match=why):
-        await caller.call_tool(target("http://canned/mcp"), "slow", {}, {})
+        await caller.call_tool(target("http://canned/mcp"), "slow", {}, BARE)
 
 
 async def test_a_session_forgotten_during_a_resumption_fails_the_call_without_running_it_again() -> None:
     calls: list[str] = []
     backend = polling_backend(Response(status_code=404), calls=calls)
-    caller = BackendCaller(BackendPools(4, shared=httpx2.ASGITransport(backend)))
+    caller = BackendCaller(BackendPools(4, shared=httpx2.ASGITransport(backend)), None, {})  # type: ignore[arg-type]
     resumed = r"forgot its session .* while the call's stream was resumed"
     with pytest.raises(BackendUnavailable, match=resumed):
-        await caller.call_tool(target("http://canned/mcp"), "slow", {}, {})
+        await caller.call_tool(target("http://canned/mcp"), "slow", {}, BARE)
     assert calls == ["tools/call"]  # not sent again in a new session: it ran, or runs, in the old one

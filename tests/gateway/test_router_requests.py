@@ -52,7 +52,7 @@ from router.handlers.arguments import parse_call_tool, parse_find_tool
 from router.handlers.schemas import SchemaValidators
 from router.link.indexer_client import IndexerClient
 from router.link.indexer_errors import translate
-from router.upstream.calls.backends import outgoing_headers
+from router.upstream.calls.credentials import outgoing_headers
 from tests.support.stack import INITIALIZE
 from toolsearch.config import parse_config
 from toolsearch.sessions import Principal

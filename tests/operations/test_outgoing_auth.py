@@ -12,7 +12,7 @@ from indexer.backends.lister import BackendLister
 from indexer.backends.registry import Registry
 from indexer.errors import BackendRejected, BackendSecretUnset
 from router.errors import MissingCredentials
-from router.upstream.calls.backends import outgoing_headers
+from router.upstream.calls.credentials import outgoing_headers
 from toolsearch.outgoing import MissingCallerToken, MissingSecret, OutgoingAuth, auth_headers
 from toolsearch.sections.backend_settings import Backend
 

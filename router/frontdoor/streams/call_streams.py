@@ -3,11 +3,11 @@
 The router runs the SDK's server stateless, and a stateless server cannot send a request of its
 client: it would wait for an answer that, over HTTP, comes back in another POST, maybe to another
 replica. The router needs no answer on this stream, though: it passes a backend's request of its
-client on (sampling, elicitation, roots; router/upstream/wire/relays.py) and the client's answer, posted
-to any replica, goes to the backend directly (router/handlers/client_answers.py). So the session
-layer hands the SDK a `CallStream`'s `send` in place of the server's, and the handlers write such a
-request through `CallStream.send`: one SSE event, between two of the SDK's, never inside one (each
-ASGI message is one whole event, and one lock orders them).
+client on (sampling, elicitation, roots; router/relays.py) and the client's answer, posted to any
+replica, goes to the backend directly (router/upstream/session_wide/backend_notices.py). So the
+session layer hands the SDK a `CallStream`'s `send` in place of the server's, and the relay writes
+such a request through `CallStream.send`: one SSE event, between two of the SDK's, never inside one
+(each ASGI message is one whole event, and one lock orders them).
 
 With a `StreamLog` (a handshake-era session's call), the stream is resumable: it opens with a
 priming event, every event gets an id and is kept in the indexer as it is written

@@ -15,8 +15,26 @@ from collections.abc import Mapping
 from router.caller import Identity
 from router.errors import MissingCredentials
 from router.link.indexer_client import IndexerClient
-from router.upstream.calls.backends import outgoing_headers
+from toolsearch.outgoing import AuthSettings, OutgoingAuthError, auth_headers
 from toolsearch.targets import BackendTarget
+
+
+def outgoing_headers(
+    backend_id: str,
+    auth: AuthSettings,
+    secrets: Mapping[str, str],
+    bearer_token: str | None,
+    exchanged: str | None = None,
+) -> dict[str, str]:
+    """The headers that authenticate a call to a backend (toolsearch/outgoing.py); `exchanged` is a
+    token_exchange backend's token.
+
+    Raises `MissingCredentials` for a missing secret or caller token, before anything is sent.
+    """
+    try:
+        return auth_headers(backend_id, auth, secrets, bearer_token, exchanged)
+    except OutgoingAuthError as exc:
+        raise MissingCredentials(backend_id, exc.reason) from None
 
 
 class OutgoingCredentials:

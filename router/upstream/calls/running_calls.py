@@ -1,9 +1,10 @@
 """The calls this router process is running now, so a cancellation that reaches it ends its own at once.
 
 A client's `notifications/cancelled` may reach any replica; the backend hears of it through the
-client session's backend sessions (router/handlers/tool_calls.py), which covers a call running on
-another replica once its backend has it. The replica that runs the call also stops waiting at once
-when the cancellation reaches it: whatever stage the call is in (opening the backend session,
+client session's backend sessions (router/upstream/session_wide/backend_notices.py), which covers a
+call running on another replica once its backend has it. The replica that runs the call
+(router/upstream/calls/backends.py) also stops waiting at once when the cancellation reaches it:
+whatever stage the call is in (opening the backend session,
 keeping it, waiting for the answer) and whichever way it reaches its backend (a kept session, a
 request of its own to a 2026-07-28 backend, a legacy SSE connection, whose closing the backend
 sees). A call is known by its client session and the id its backend request carries

@@ -4,8 +4,10 @@ the request is sent in it, or use it for that one request and end it.
 Kept first, sent second: the backend session is stored with the client session in the indexer
 (`SetBackendSession`, a compare-and-set) before the request goes out in it, so a client's
 cancellation, whichever replica it reaches, finds the backend session of a call that is its
-session's first call to the backend (router/handlers/tool_calls.py). Of two requests that open one
-at once, the first stored wins and the other goes on in the winner's, ending its own at once.
+session's first call to the backend (router/upstream/session_wide/backend_notices.py). Of two
+requests that open one at once, the first stored wins and the other goes on in the winner's, ending
+its own at once. A request without a client session (none reaches a backend) has nothing to keep
+one with: it uses the one it opened as it is.
 
 Not every caller may keep one. A 2026-07-28 caller the router did not verify (anonymous, or a token
 holder) is served from the implied session of its pseudo-principal, which every such caller shares
@@ -17,69 +19,40 @@ a backend session of its own, ended once it has answered (docs/gateway.md, "Back
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable
 
 import anyio
 
 from router.caller import Caller
 from router.errors import RouterError
 from router.link.indexer_client import IndexerClient
-from router.upstream.calls.backends import BackendCaller
 from router.upstream.calls.session_notes import SessionNote, replaced, unkept
 from toolsearch.sessions import BackendSession
 from toolsearch.targets import BackendTarget
 
 logger = logging.getLogger(__name__)
 
-END_TIMEOUT = 2.0  # seconds to end a backend session that is not kept, at most
-
-
-async def keep_backend_session(
-    indexer: IndexerClient, caller: Caller, target: BackendTarget, opened: BackendSession
-) -> BackendSession:
-    """Store `opened` with the client session, for every replica; returns the session stored now.
-
-    It replaces the target's `session` only if that is still the one stored; when another request
-    stored one first, that one is returned. A failure returns an empty session: nothing is kept.
-    """
-    previous = target.session
-    try:
-        return await indexer.set_backend_session(
-            caller.session_id,
-            caller.identity.principal,
-            target.backend_id,
-            previous.session_id if previous is not None else "",
-            opened,
-        )
-    except RouterError as exc:
-        logger.warning("backend %s: its new session could not be kept: %s", target.backend_id, exc)
-        return BackendSession("", "")
+# ends a backend session this router opened and does not keep (best effort, bounded)
+End = Callable[[BackendSession], Awaitable[None]]
 
 
 class SessionKeeper:
-    """The backend sessions one request to one backend opens: kept, or used once and ended by `close`.
+    """The backend sessions one request to one backend opens: kept, or used once and ended (`end`)
+    by `close`."""
 
-    Called with each session the request opened, before the request is sent in it; returns the
-    session to send it in.
-    """
-
-    def __init__(
-        self,
-        indexer: IndexerClient,
-        backends: BackendCaller,
-        caller: Caller,
-        target: BackendTarget,
-        headers: Mapping[str, str],
-    ) -> None:
+    def __init__(self, indexer: IndexerClient, caller: Caller, target: BackendTarget, end: End) -> None:
         self._indexer = indexer
-        self._backends = backends
         self._caller = caller
         self._target = target
-        self._headers = headers
+        self._end = end
         self._unkept: list[BackendSession] = []
         self._single_use = False  # a session with state was opened for this request alone
 
-    async def __call__(self, opened: BackendSession) -> BackendSession:
+    async def keep(self, opened: BackendSession) -> BackendSession:
+        """Given each session the request opened, before the request is sent in it: the session
+        to send it in (as opened where there is no client session to keep it with)."""
+        if not self._caller.session_id:
+            return opened
         if self._caller.shared:
             self._unkept.append(opened)
             self._single_use = bool(opened.session_id)  # one without an id keeps no state anyway
@@ -87,7 +60,7 @@ class SessionKeeper:
         # shielded: a session opened and then neither kept nor ended would hold a process until
         # the backend's idle timeout, and a cancelled call must not leave one behind
         with anyio.CancelScope(shield=True):
-            stored = await keep_backend_session(self._indexer, self._caller, self._target, opened)
+            stored = await self._stored(opened)
             if stored.session_id == opened.session_id:
                 return opened
             if stored.session_id:  # another request kept its own first: go on in that one
@@ -95,6 +68,20 @@ class SessionKeeper:
                 return stored
         self._unkept.append(opened)  # not kept: this request's alone
         return opened
+
+    async def _stored(self, opened: BackendSession) -> BackendSession:
+        """Store `opened` with the client session, for every replica, in place of the target's
+        session only if that is still the one stored; the session stored now (another request's when
+        it stored one first; an empty one when nothing could be kept)."""
+        caller, target = self._caller, self._target
+        previous = target.session.session_id if target.session is not None else ""
+        try:
+            return await self._indexer.set_backend_session(
+                caller.session_id, caller.identity.principal, target.backend_id, previous, opened
+            )
+        except RouterError as exc:
+            logger.warning("backend %s: its new session could not be kept: %s", target.backend_id, exc)
+            return BackendSession("", "")
 
     def note(self, replaced_because: str) -> SessionNote | None:
         """What the result is to say of its backend session (router/upstream/calls/session_notes.py), given
@@ -110,7 +97,3 @@ class SessionKeeper:
         with anyio.CancelScope(shield=True):
             while self._unkept:
                 await self._end(self._unkept.pop())
-
-    async def _end(self, session: BackendSession) -> None:
-        within = min(self._target.timeout_seconds, END_TIMEOUT)
-        await self._backends.end_session(self._target, session, self._headers, within)

@@ -8,7 +8,7 @@ answer. The router joins the two:
 1. A 2026-07-28 client's call that may be asked (it declared what answers a backend's request) runs
    in a task of the router's own (`InputRounds.run`), not the client's request: the backend's
    session is offered the client's capabilities, and the call's stream is read there. A resource
-   read or a prompt is run the same way (router/upstream/session_wide/backend_requests.py, `Reach.asking`).
+   read or a prompt is run the same way (router/upstream/session_wide/backend_requests.py).
 2. When the backend asks, the replica running the call keeps a record of the round with the client
    session in the indexer (`KeepInputRound`: the backend, its session, its request's id), under a
    token of its own, and answers the client's request with an input-required result carrying the
@@ -54,11 +54,10 @@ from router.errors import (
     RouterError,
     RouterStopping,
 )
+from router.exchange import Exchange
 from router.link.indexer_client import IndexerClient
 from router.upstream.calls.backends import BackendCaller
-from router.upstream.calls.credentials import OutgoingCredentials
-from router.upstream.rounds.stream_rounds import KEPT_AFTER, POLL_FIRST, POLL_LAST, StreamAsker, keep_answer
-from router.upstream.wire.relays import NotificationRelay
+from router.upstream.rounds.stream_rounds import KEPT_AFTER, POLL_FIRST, POLL_LAST, StreamAsker
 from toolsearch.sessions import BackendSession
 
 logger = logging.getLogger(__name__)
@@ -68,7 +67,7 @@ MAX_RUNNING = 256  # calls of 2026-07-28 clients that may be asked, running in t
 ANSWER_WITHIN = 10.0  # seconds a backend may take to take a client's answer, at most
 MAX_ASKED_KEPT = 64 * 1024  # characters of a backend's request a round keeps, to ask it again
 
-Call = Callable[["RoundAsker | None"], Awaitable[dict[str, Any]]]
+Call = Callable[[Exchange], Awaitable[dict[str, Any]]]  # a request's work, for the exchange given
 Failed = Callable[[RouterError], dict[str, Any]]  # what a router error after the first round comes to
 FAILED_KEY = "toolsearch/failed"  # an outcome that is a JSON-RPC error: its code and message
 
@@ -175,46 +174,34 @@ class RoundAsker:
 class InputRounds:
     """Runs the calls of 2026-07-28 clients that a handshake-era backend may ask, in `group`."""
 
-    def __init__(
-        self,
-        indexer: IndexerClient,
-        backends: BackendCaller,
-        credentials: OutgoingCredentials,
-        group: TaskGroup,
-    ) -> None:
+    def __init__(self, indexer: IndexerClient, backends: BackendCaller, group: TaskGroup) -> None:
         self.indexer = indexer
         self.backends = backends
-        self.credentials = credentials
         self._group = group
         self.running = 0
 
-    def on_stream(self, caller: Caller, relay: NotificationRelay | None) -> StreamAsker | None:
-        """The asker of a handshake-era client's call whose answer is a stream it can be asked on."""
-        if relay is None or not relay.asks or not caller.declared.answers_on_stream:
-            return None
-        return StreamAsker(self.indexer, caller, relay)
-
-    async def answered(
-        self, caller: Caller, backend_id: str, request_id: str | int, answer: Mapping[str, Any]
-    ) -> bool:
-        """Keep a handshake-era client's answer to a request a `StreamAsker` asked; False when the
-        id names none (router/upstream/rounds/stream_rounds.py). Raises `InvalidRequest`."""
-        return await keep_answer(self.indexer, caller, backend_id, request_id, answer)
+    def on_stream(self, exchange: Exchange) -> Exchange:
+        """A handshake-era client's call with its asker, when its answer is a stream it can be asked on."""
+        relay = exchange.relay
+        if relay is None or not relay.asks or not exchange.declared.answers_on_stream:
+            return exchange
+        return replace(exchange, asker=StreamAsker(self.indexer, exchange.caller, relay))
 
     @staticmethod
     def applies(caller: Caller) -> bool:
         """Whether a caller's calls run as rounds: a 2026-07-28 client that can answer something."""
         return not caller.declared.handshake_era and bool(caller.declared.answers_in_results)
 
-    async def run(self, caller: Caller, call: Call, failed: Failed | None = None) -> dict[str, Any]:
-        """`call` in a task of its own: its result, or the first round's input-required result when
-        the backend asks the client first (the call then goes on in its task). What a router error
-        after the first round comes to is `failed(error)`: a tool result with `isError` by default
-        (a call's), `failed_outcome` for a request answered with a JSON-RPC error instead."""
+    async def run(self, exchange: Exchange, call: Call, failed: Failed | None = None) -> dict[str, Any]:
+        """`call` in a task of its own, with an asker of rounds: its result, or the first round's
+        input-required result when the backend asks the client first (the call then goes on in its
+        task). What a router error after the first round comes to is `failed(error)`: a tool result
+        with `isError` by default (a call's), `failed_outcome` for a request answered with a
+        JSON-RPC error instead."""
         failed = failed or _tool_result
         if self.running >= MAX_RUNNING:
-            return await call(None)  # asked nothing: the backend's request is refused, as before
-        asker = RoundAsker(self, caller)
+            return await call(exchange)  # asked nothing: the backend's request is refused, as before
+        asker = RoundAsker(self, exchange.caller)
         failure: list[BaseException] = []
         scope = anyio.CancelScope()
 
@@ -223,7 +210,7 @@ class InputRounds:
             try:
                 with scope:
                     try:
-                        result = await call(asker)
+                        result = await call(replace(exchange, asker=asker))
                     except RouterError as exc:
                         if not asker.first.is_set():
                             failure.append(exc)
@@ -317,11 +304,10 @@ class InputRounds:
         if backend is None:
             raise BackendUnavailable(backend_id, "is not reachable now: call the tool again later")
         target = replace(backend.target, session=BackendSession(str(session[0]), str(session[1])))
-        headers = await self.credentials.headers(target, caller.identity)
         timeout = min(target.timeout_seconds, ANSWER_WITHIN)
         for key, request_id in requests.items():
             answer = {"jsonrpc": "2.0", "id": request_id, "result": responses[key]}
-            await self.backends.respond(target, headers, answer, timeout)
+            await self.backends.respond(target, answer, caller, timeout)
 
 
 def _asked_again(record: Mapping[str, Any], responses: object, state: str) -> dict[str, Any] | None:

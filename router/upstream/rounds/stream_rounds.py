@@ -8,9 +8,9 @@ running the call (`StreamAsker.collect`) keeps a record of the round with the cl
 indexer (`KeepInputRound`), passes each of the backend's requests on, on the call's stream, under an
 id that names the backend, the round and the request's place in it (`round:<token>:<n>`), and reads
 the indexer until an answer to each is there. The replica the client's answer reaches
-(`keep_answer`, router/handlers/client_answers.py) checks that the round is open in this session
+(`keep_answer`, router/upstream/session_wide/backend_notices.py) checks that the round is open in this session
 and at that backend, and keeps the answer there. The call is then sent to the backend again with the
-answers and the backend's own request state (router/upstream/wire/exchanges.py), all within the backend's
+answers and the backend's own request state (router/upstream/calls/eras.py), all within the backend's
 `timeout`. A client that refuses a request fails the call, saying so.
 """
 
@@ -25,7 +25,7 @@ import anyio
 from router.caller import Caller
 from router.errors import BackendError, InvalidRequest
 from router.link.indexer_client import IndexerClient
-from router.upstream.wire.relays import NotificationRelay
+from router.relays import NotificationRelay
 from toolsearch.sessions import BackendSession
 
 ROUND = "round:"  # the own id of a request a `StreamAsker` asked, before its round's token and place

@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -30,8 +30,8 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from router.caller import Caller
 from router.errors import RouterError
+from router.exchange import BARE
 from router.upstream.calls.backends import BackendCaller
-from router.upstream.calls.credentials import OutgoingCredentials
 from router.upstream.session_wide.backend_streams import read_standalone
 from router.upstream.wire.backend_answers import events
 from router.upstream.wire.modern import modern_request
@@ -86,9 +86,8 @@ class _Listen:
 class BackendListens:
     """Reads what backends send a listen: one backend at a time, for as long as the caller awaits."""
 
-    def __init__(self, backends: BackendCaller, credentials: OutgoingCredentials) -> None:
+    def __init__(self, backends: BackendCaller) -> None:
         self.backends = backends
-        self.credentials = credentials
 
     async def listen(
         self,
@@ -102,7 +101,7 @@ class BackendListens:
         `on_open` once the backend listens (what changes from then on is heard); whether a stream
         was open at all (False: the backend offers none, or failed to open one; logged at debug)."""
         try:
-            headers = await self.credentials.headers(target, caller.identity)
+            headers = await self.backends.credentials.headers(target, caller.identity)
             one = _Listen(target, headers, interest, deliver, on_open)
             if target.protocol_version in MODERN_PROTOCOL_VERSIONS:
                 return await self._modern(one)
@@ -114,7 +113,7 @@ class BackendListens:
     async def _modern(self, one: _Listen) -> bool:
         target, interest = one.target, one.interest
         params, stamp = modern_request(
-            "subscriptions/listen", {"notifications": interest.filter()}, target.protocol_version, None, {}
+            "subscriptions/listen", {"notifications": interest.filter()}, target.protocol_version, BARE
         )
         message = {"jsonrpc": "2.0", "id": LISTEN_ID, "method": "subscriptions/listen", "params": params}
         http = self.backends.stream_client(target, one.headers)
@@ -147,18 +146,17 @@ class BackendListens:
 
     async def _in_session(self, one: _Listen) -> bool:
         target, headers, interest = one.target, one.headers, one.interest
-        async with self.backends.own_session(target, headers) as session:
-            own = replace(target, session=session)
+        async with self.backends.own_session(target, headers) as own:
             subscribed: list[str] = []
             try:
                 for uri in sorted(interest.uris):
-                    await self.backends.request(own, "resources/subscribe", {"uri": uri}, headers)
+                    await own.request("resources/subscribe", {"uri": uri})
                     subscribed.append(uri)
                 http = self.backends.stream_client(target, headers)
-                return await read_standalone(http, own, session, one.deliver, one.on_open)
+                return await read_standalone(http, own.target, own.session, one.deliver, one.on_open)
             finally:
                 # said before the session ends, for a server that keeps subscriptions past it
                 with anyio.CancelScope(shield=True), anyio.move_on_after(UNSUBSCRIBE_WITHIN):
                     for uri in subscribed:
                         with contextlib.suppress(RouterError):
-                            await self.backends.request(own, "resources/unsubscribe", {"uri": uri}, headers)
+                            await own.request("resources/unsubscribe", {"uri": uri})

@@ -43,7 +43,6 @@ from router.caller import Caller
 from router.errors import RouterError, SessionNotFound
 from router.link.indexer_client import IndexerClient
 from router.upstream.calls.backends import BackendCaller
-from router.upstream.calls.credentials import OutgoingCredentials
 from router.upstream.wire.backend_answers import StreamPosition, events
 from toolsearch.outgoing import SESSION_HEADER, VERSION_HEADER
 from toolsearch.sessions import BackendSession, Subscription
@@ -100,12 +99,9 @@ def _listenable(target: BackendTarget) -> bool:
 class BackendStreams:
     """Reads the standalone streams of a client session's backend sessions."""
 
-    def __init__(
-        self, indexer: IndexerClient, backends: BackendCaller, credentials: OutgoingCredentials
-    ) -> None:
+    def __init__(self, indexer: IndexerClient, backends: BackendCaller) -> None:
         self.indexer = indexer
         self.backends = backends
-        self.credentials = credentials
 
     async def listen(
         self,
@@ -157,7 +153,7 @@ class BackendStreams:
         session = target.session
         assert session is not None
         try:
-            headers = await self.credentials.headers(target, caller.identity)
+            headers = await self.backends.credentials.headers(target, caller.identity)
         except RouterError as exc:
             logger.debug("backend %s: not listened to: %s", target.backend_id, exc)
             return

@@ -16,7 +16,6 @@ JSON-RPC error or an answer that is not one.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Mapping
 from typing import Any
@@ -26,7 +25,7 @@ import httpx2
 from mcp_types import INTERNAL_ERROR, METHOD_NOT_FOUND
 from mcp_types.version import LATEST_HANDSHAKE_VERSION
 
-from router.caller import ANSWERABLE, NOTHING_DECLARED, Declared
+from router.caller import ANSWERABLE
 from router.errors import (
     BackendError,
     BackendRejected,
@@ -35,6 +34,7 @@ from router.errors import (
     BackendUnavailable,
     CapabilityMissing,
 )
+from router.exchange import Exchange
 from router.upstream.wire.backend_answers import (
     StreamPosition,
     answered,
@@ -45,10 +45,10 @@ from router.upstream.wire.backend_answers import (
     messages_of,
     streamed,
 )
-from router.upstream.wire.relays import ClientAsker, NotificationRelay
 from toolsearch.outgoing import ROUTER_CLIENT_NAME, SESSION_HEADER, VERSION_HEADER, client_info
 from toolsearch.responses import STREAMED, BoundedTransport
 from toolsearch.sessions import BackendSession
+from toolsearch.targets import BackendTarget
 
 logger = logging.getLogger(__name__)
 
@@ -58,34 +58,20 @@ MAX_RESUME_DELAY_MS = 5000  # the longest `retry:` delay honoured before a resum
 _ACCEPT = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 
 
-def backend_request_id(client_request_id: str | int) -> str:
-    """The id a call is sent to its backend with, known from the client's own id alone.
-
-    So the client's cancellation, whichever replica it reaches, can name the backend's request.
-    """
-    return f"toolsearch:{json.dumps(client_request_id)}"
-
-
 class BackendMessenger:
-    """Posts the messages of one call to one backend through `http` (headers, deadline, size bound)."""
+    """Posts the messages of one request to one backend through `http` (headers, deadline, size
+    bound), for the client request `exchange`: what the client declared, where what the backend
+    streams goes (its relay), how the client is asked across the eras (its asker)."""
 
     def __init__(
-        self,
-        backend_id: str,
-        url: str,
-        http: httpx2.AsyncClient,
-        bounded: BoundedTransport,
-        declared: Declared = NOTHING_DECLARED,
-        asker: ClientAsker | None = None,
-        timeout: float = 30.0,
+        self, target: BackendTarget, http: httpx2.AsyncClient, bounded: BoundedTransport, exchange: Exchange
     ) -> None:
-        self.backend_id = backend_id
-        self.url = url
+        self.backend_id = target.backend_id
+        self.url = target.url
         self.http = http
         self.bounded = bounded
-        self.declared = declared  # what the client said of itself: its capabilities, its log level
-        self.asker = asker  # how the client is asked what the backend asks it in the other era; None: not
-        self.timeout = timeout  # the call's deadline: as long as a backend's request of the client waits
+        self.exchange = exchange
+        self.timeout = target.timeout_seconds  # as long as a backend's request of the client waits
         self._next_id = 0
 
     def _headers(self, session: BackendSession | None) -> dict[str, str]:
@@ -131,24 +117,24 @@ class BackendMessenger:
         method: str,
         params: Mapping[str, Any],
         session: BackendSession | None,
-        relay: NotificationRelay | None = None,
-        request_id: str | int | None = None,
         extra_headers: Mapping[str, str] | None = None,
     ) -> dict[str, Any]:
         """Send one request and return its result; raises the router errors above.
 
-        The answer is read as it arrives: with a `relay`, the notifications before the result go to
-        it, and so does a request the backend makes of its client meanwhile (sampling, elicitation,
-        roots) when the client declared what answers it and the relay has a stream to the client
-        (the client's answer reaches the backend by another way: router/handlers/client_answers.py).
+        The answer is read as it arrives: the notifications before the result go to the exchange's
+        relay, and so does a request the backend makes of its client meanwhile (sampling,
+        elicitation, roots) when the client can answer it (`Exchange.pass_on`; the client's answer
+        reaches the backend by another way: router/upstream/session_wide/backend_notices.py).
         Any other such request is refused at once (`_refuse`), so the backend goes on instead of
         waiting for an answer that would never come. If the client did not even declare the
         capability such a request needs, the request's answer is `CapabilityMissing` (MCP's
         `-32021`), whatever the backend made of the refusal. A request that ends without its result
         (its deadline, a failure) tells the backend that what it asked the client goes unanswered.
-        `request_id` is the id to send (a counter's when None); `extra_headers` go with the POST (a
-        2026-07-28 request's, router/upstream/wire/modern.py).
+        A call goes under the id its client's cancellation names (`Exchange.call_id`), any other
+        request under a counter's; `extra_headers` go with the POST (a 2026-07-28 request's,
+        router/upstream/wire/modern.py).
         """
+        request_id: str | int | None = self.exchange.call_id if method == "tools/call" else None
         if request_id is None:
             self._next_id += 1
             request_id = self._next_id
@@ -156,7 +142,7 @@ class BackendMessenger:
         headers = {**self._headers(session), **(extra_headers or {})}
         asked: list[str | int] = []  # the backend's requests passed on to the client
         try:
-            return await self._exchange(message, headers, session, relay, asked)
+            return await self._exchange(message, headers, session, asked)
         except BaseException:
             if asked:
                 await self._abandon(asked, session)
@@ -167,7 +153,6 @@ class BackendMessenger:
         message: Mapping[str, Any],
         headers: Mapping[str, str],
         session: BackendSession | None,
-        relay: NotificationRelay | None,
         asked: list[str | int],
     ) -> dict[str, Any]:
         """`request`'s POST and the reading of its answer; the requests passed on go to `asked`.
@@ -187,7 +172,7 @@ class BackendMessenger:
                 if response.status_code >= 400:
                     await response.aread()
                 self._checked(response, session)
-                answer = await self._read(response, message["id"], session, relay, asked, lacked, position)
+                answer = await self._read(response, message["id"], session, asked, lacked, position)
             for _ in range(MAX_RESUMES):
                 if answer is not None or not position.last_id or session is None or not session.session_id:
                     break
@@ -216,9 +201,7 @@ class BackendMessenger:
                             self.backend_id,
                             f"answered the resumption of a call's stream with HTTP {response.status_code}",
                         )
-                    answer = await self._read(
-                        response, message["id"], session, relay, asked, lacked, position
-                    )
+                    answer = await self._read(response, message["id"], session, asked, lacked, position)
         except httpx2.ConnectError:
             raise BackendUnavailable(self.backend_id, "refused the connection") from None
         except ValueError:
@@ -232,7 +215,6 @@ class BackendMessenger:
         response: httpx2.Response,
         request_id: Any,
         session: BackendSession | None,
-        relay: NotificationRelay | None,
         asked: list[str | int],
         lacked: dict[str, Any],
         position: StreamPosition,
@@ -249,27 +231,13 @@ class BackendMessenger:
                 await finished(messages)
                 return self._result(answer)
             if "method" in answer and "id" in answer:
-                if await self._pass_on(answer, relay, session):
+                if await self.exchange.pass_on(self.backend_id, session, answer, self.timeout):
                     asked.append(answer["id"])
                 elif lacks := await self._refuse(answer, session):
                     lacked[lacks] = {}
-            elif relay is not None:
-                await relay.forward(answer)
+            else:
+                await self.exchange.forward(answer)
         return None
-
-    async def _pass_on(
-        self, request: Mapping[str, Any], relay: NotificationRelay | None, session: BackendSession | None
-    ) -> bool:
-        """Pass a backend's request of its client on to the client, if the client can answer it: on
-        the call's stream (a handshake-era client), or as an input round (a 2026-07-28 one)."""
-        needs = ANSWERABLE.get(str(request.get("method", "")))
-        if needs is None:
-            return False
-        if relay is not None and needs in self.declared.answers_on_stream:
-            return await relay.ask(self.backend_id, request)
-        if self.asker is not None and session is not None and needs in self.declared.answers_in_results:
-            return await self.asker.ask(self.backend_id, session, request, self.timeout)
-        return False
 
     async def _abandon(self, asked: list[str | int], session: BackendSession | None) -> None:
         """Tell the backend that its requests passed on to the client will not be answered through
@@ -294,7 +262,7 @@ class BackendMessenger:
         """
         method = str(request.get("method", ""))
         needs = ANSWERABLE.get(method, "")
-        lacks = needs if needs and self.declared.lacks(needs) else ""
+        lacks = needs if needs and self.exchange.declared.lacks(needs) else ""
         message = (
             f"toolsearch does not relay {method} to its clients: the client of this call cannot answer it"
         )
@@ -330,8 +298,7 @@ class BackendMessenger:
             "protocolVersion": LATEST_HANDSHAKE_VERSION,
             # what the client can answer, so a backend asks only what will be answered: on the
             # call's stream, or as an input round when the call can ask its client so
-            "capabilities": self.declared.answers_on_stream
-            or (self.declared.answers_in_results if self.asker is not None else {}),
+            "capabilities": self.exchange.offered_in_session,
             "clientInfo": client_info(ROUTER_CLIENT_NAME),
         }
         self._next_id += 1
@@ -354,7 +321,7 @@ class BackendMessenger:
         session = BackendSession(response.headers.get(SESSION_HEADER, ""), version)
         await self._post({"jsonrpc": "2.0", "method": "notifications/initialized"}, session)
         capabilities = result.get("capabilities")
-        level = self.declared.session_level
+        level = self.exchange.declared.session_level
         if level and session.session_id and isinstance(capabilities, dict) and "logging" in capabilities:
             await self.set_level(level, session)  # the level the client set before this session opened
         return session

@@ -13,8 +13,8 @@ elicitation, roots): the backend asks for them with an input-required result, wh
 client as it came, and the client's retry carries its answers and the backend's request state back
 in its params, which the router passes on untouched (the backend checks the state's integrity).
 A handshake-era client is offered as nothing here: it would not know such a result (it is asked
-in a handshake session instead, router/upstream/calls/backends.py). Log messages are asked for only on a
-call whose client gets them (a relay with a level): at the client's level.
+in a handshake session instead, router/upstream/calls/eras.py). Log messages are asked for only on a
+request whose client gets them (a relay with a level): at the client's level.
 """
 
 from __future__ import annotations
@@ -31,25 +31,21 @@ from mcp_types import (
 )
 from opentelemetry import propagate
 
-from router.upstream.wire.relays import NotificationRelay
+from router.exchange import Exchange
 from toolsearch.outgoing import ROUTER_CLIENT_NAME, VERSION_HEADER, client_info
 
 
 def modern_request(
-    method: str,
-    params: Mapping[str, Any],
-    version: str,
-    relay: NotificationRelay | None,
-    capabilities: Mapping[str, Any],
+    method: str, params: Mapping[str, Any], version: str, exchange: Exchange
 ) -> tuple[dict[str, Any], dict[str, str]]:
-    """`params` with the request's `_meta` stamp (offering the client's `capabilities`), and the
-    headers of its POST."""
+    """`params` with the request's `_meta` stamp (offering what the exchange's client answers, at
+    its log level), and the headers of its POST."""
     meta = dict(params.get("_meta") or {})
     meta[PROTOCOL_VERSION_META_KEY] = version
     meta[CLIENT_INFO_META_KEY] = client_info(ROUTER_CLIENT_NAME)
-    meta[CLIENT_CAPABILITIES_META_KEY] = dict(capabilities)
-    if relay is not None and relay.log_floor is not None:
-        meta[LOG_LEVEL_META_KEY] = relay.log_floor
+    meta[CLIENT_CAPABILITIES_META_KEY] = exchange.offered_per_request
+    if exchange.log_floor is not None:
+        meta[LOG_LEVEL_META_KEY] = exchange.log_floor
     # the trace's context where an MCP server reads it, as the SDK's client puts it (W3C keys in
     # `_meta`); nothing when no trace is recorded
     propagate.inject(meta)

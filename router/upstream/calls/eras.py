@@ -1,12 +1,13 @@
-"""One request's exchange with a backend, and the era it goes in.
+"""One request to a backend in the era it goes in.
 
 A backend that spoke 2026-07-28 at discovery gets one stamped request of the router's own
 (`_once`; router/upstream/wire/modern.py); a handshake-era backend gets the request inside the client
 session's backend session, one opened first when there is none or the backend forgot it
-(`_in_session`; router/upstream/wire/backend_messages.py). Each exchange runs under the backend's
-deadline, its transport's failures turned into router errors (`translated`).
+(`_in_session`; router/upstream/wire/backend_messages.py), and kept before the request is sent in it
+(router/upstream/calls/session_keeping.py). Each request runs under the backend's deadline, its
+transport's failures turned into router errors (`translated`).
 
-A few requests go to a 2026-07-28 backend in a handshake session instead (`Exchanges.session_first`):
+A few requests go to a 2026-07-28 backend in a handshake session instead (`Eras.session_first`):
 those of a handshake-era client that can answer a backend's requests, which come only on a
 session's call stream, and the subscriptions 2026-07-28 dropped. A backend that speaks both eras,
 as the SDKs' servers do, is asked in the client's era then, as the client would ask it directly;
@@ -16,7 +17,7 @@ one that refuses the handshake is remembered, and gets 2026-07-28 requests as be
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
@@ -34,23 +35,20 @@ from router.errors import (
     BackendTooLarge,
     BackendUnavailable,
 )
+from router.upstream.calls.session_keeping import SessionKeeper
 from router.upstream.wire.backend_messages import BackendMessenger
 from router.upstream.wire.modern import modern_request
-from router.upstream.wire.relays import NotificationRelay
 from toolsearch.sessions import BackendSession
 from toolsearch.targets import BackendTarget
 
 logger = logging.getLogger(__name__)
 
-# what a request does with a backend session it opened, before it is sent in it: returns the
-# session to send it in (router/upstream/calls/session_keeping.py)
-OnOpen = Callable[[BackendSession], Awaitable[BackendSession]]
 # requests that live in a handshake session: a 2026-07-28 backend takes them in one only
 _IN_SESSION_ONLY = frozenset({"resources/subscribe", "resources/unsubscribe"})
 MAX_ROUNDS = 16  # input-required results of one request answered for a handshake-era client
 
 
-class Exchanges:
+class Eras:
     """Sends requests to backends in the era each should go in."""
 
     def __init__(self) -> None:
@@ -63,19 +61,16 @@ class Exchanges:
         target: BackendTarget,
         method: str,
         params: Mapping[str, Any],
-        relay: NotificationRelay | None,
-        call_id: str | None,
-        on_open: OnOpen | None,
+        keeper: SessionKeeper,
     ) -> tuple[dict[str, Any], BackendSession | None, str]:
         """One request; its result, the backend session it ran in (None: none), and why a gone
-        session was replaced ("" if none was). Raises the router's backend errors."""
-        if _modern(target) and self.session_first(target, messenger.declared, method):
-            target = await self._open_handshake(messenger, target, on_open)
+        session was replaced ("" if none was). A session it opens goes to `keeper` before the
+        request is sent in it. Raises the router's backend errors."""
+        if _modern(target) and self.session_first(target, messenger.exchange.declared, method):
+            target = await self._open_handshake(messenger, target, keeper)
         if _modern(target) and not _handshake_kept(target):
-            return await _once(messenger, target, method, params, relay, call_id), None, ""
-        return await _in_session(
-            messenger, target.timeout_seconds, method, params, target.session, relay, call_id, on_open
-        )
+            return await _once(messenger, target, method, params), None, ""
+        return await _in_session(messenger, target, method, params, keeper)
 
     def refuses_sessions(self, target: BackendTarget) -> bool:
         """Whether `target` spoke 2026-07-28 at discovery and has refused a handshake session since."""
@@ -99,7 +94,7 @@ class Exchanges:
         return needs_session and target.session is None and target.backend_id not in self._sessionless
 
     async def _open_handshake(
-        self, messenger: BackendMessenger, target: BackendTarget, on_open: OnOpen | None
+        self, messenger: BackendMessenger, target: BackendTarget, keeper: SessionKeeper
     ) -> BackendTarget:
         """`target` with a handshake session opened (and kept) there; unchanged if it refuses one."""
         try:
@@ -115,7 +110,7 @@ class Exchanges:
             )
             self._sessionless.add(target.backend_id)
             return target
-        return replace(target, session=await on_open(opened) if on_open is not None else opened)
+        return replace(target, session=await keeper.keep(opened))
 
 
 def _modern(target: BackendTarget) -> bool:
@@ -129,25 +124,20 @@ def _handshake_kept(target: BackendTarget) -> bool:
 
 
 async def _once(
-    messenger: BackendMessenger,
-    target: BackendTarget,
-    method: str,
-    params: Mapping[str, Any],
-    relay: NotificationRelay | None,
-    call_id: str | None,
+    messenger: BackendMessenger, target: BackendTarget, method: str, params: Mapping[str, Any]
 ) -> dict[str, Any]:
     """One 2026-07-28 request, stamped as that protocol has it (router/upstream/wire/modern.py).
 
-    With the messenger's `asker` and a handshake-era client that answers on the call's stream, the
+    With the exchange's asker and a handshake-era client that answers on the call's stream, the
     backend is offered what that client can answer, and each input-required result it gives is
     asked of the client there (`collect`) and the request sent again with the answers and the
     backend's request state, up to `MAX_ROUNDS` times, all within the backend's timeout.
     """
-    declared, asker = messenger.declared, messenger.asker
-    offered = declared.answers_in_results or (declared.answers_on_stream if asker is not None else {})
+    exchange = messenger.exchange
+    asker = exchange.asker
     with translated(messenger, target.timeout_seconds):
-        stamped, headers = modern_request(method, params, target.protocol_version, relay, offered)
-        result = await messenger.request(method, stamped, None, relay, call_id, headers)
+        stamped, headers = modern_request(method, params, target.protocol_version, exchange)
+        result = await messenger.request(method, stamped, None, headers)
         for _ in range(MAX_ROUNDS):
             requests = result.get("inputRequests")
             if (
@@ -162,36 +152,32 @@ async def _once(
             again = {**params, "inputResponses": answers}
             if "requestState" in result:
                 again["requestState"] = result["requestState"]
-            stamped, headers = modern_request(method, again, target.protocol_version, relay, offered)
-            result = await messenger.request(method, stamped, None, relay, call_id, headers)
+            stamped, headers = modern_request(method, again, target.protocol_version, exchange)
+            result = await messenger.request(method, stamped, None, headers)
         return result
 
 
 async def _in_session(
     messenger: BackendMessenger,
-    timeout_seconds: float,
+    target: BackendTarget,
     method: str,
     params: Mapping[str, Any],
-    session: BackendSession | None,
-    relay: NotificationRelay | None,
-    call_id: str | None,
-    on_open: OnOpen | None,
+    keeper: SessionKeeper,
 ) -> tuple[dict[str, Any], BackendSession, str]:
-    """One request inside `session`, or inside a new backend session when there is none or the
-    backend forgot it (once); returns the result, the session it ran in, and why a gone session
-    was replaced ("" if none was). A new session goes through `on_open` before the request."""
+    """One request inside the target's session, or inside a new backend session when there is none
+    or the backend forgot it (once); returns the result, the session it ran in, and why a gone
+    session was replaced ("" if none was). A new session goes to `keeper` before the request."""
     replaced = ""
-    with translated(messenger, timeout_seconds):
+    session = target.session
+    with translated(messenger, target.timeout_seconds):
         if session is not None:
             try:
-                return await messenger.request(method, params, session, relay, call_id), session, ""
+                return await messenger.request(method, params, session), session, ""
             except BackendSessionGone as gone:
                 logger.info("backend %s forgot its session: opening a new one", messenger.backend_id)
                 replaced = gone.reason
-        session = await messenger.initialize()
-        if on_open is not None:
-            session = await on_open(session)
-        return await messenger.request(method, params, session, relay, call_id), session, replaced
+        session = await keeper.keep(await messenger.initialize())
+        return await messenger.request(method, params, session), session, replaced
 
 
 @contextmanager

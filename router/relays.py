@@ -1,4 +1,4 @@
-"""What a backend streams during a call, passed on to the client on the call's own response stream.
+"""What a backend streams during a request, passed on to the client on the request's own response stream.
 
 A client that gives its `call_tool` a progress token, or that asked for log messages (a handshake
 session's `logging/setLevel`, a 2026-07-28 request's `_meta` level), gets an SSE answer (the session
@@ -13,12 +13,13 @@ A backend's request of its client during the call (sampling, elicitation, roots)
 client on the same stream (`ask`), written by the router beside the SDK (`ClientStream`), under an
 id that names the backend and the backend's own id (`relayed_id`). The client posts its answer
 with that id to whichever replica; the answer goes from there to the backend, inside the client
-session's backend session (router/handlers/client_answers.py), where the backend waits for it.
+session's backend session (router/upstream/session_wide/backend_notices.py), where the backend
+waits for it.
 
-`NotificationRelay` is one call's relay: `forward` takes a raw JSON-RPC message (a kept backend
-session's stream), `progress` and `log` are the SDK client's callbacks (2026-07-28 and SSE
-backends). At most `MAX_RELAYED` notifications are passed on per call, so a backend cannot make
-one call's answer grow without bound; past that they are dropped (the result still comes).
+`NotificationRelay` is one request's relay, bound to the SDK's context of the handler answering it
+and carried by its `Exchange` (router/exchange.py): `forward` takes a raw JSON-RPC message as the
+backend sent it. At most `MAX_RELAYED` notifications are passed on per request, so a backend cannot
+make one answer grow without bound; past that they are dropped (the result still comes).
 """
 
 from __future__ import annotations
@@ -32,12 +33,9 @@ import mcp_types as types
 from mcp.server.context import ServerRequestContext
 from pydantic import ValidationError
 
-from router.caller import ClientStream
-from toolsearch.sessions import BackendSession
-
 logger = logging.getLogger(__name__)
 
-MAX_RELAYED = 10_000  # notifications passed on per call
+MAX_RELAYED = 10_000  # notifications passed on per request
 Relayed = types.ProgressNotification | types.LoggingMessageNotification
 _SEVERITY = {level: rank for rank, level in enumerate(get_args(types.LoggingLevel))}
 _RELAYED: dict[str, type[types.ProgressNotification] | type[types.LoggingMessageNotification]] = {
@@ -80,28 +78,17 @@ def relayed_from(client_id: object) -> tuple[str, str | int] | None:
     return backend_id, request_id
 
 
-class ClientAsker(Protocol):
-    """How a call asks its client what its backend asks across the two eras, with input-required
-    rounds (router/upstream/rounds/input_rounds.py): one implementation for each kind of client."""
+class ClientStream(Protocol):
+    """The SSE stream a request is answered on, for the messages the router writes on it itself
+    beside the SDK's (router/frontdoor/streams/call_streams.py): a backend's request of the client."""
 
-    async def ask(
-        self, backend_id: str, session: BackendSession, request: Mapping[str, Any], within: float
-    ) -> bool:
-        """Ask a 2026-07-28 client `request`, which waits in the handshake-era backend `session` for
-        at most `within` seconds; False when it cannot go."""
-        ...
-
-    async def collect(
-        self, backend_id: str, requests: Mapping[str, Any], within: float
-    ) -> dict[str, Any] | None:
-        """A handshake-era client's answers to a 2026-07-28 backend's `requests` (key: request),
-        asked on the call's stream and waited for at most `within` seconds; None when they cannot
-        be asked."""
+    async def send(self, message: Mapping[str, Any]) -> bool:
+        """Write one JSON-RPC message as an event; False when the stream is gone (nothing was sent)."""
         ...
 
 
 class NotificationRelay:
-    """Passes one call's progress and log notifications from its backend to its client."""
+    """Passes one request's progress and log notifications from its backends to its client."""
 
     def __init__(
         self,
@@ -116,12 +103,19 @@ class NotificationRelay:
         self.log_floor = log_floor  # the lowest level of log messages passed on; None: none
         self.relayed = 0
 
-    async def _send(self, notification: Relayed) -> None:
-        if self.relayed >= MAX_RELAYED:
+    async def forward(self, message: Mapping[str, Any]) -> None:
+        """Pass on a backend's message if it is a progress or log notification of this request's."""
+        kind = _RELAYED.get(str(message.get("method", "")))
+        if kind is None or "id" in message or self.relayed >= MAX_RELAYED:
             return
-        if isinstance(notification, types.LoggingMessageNotification) and not _at_or_above(
-            notification.params.level, self.log_floor
-        ):
+        try:
+            notification = kind.model_validate(message)
+        except ValidationError:
+            return
+        if isinstance(notification, types.ProgressNotification):
+            if notification.params.progress_token != self.progress_token:
+                return  # not this call's: the backend named another token
+        elif not _at_or_above(notification.params.level, self.log_floor):
             return  # below what the client asked for
         self.relayed += 1
         try:
@@ -129,38 +123,9 @@ class NotificationRelay:
         except Exception as exc:  # the client went away: the call goes on, its result has nowhere to go
             logger.debug("a notification could not reach the client: %r", exc)
 
-    async def forward(self, message: Mapping[str, Any]) -> None:
-        """Pass on a backend's message if it is a progress or log notification."""
-        kind = _RELAYED.get(str(message.get("method", "")))
-        if kind is None or "id" in message:
-            return
-        try:
-            notification = kind.model_validate(message)
-        except ValidationError:
-            return
-        if (
-            isinstance(notification, types.ProgressNotification)
-            and notification.params.progress_token != self.progress_token
-        ):
-            return  # not this call's: the backend named another token
-        await self._send(notification)
-
-    async def progress(self, progress: float, total: float | None, message: str | None) -> None:
-        """The SDK client's progress callback."""
-        if self.progress_token is None:
-            return
-        params = types.ProgressNotificationParams(
-            progress_token=self.progress_token, progress=progress, total=total, message=message
-        )
-        await self._send(types.ProgressNotification(params=params))
-
-    async def log(self, params: types.LoggingMessageNotificationParams) -> None:
-        """The SDK client's logging callback."""
-        await self._send(types.LoggingMessageNotification(params=params))
-
     @property
     def asks(self) -> bool:
-        """Whether a backend's request can go to the client on this call's stream."""
+        """Whether a backend's request can go to the client on this request's stream."""
         return self._stream is not None
 
     async def ask(self, backend_id: str, request: Mapping[str, Any]) -> bool:
