@@ -18,6 +18,9 @@ from commands.ports import PORTS
 from indexer.state.redis_connection import TIMEOUT
 from tests.support.redis import RedisServer, running_redis
 
+# the tiers: which folder is which, `--tier`, and no process started in the in-process one
+pytest_plugins = ("tests.support.tiers",)
+
 # Tests run in several worker processes side by side (pytest-xdist): each takes its ports from a
 # slice of its own, so that two workers never hand out one port.
 if "PYTEST_XDIST_WORKER" in os.environ:
