@@ -167,7 +167,8 @@ async def serve_router(
     """`toolsearch router` of `config` on `listen`: its authenticator, link and front door.
 
     Returns its server, whose `handle_exit(signal.SIGTERM, None)` is what the signal would do to the
-    process: the router begins to stop. Its stop on `parts` begins the same way.
+    process: the router begins to stop (`LightStack.begin_stop` says how without ending the event
+    streams of every server in this process). Its stop on `parts` begins the same way.
     """
     settings = config.router.model_copy(update={"listen": listen})
     stopping = Stopping()

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from sse_starlette.sse import AppStatus
 
 from commands.catalog_server import DEFAULT_SECRET_ENV, CatalogServerSettings
 from commands.ports import free_port
@@ -92,12 +93,18 @@ class LightStack:
 
     def begin_stop(self) -> None:
         """The router begins to stop as SIGTERM makes it: the signal to its process, or what uvicorn
-        does with it (`handle_exit`) to the router served in process."""
+        does with it (`handle_exit`) to the router served in process, but for sse_starlette's flag,
+        which is the process's: it would end every event stream served here (the backends' too) for
+        the rest of the run."""
         if self.router_proc is not None:
             self.router_proc.send_signal(signal.SIGTERM)
-        else:
-            assert self.router_server is not None
+            return
+        assert self.router_server is not None
+        AppStatus.disable_automatic_graceful_drain()
+        try:
             self.router_server.handle_exit(signal.SIGTERM, None)
+        finally:
+            AppStatus.enable_automatic_graceful_drain_mode()
 
 
 def start_router(
