@@ -19,7 +19,8 @@ import psutil
 from tests.support.in_process import in_process_stack
 from tests.support.stack import HEADERS, open_session
 
-CALLS_FOR = 4.0  # seconds of calls: several connection lifetimes of 0.5 s
+CALLS_FOR = 4.0  # seconds of calls at least: several connection lifetimes of 0.5 s
+WITHIN = 60.0  # seconds the calls may go on for, on a busy machine, until a second connection is seen
 
 
 def router_ports_to(indexer_port: int) -> set[int]:
@@ -46,10 +47,15 @@ def test_routers_reconnect_after_the_connection_age_and_every_call_is_answered(t
         }
         seen: set[int] = set()
         statuses = []
-        deadline = time.monotonic() + CALLS_FOR
+        started = time.monotonic()
+
+        def calling() -> bool:  # for CALLS_FOR, and on (within a bound) until a second connection shows
+            spent = time.monotonic() - started
+            return spent < CALLS_FOR or (len(seen) < 2 and spent < WITHIN)
+
         with httpx2.Client(timeout=30) as http:
-            while time.monotonic() < deadline:
+            while calling():
                 statuses.append(http.post(stack.mcp_url, json=find, headers=headers).status_code)
                 seen |= router_ports_to(indexer_port)
         assert statuses and set(statuses) == {200}, statuses
-        assert len(seen) >= 2, f"the router kept one connection: {seen}"
+        assert len(seen) >= 2, f"the router kept one connection for {WITHIN:g}s: {seen}"
