@@ -3,11 +3,11 @@
 A test's tier is the folder right under `tests/` that holds it. The in-process tier (`IN_PROCESS`)
 runs toolsearch's parts in the test's own process and starts no process at all: while one of its
 tests runs (its fixtures' setup and teardown included), starting a process is refused. Every way
-Python has to start one goes through a function patched here (`subprocess` and asyncio's subprocesses
-through `fork_exec` or `os.posix_spawn`, multiprocessing through those or `os.fork`,
-and `os.system`, the `exec` family), so the start fails where it was asked for, and the test fails
-with what it tried to start and from where, even when the code under test swallowed the error. A
-test whose subject is a process belongs in the system tier (`SYSTEM`), which may start any.
+Python has to start one goes through a function patched here (`subprocess` and asyncio's
+subprocesses through `fork_exec` or `os.posix_spawn`, multiprocessing through those or `os.fork`,
+`os.system`, the `exec` family), so the start fails where it was asked for, and the test fails with
+what it tried to start and from where, even when the code under test swallowed the error. A test
+whose subject is a process belongs in the system tier (`SYSTEM`), which may start any.
 
     pytest --tier in-process      # the in-process tier alone (`make test-fast`)
     pytest --tier system          # the system tier alone
