@@ -1,4 +1,5 @@
-# The two commands: `make run` (the demo) and `make test` (the suite). Each sets up what it needs:
+# The two commands: `make run` (the demo) and `make test` (the suite; `make test-fast` runs its
+# in-process tier alone). Each sets up what it needs:
 # `make run` only what the demo serves with (no torch, no test tools, no Node servers), `make test`
 # everything. Either may come first: the other adds what it lacks to the same virtualenv.
 PYTHON ?= python3.11
@@ -24,20 +25,31 @@ TORCH_INDEX   ?= https://download.pytorch.org/whl/cpu
 # where its module's stack was started, and files go out in the order tests/conftest.py collects them
 # (the longest first) instead of xdist's own (the most tests first).
 TEST_WORKERS ?= 3
+PYTEST := $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
-.PHONY: run test lint typecheck setup model bench eval clean
+.PHONY: run test test-fast lint typecheck setup model bench eval clean
 
 run: model
 	$(BIN)/toolsearch up --config $(CONFIG)
 
-test: setup
+# The suite in two tiers (tests/support/tiers.py): the in-process tier (tests/search, gateway, indexer,
+# operations: no test starts a process) first, which fails fast, then the system tier (tests/system:
+# the processes, Redis, Node servers, a browser).
+test: setup lint
+	$(PYTEST) --tier in-process $(PYTEST_ARGS)
 	scripts/ensure-redis
 	scripts/ensure-chromium
+	$(PYTEST) --tier system $(PYTEST_ARGS)
+
+# the in-process tier alone: what to run while working, a few minutes at most on two cores
+test-fast: setup
+	$(PYTEST) --tier in-process $(PYTEST_ARGS)
+
+lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports --no-cache
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 # everything the suite needs: the serving install, then the rest, the model, the Node servers
 setup: $(TEST_STAMP) model $(SERVERS_STAMP)

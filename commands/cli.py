@@ -11,9 +11,10 @@ import importlib
 import importlib.metadata
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import MutableMapping, Sequence
 
 from commands import examples
+from commands.supervisor import as_supervised_part
 from toolsearch.config import ConfigError
 
 # module -> the subcommands it registers, imported lazily so `toolsearch router` never loads torch
@@ -104,12 +105,24 @@ def _missing(message: str) -> int:
     return 2
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit code."""
+def prepare_process(environ: MutableMapping[str, str]) -> None:
+    """What every process of the command does before it loads anything: `environ` is its environment."""
+    as_supervised_part(environ)  # a part `up` started: its signals, before anything else runs
     # Before anything loads torch: its OpenMP workers then sleep while they wait instead of spinning,
     # so a model call on every core does not stall when the router or a client takes one of them
     # (see `indexer.embedder.sentence.default_threads`). An operator's own setting wins.
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    # Before anything loads gRPC: its core's fork handlers off. No part forks a process that goes on
+    # using gRPC; with them on, every fork of a process running the core (a library's, or Python's
+    # subprocess where it cannot use vfork) stops and restarts its threads in the parent, and
+    # restarts them in the child too, where they abort it if it closes descriptors before exec
+    # (docs/reliability.md, "Starts that abort"). An operator's own setting wins.
+    environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit code."""
+    prepare_process(os.environ)
     args_list = list(sys.argv[1:] if argv is None else argv)
     first = next((a for a in args_list if not a.startswith("-")), None)
     if first is None and "--version" in args_list:

@@ -3,8 +3,16 @@
 Each part starts in a new session (its own process group, no controlling terminal), so Ctrl-C and
 the terminal's hangup reach `up` alone. A part starts with SIGHUP ignored, so a stray one never
 kills it (the indexer installs its reload handler over that), and, on Linux, with SIGTERM as its
-parent-death signal, so even a SIGKILL of `up` orphans nothing. The signal handlers only record
-what was asked; the waiting loops act on it:
+parent-death signal, so even a SIGKILL of `up` orphans nothing.
+
+A part is started without running anything in a copy of `up` between fork and exec: Python then
+starts it with vfork, which copies nothing. A fork would copy gRPC's core, whose threads `up` runs
+once it has asked the indexer whether it is ready; the core's fork handlers restart them in the copy,
+and closing the copy's descriptors before exec makes them abort it (`pthread_create failed`,
+`Check failed: wakeup_fd_->Wakeup().ok()`): the part died before it ran (docs/reliability.md,
+"Starts that abort"). So the part sets its signals itself, first thing (`as_supervised_part`, from
+`commands/cli.py`), SIGHUP held blocked from the spawn until it has. The signal handlers of `up`
+only record what was asked; the waiting loops act on it:
 
 - SIGINT, SIGTERM: `Stopped` is raised in the loop, and the caller stops everything.
 - SIGHUP: when `up` had a controlling terminal and has lost it, the terminal closed: as SIGTERM.
@@ -27,17 +35,14 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, MutableMapping, Sequence
 from dataclasses import dataclass
 from types import FrameType
 
 STOP_TIMEOUT = 10.0
 POLL = 0.2  # seconds between looks at the parts and at the signals that came
+SUPERVISOR_ENV = "TOOLSEARCH_SUPERVISOR"  # in a part's environment: the pid of the `up` that started it
 _PR_SET_PDEATHSIG = 1
-try:  # looked up before any fork: the child only calls it
-    _PRCTL: Callable[..., int] | None = ctypes.CDLL(None, use_errno=True).prctl
-except (OSError, AttributeError):  # not Linux
-    _PRCTL = None
 
 
 class StartError(RuntimeError):
@@ -48,10 +53,22 @@ class Stopped(Exception):
     """Raised in the waiting loops once a stop was asked for (a signal, the terminal closing)."""
 
 
-def _in_child() -> None:
+def as_supervised_part(environ: MutableMapping[str, str]) -> None:
+    """What a part started by `up` does first: SIGHUP ignored, then unblocked (`up` spawned it
+    blocked), and SIGTERM as its parent-death signal. Nothing for a process `up` did not start.
+
+    `environ` is the process environment, from which the supervisor's pid is taken (no grandchild
+    inherits it). A part whose `up` died before it asked for that signal stops as the signal would.
+    """
+    supervisor = environ.pop(SUPERVISOR_ENV, None)
+    if supervisor is None:
+        return
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    if _PRCTL is not None:
-        _PRCTL(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGHUP})
+    with contextlib.suppress(OSError, AttributeError):  # not Linux: no parent-death signal
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != int(supervisor):
+            os.kill(os.getpid(), signal.SIGTERM)
 
 
 def has_terminal() -> bool:
@@ -155,12 +172,18 @@ class Supervisor:
 
     def start(self, name: str, args: Sequence[str], ready: Callable[[], bool], reloads: bool = False) -> None:
         """Start `toolsearch ARGS` as `name` and wait until `ready()`; raises `StartError`, `Stopped`."""
-        process = subprocess.Popen(
-            [sys.executable, "-m", "commands.cli", *args],
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-            preexec_fn=_in_child,  # noqa: PLW1509  # two system calls between fork and exec
-        )
+        # SIGHUP blocked across the spawn: the part inherits the mask, and unblocks it once it
+        # ignores the signal; one sent to `up` meanwhile waits for its handler here
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})
+        try:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "commands.cli", *args],
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                env={**os.environ, SUPERVISOR_ENV: str(os.getpid())},
+            )
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
         part = Part(name, process, reloads)
         self.parts.append(part)
         deadline = time.monotonic() + self.ready_timeout

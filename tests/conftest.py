@@ -1,14 +1,22 @@
 """Settings every test process shares, made before any test module loads torch.
 
-The suite has two tiers. Most behaviour runs in process, in a folder per area: `search/` (retrieval on
-the real and the fake embedder), `gateway/` (the router's answers, up to the whole stack served from
-the test's own process by tests/support/in_process.py), `indexer/` (health, sessions, start and stop)
-and `operations/` (configuration, credentials, logs, compose). `system/` holds what is about processes
-or needs them: `up`, shutdown, replicas, Redis and Sentinel, stdio servers, Kubernetes, packaging, the
-conformance suite, the soak and the benchmark, and the tests that still drive the stack as processes.
+The suite has two tiers, a folder each (tests/support/tiers.py says which, and keeps the first
+honest). The in-process tier starts no process: `search/` (retrieval on the real and the fake
+embedder), `gateway/` (the router's answers, up to the whole stack served from the test's own process
+by tests/support/in_process.py), `indexer/` (health, sessions, start and stop) and `operations/`
+(configuration, credentials, logs, compose). `system/` holds what is about processes or needs them:
+`up`, shutdown, replicas, Redis and Sentinel, stdio servers, third-party servers, Kubernetes,
+packaging, the conformance suite, the soak and the benchmark. `make test` runs the first, then the
+second; `make test-fast` the first alone.
 """
 
 import os
+
+# Before anything imports gRPC (the imports below do): its core's fork handlers off, as the `toolsearch`
+# command has them (commands/cli.py), so that a test forking a worker that runs the core (a
+# pseudo-terminal's child) does not have them restart its threads in the copy, which they may abort.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
+
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
@@ -17,6 +25,9 @@ import redis.asyncio as aredis
 from commands.ports import PORTS
 from indexer.state.redis_connection import TIMEOUT
 from tests.support.redis import RedisServer, running_redis
+
+# the tiers: which folder is which, `--tier`, and no process started in the in-process one
+pytest_plugins = ("tests.support.tiers",)
 
 # Tests run in several worker processes side by side (pytest-xdist): each takes its ports from a
 # slice of its own, so that two workers never hand out one port.
@@ -29,10 +40,20 @@ if "PYTEST_XDIST_WORKER" in os.environ:
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
-# The system tier's runs take minutes where the in-process tier's take seconds. pytest-xdist hands a
-# worker one file at a time in the order collected, so the longest files go first and the short ones
-# fill in at the end: no worker is left running a long file alone while the other has finished.
-LONGEST_FIRST = ("test_bench", "test_sentinel_failover", "test_kubernetes_processes", "test_soak")
+# pytest-xdist hands a worker one file at a time in the order collected, so the longest files of each
+# tier go first and the short ones fill in at the end: no worker is left running a long file alone
+# while the others have finished. (Files of the system tier go before the in-process tier's when both
+# run in one go.)
+LONGEST_FIRST = (
+    "test_bench",
+    "test_sentinel_failover",
+    "test_kubernetes_processes",
+    "test_soak",
+    "test_fuzz",
+    "test_retrieval_quality",
+    "test_embedding_cache",
+    "test_match_bands",
+)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -11,8 +12,10 @@ import httpx2
 import pytest
 from mcp import Client
 
+from tests.support.clients import until
 from tests.support.in_process import in_process_stack
-from tests.support.stack import HEADERS, Stack, open_session, running_stack, structured, wait_until
+from tests.support.routers import light_stack
+from tests.support.stack import HEADERS, INITIALIZE, Stack, open_session, structured
 
 
 @pytest.fixture(scope="module")
@@ -51,8 +54,8 @@ def error_text(reply: dict[str, Any]) -> str:
     return str(result["content"][0]["text"])
 
 
-async def still_serves(stack: Stack) -> None:
-    async with Client(stack.mcp_url, mode="legacy") as client:
+async def still_serves(mcp_url: str) -> None:
+    async with Client(mcp_url, mode="legacy") as client:
         result = await client.call_tool("find_tool", {"tool_description": "cocktail recipes", "limit": 1})
     assert len(structured(result)["tools"]) == 1
 
@@ -61,7 +64,7 @@ async def test_malformed_json_is_a_parse_error(stack: Stack) -> None:
     response = post(stack, None, raw=b'{"jsonrpc": "2.0", "id": 1, "method": ')
     assert response.status_code == 400
     assert response.json()["error"]["code"] == -32700
-    await still_serves(stack)
+    await still_serves(stack.mcp_url)
 
 
 @pytest.mark.parametrize(
@@ -120,7 +123,7 @@ async def test_an_empty_query_says_why_nothing_came_back(stack: Stack) -> None:
 async def test_a_ten_thousand_character_query_is_refused_clearly(stack: Stack) -> None:
     text = error_text(call(stack, session(stack), "find_tool", {"tool_description": "weather " * 1250}))
     assert "tool_description" in text
-    await still_serves(stack)
+    await still_serves(stack.mcp_url)
 
 
 async def test_an_unknown_tool_points_at_find_tool(stack: Stack) -> None:
@@ -181,16 +184,27 @@ async def test_a_backend_that_hangs_times_out_without_stalling_others(tmp_path: 
             assert "5s" in hung["result"].content[0].text
 
 
-async def test_an_indexer_that_is_down_gives_503_and_recovers(tmp_path: Any) -> None:
-    with running_stack(tmp_path) as stack:
-        sid = session(stack)
-        stack.stop_indexer()
-        response = post(stack, {"jsonrpc": "2.0", "id": 3, "method": "tools/list"}, sid)
+async def test_an_indexer_that_is_down_gives_503_and_recovers(tmp_path: Path) -> None:
+    """The indexer, served from the test's loop, stops and starts again on its port."""
+    tools_list = {"jsonrpc": "2.0", "id": 3, "method": "tools/list"}
+    async with light_stack(tmp_path) as stack, httpx2.AsyncClient(timeout=30) as http:
+        opened = await http.post(stack.mcp_url, json=INITIALIZE, headers=HEADERS)
+        in_session = {
+            **HEADERS,
+            "MCP-Protocol-Version": "2025-11-25",
+            "Mcp-Session-Id": opened.headers["mcp-session-id"],
+        }
+        await stack.indexers.stop()
+        response = await http.post(stack.mcp_url, json=tools_list, headers=in_session)
         assert response.status_code == 503
         assert "indexer unavailable" in response.json()["error"]["message"]
-        assert httpx2.get(f"{stack.router_urls[0]}/readyz", timeout=5).status_code == 503
-        stack.start_indexer()
-        wait_until(lambda: httpx2.get(f"{stack.router_urls[0]}/readyz", timeout=5).status_code == 200, 30)
+        assert (await http.get(f"{stack.router_url}/readyz")).status_code == 503
+        await stack.indexers.start()
+
+        async def ready() -> bool:
+            return (await http.get(f"{stack.router_url}/readyz")).status_code == 200
+
+        await until(ready, "the router ready again with the indexer back", timeout=30)
         # the restarted indexer (memory state) does not know the old session: re-initialize
-        assert post(stack, {"jsonrpc": "2.0", "id": 3, "method": "tools/list"}, sid).status_code == 404
-        await still_serves(stack)
+        assert (await http.post(stack.mcp_url, json=tools_list, headers=in_session)).status_code == 404
+        await still_serves(stack.mcp_url)

@@ -2,19 +2,19 @@
 through any replica, and the client's answer reaches the backend; and the other way round, a
 2026-07-28 backend's input-required result reaches a handshake-era client on its call's stream.
 
-The asking server (tests/support/asking_server.py: the handshake era only; its tool `ask` sends
-`sampling/createMessage` on the call's stream and answers with what came back) as a process, an
-indexer in the test's loop, one router in the test's process and a second as a process. The SDK's
-2026-07-28 client answers the round with its sampling callback, its requests going to the two
-routers in turn, so the call starts on one replica and the retry carrying the answer reaches the
-other; a raw client tries what the SDK would not (an altered request state, an answer too late).
-The other way round, the conformance test server refusing the handshake is the backend, and the
-SDK's handshake-era client answers on its call's stream, its answers reaching either router.
+Every part in the test's process: the asking server (tests/support/asking_server.py: the handshake
+era only; its tool `ask` sends `sampling/createMessage` on the call's stream and answers with what
+came back), an indexer in the test's loop and two routers in front of it, replicas that share
+nothing but the indexer. The SDK's 2026-07-28 client answers the round with its sampling callback,
+its requests going to the two routers in turn, so the call starts on one replica and the retry
+carrying the answer reaches the other; a raw client tries what the SDK would not (an altered request
+state, an answer too late). The other way round, the conformance test server refusing the handshake
+is the backend, and the SDK's handshake-era client answers on its call's stream, its answers
+reaching either router.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -35,8 +35,8 @@ from router.errors import InvalidRequest
 from router.link.indexer_client import IndexerClient
 from tests.support.asking import asking_replicas
 from tests.support.clients import Alternating, until
-from tests.support.conformance import conformance_server
-from tests.support.routers import LightStack, another_router, light_stack
+from tests.support.conformance import conformance_server_in_process
+from tests.support.routers import LightStack, light_stack, router_beside
 from toolsearch.sessions import Principal
 
 MODERN = "2026-07-28"
@@ -261,14 +261,10 @@ async def test_the_indexer_keeps_no_round_the_router_would_not_make(
 async def modern_backend(tmp_path: Path) -> AsyncIterator[tuple[LightStack, str]]:
     """A stack whose backend speaks 2026-07-28 only (the conformance test server, refusing the
     handshake), and a second router's MCP URL."""
-    with conformance_server(modern_only=True) as url:
+    with conformance_server_in_process(modern_only=True) as url:
         backend = {"id": "conf", "url": url, "timeout": 10}
-        async with light_stack(tmp_path, backends=[backend]) as stack:
-            second, second_url = await asyncio.to_thread(another_router, stack, "second", {})
-            try:
-                yield stack, f"{second_url}/mcp"
-            finally:
-                second.stop()
+        async with light_stack(tmp_path, backends=[backend]) as stack, router_beside(stack) as second_url:
+            yield stack, f"{second_url}/mcp"
 
 
 async def test_a_2026_backends_round_reaches_a_handshake_client_on_its_stream_answered_on_another_replica(

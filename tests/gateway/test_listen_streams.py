@@ -1,11 +1,10 @@
 """A 2026-07-28 client's `subscriptions/listen` through the router: its backends' changes reach it on
 the listen's own stream, from backends of either era.
 
-The router in the test's process (a process of its own where its stop is the subject), an indexer
-in its loop; two backends as processes: the asking server (tests/support/asking_server.py: the
-handshake era only, a subscribable note) and the listening server
-(tests/support/listening_server.py: both eras, a 2026-07-28 listen of its own; once as a server of
-the 2026-07-28 era alone).
+Every part in the test's process: the router, an indexer in its loop, and two backends: the asking
+server (tests/support/asking_server.py: the handshake era only, a subscribable note) and the
+listening server (tests/support/listening_server.py: both eras, a 2026-07-28 listen of its own; once
+as a server of the 2026-07-28 era alone).
 The SDK's 2026-07-28 client listens through the router; another client tells the backends to
 change, directly, as anything else might.
 """
@@ -14,10 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import signal
-import sys
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -35,14 +32,14 @@ from mcp.shared.subscriptions import (
 )
 from mcp_types import INVALID_PARAMS, SubscriptionFilter
 
-from commands.ports import free_port
 from router.caller import Caller, Identity
 from router.exchange import Exchange
 from router.handlers.listens import MAX_BACKENDS, MAX_RESOURCES, Listens
 from router.upstream.session_wide.backend_requests import Reach
-from tests.support.asking import ASKING_SERVER, ROOT
+from tests.support.asking_server import asking_app
 from tests.support.clients import RawClient, listening, until
-from tests.support.processes import port_accepts, start_process
+from tests.support.in_process import app_beside
+from tests.support.listening_server import listening_app
 from tests.support.routers import LightStack, light_stack
 from tests.support.waits import WAIT, wait_for
 from toolsearch.outgoing import OutgoingAuth
@@ -53,45 +50,31 @@ NOTE = "asking://note"
 
 
 class Backends:
-    """The two backends' processes and MCP URLs."""
+    """The two backends' MCP URLs, each served beside the test's loop, and the listening one's stop."""
 
-    def __init__(self) -> None:
-        self.asking_port, self.listening_port = free_port(), free_port()
-        self.asking = start_process([*ASKING_SERVER, str(self.asking_port)], None, cwd=ROOT)
-        self.listening = start_process(
-            [sys.executable, "-m", "tests.support.listening_server", str(self.listening_port)], None
-        )
+    def __init__(self, asking: str, listening: str, listening_served: AsyncExitStack) -> None:
+        self.asking_url, self.listening_url = f"{asking}/mcp/", f"{listening}/mcp"
+        self._listening_served = listening_served
 
-    @property
-    def asking_url(self) -> str:
-        return f"http://127.0.0.1:{self.asking_port}/mcp/"
-
-    @property
-    def listening_url(self) -> str:
-        return f"http://127.0.0.1:{self.listening_port}/mcp"
-
-    def stop(self) -> None:
-        self.asking.stop()
-        self.listening.stop()
+    async def stop_listening(self) -> None:
+        """The listening server goes away."""
+        await self._listening_served.aclose()
 
 
 @asynccontextmanager
 async def listening_stack(
-    folder: Path, router: dict[str, Any] | None = None, router_process: bool = False
+    folder: Path, router: dict[str, Any] | None = None
 ) -> AsyncIterator[tuple[LightStack, Backends]]:
-    backends = await asyncio.to_thread(Backends)
-    try:
-        await wait_for(lambda: port_accepts(backends.asking_port) and port_accepts(backends.listening_port))
+    async with AsyncExitStack() as asking_served, AsyncExitStack() as listening_served:
+        asking = await asking_served.enter_async_context(app_beside(asking_app()))
+        listening = await listening_served.enter_async_context(app_beside(listening_app()))
+        backends = Backends(asking, listening, listening_served)
         entries = [
             {"id": "asking", "url": backends.asking_url, "timeout": 10},
             {"id": "listening", "url": backends.listening_url, "timeout": 10},
         ]
-        async with light_stack(
-            folder, router=router, backends=entries, router_process=router_process
-        ) as stack:
+        async with light_stack(folder, router=router, backends=entries) as stack:
             yield stack, backends
-    finally:
-        backends.stop()
 
 
 @pytest.fixture
@@ -178,12 +161,8 @@ async def test_a_subscription_at_a_backend_that_refuses_the_handshake_reaches_th
 ) -> None:
     """A backend of the 2026-07-28 era alone keeps no subscriptions: the session keeps the client's
     in the indexer, and the replica holding its stream asks the backend with a listen."""
-    port = free_port()
-    modern_only = [sys.executable, "-m", "tests.support.listening_server", str(port), "modern"]
-    server = start_process(modern_only, None)
-    try:
-        await wait_for(lambda: port_accepts(port))
-        url = f"http://127.0.0.1:{port}/mcp"
+    async with app_beside(listening_app(modern=True)) as served:
+        url = f"{served}/mcp"
         entries = [{"id": "notes", "url": url, "timeout": 10}]
         async with (
             light_stack(tmp_path, backends=entries) as gateway,
@@ -217,8 +196,6 @@ async def test_a_subscription_at_a_backend_that_refuses_the_handshake_reaches_th
                 assert status == 200 and answers[0]["result"] == {"resultType": "complete"}, answers
             kept = [r.subscriptions for r in await gateway.indexer.sessions.records() if r.subscriptions]
             assert not kept and not updated("notes://b")
-    finally:
-        server.stop()
 
 
 async def test_a_handshake_clients_standalone_stream_ends_whole_when_the_client_ends_its_session(
@@ -296,7 +273,7 @@ async def test_a_listen_ends_gracefully_when_a_backend_it_reads_goes_away(
         Client(gateway.mcp_url) as client,
         client.listen(resource_subscriptions=["notes://a"]) as subscription,
     ):
-        await asyncio.to_thread(backends.listening.stop)
+        await backends.stop_listening()
         async with asyncio.timeout(WAIT):
             heard = [event async for event in subscription]  # ends without SubscriptionLost
         assert heard == []
@@ -304,11 +281,11 @@ async def test_a_listen_ends_gracefully_when_a_backend_it_reads_goes_away(
 
 async def test_a_listen_ends_gracefully_when_the_router_begins_to_stop(tmp_path: Path) -> None:
     async with (
-        listening_stack(tmp_path, router_process=True) as (gateway, _),
+        listening_stack(tmp_path) as (gateway, _),
         Client(gateway.mcp_url) as client,
         client.listen(resource_subscriptions=["notes://a"]) as subscription,
     ):
-        await asyncio.to_thread(gateway.router.send_signal, signal.SIGTERM)
+        gateway.begin_stop()
         async with asyncio.timeout(WAIT):
             heard = [event async for event in subscription]  # ends without SubscriptionLost
         assert heard == []

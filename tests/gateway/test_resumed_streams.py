@@ -1,7 +1,7 @@
 """A backend that closes a call's stream before its result (SSE polling, SEP-1699) is followed: the
 router resumes the stream with `Last-Event-ID` and the call gets its result.
 
-The router's backend caller, in process, against the conformance test server as a process
+The router's backend caller against the conformance test server, both in the test's process
 (tests/support/conformance_server.py: its `test_reconnection` tool closes the call's stream at once
 and leaves the result to a resumption; its event store replays what came after the last event id),
 and against a backend of canned SSE answers over an ASGI transport for what can go wrong.
@@ -24,14 +24,14 @@ from router.errors import BackendUnavailable
 from router.exchange import BARE
 from router.upstream.calls.backends import BackendCaller
 from router.upstream.wire.pools import BackendPools
-from tests.support.conformance import conformance_server
+from tests.support.conformance import conformance_server_in_process
 from toolsearch.outgoing import OutgoingAuth
 from toolsearch.targets import BackendTarget
 
 
 @pytest.fixture(scope="module")
 def conformance_url() -> Iterator[str]:
-    with conformance_server() as url:
+    with conformance_server_in_process() as url:
         yield url
 
 

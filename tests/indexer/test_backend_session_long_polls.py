@@ -1,9 +1,10 @@
 """A look at a session's backend sessions (and subscriptions) waits for their change and is woken by
 it, on any replica.
 
-In process, with the fake embedder: indexers on the memory state, and two on one real Redis standing
-for two replicas. Each long poll asks for the longest wait there is (`MAX_WAIT`), and the test
-allows it a third of that: it passes only when the change, not the end of the wait, answers it.
+In process, with the fake embedder: indexers on the memory state (two on one real Redis, standing for
+two replicas, are in tests/system/test_replicas_on_one_redis.py). Each long poll asks for the longest
+wait there is (`MAX_WAIT`), and the test allows it a third of that: it passes only when the change,
+not the end of the wait, answers it.
 """
 
 from __future__ import annotations
@@ -14,14 +15,12 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
-import redis.asyncio as aredis
 
 from indexer.errors import InvalidRequest, SessionNotFound
 from indexer.sessions.backend_session_waits import MAX_WAIT, BackendSessionWaits, stamp_of
 from indexer.sessions.manager import MAX_SUBSCRIPTIONS, SessionManager
 from indexer.sessions.views import LiveSession
 from tests.support.indexers import running_indexer
-from tests.support.redis import RedisServer
 from toolsearch.config import Config, parse_config
 from toolsearch.sessions import BackendSession, Principal, Subscription
 
@@ -31,8 +30,8 @@ NOTES = BackendSession("backend-session-1", "2025-11-25")
 NOTE_A, NOTE_B = Subscription("notes", "notes://a"), Subscription("notes", "notes://b")
 
 
-def config_of(tmp: Path, state: str = "memory") -> Config:
-    indexer = {"state": state, "cache_dir": str(tmp / "cache"), "health": {"enabled": False}}
+def config_of(tmp: Path) -> Config:
+    indexer = {"state": "memory", "cache_dir": str(tmp / "cache"), "health": {"enabled": False}}
     return parse_config({"indexer": indexer}, tmp / "toolsearch.yaml")
 
 
@@ -71,46 +70,6 @@ async def test_a_long_poll_with_another_stamp_answers_at_once_and_an_ended_sessi
         await sessions.close(opened.id, ALICE)
         with pytest.raises(SessionNotFound):
             await asyncio.wait_for(poll, WOKEN)
-
-
-@asynccontextmanager
-async def polled_on_one_replica(
-    tmp: Path, redis_url: str
-) -> AsyncIterator[tuple[SessionManager, SessionManager, LiveSession, asyncio.Task[LiveSession]]]:
-    """Two indexers on one Redis (two replicas), a session of Alice's opened through the first, and
-    a long poll there on what it keeps now; yields both replicas' sessions, the session, the poll."""
-    config = config_of(tmp, redis_url)
-    async with running_indexer(config, {}) as one, running_indexer(config, {}) as two:
-        opened = await one.sessions.open(ALICE, None)
-        seen = stamp_of(opened.record)
-        poll = asyncio.create_task(one.sessions.backend_sessions(opened.id, ALICE, seen, MAX_WAIT))
-        await asyncio.sleep(0)
-        yield one.sessions, two.sessions, opened, poll
-
-
-async def test_a_long_poll_on_one_replica_is_woken_by_a_backend_session_kept_through_another(
-    tmp_path: Path, redis_server: RedisServer, redis_client: aredis.Redis
-) -> None:
-    async with polled_on_one_replica(tmp_path, redis_server.url) as (_, other, opened, poll):
-        await other.set_backend_session(opened.id, ALICE, "notes", "", NOTES)
-        answered = await asyncio.wait_for(poll, WOKEN)  # the shared state's event woke it
-    assert dict(answered.record.backend_sessions) == {"notes": NOTES}
-
-
-async def test_a_subscription_kept_through_one_replica_wakes_a_long_poll_on_another_and_is_read_there(
-    tmp_path: Path, redis_server: RedisServer, redis_client: aredis.Redis
-) -> None:
-    async with polled_on_one_replica(tmp_path, redis_server.url) as (first, other, opened, poll):
-        # two subscriptions at once through the other replica: the store keeps both
-        await asyncio.gather(
-            other.subscribe(opened.id, ALICE, NOTE_A, True), other.subscribe(opened.id, ALICE, NOTE_B, True)
-        )
-        answered = await asyncio.wait_for(poll, WOKEN)
-        assert answered.record.subscriptions  # one of them, at least, woke it
-        read = await first.backend_sessions(opened.id, ALICE)
-        assert read.record.subscriptions == {NOTE_A, NOTE_B}
-        await first.subscribe(opened.id, ALICE, NOTE_A, False)
-        assert (await other.backend_sessions(opened.id, ALICE)).record.subscriptions == {NOTE_B}
 
 
 async def test_a_session_keeps_a_bounded_number_of_subscriptions_and_says_how_to_make_room(

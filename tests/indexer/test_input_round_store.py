@@ -1,14 +1,10 @@
 """Input rounds kept with a session: read in that session only, forgotten when their time is up, and
-bounded in memory; the same in Redis, where every replica reads them (docs/gateway.md)."""
+bounded in memory (docs/gateway.md). The same in Redis, where every replica reads them:
+tests/system/test_replicas_on_one_redis.py."""
 
 from __future__ import annotations
 
-import redis.asyncio as aredis
-
-from indexer.state.redis import Keys
-from indexer.state.rounds import LocalRounds, RedisRounds
-from tests.support.clients import until
-from tests.support.redis import RedisServer
+from indexer.state.rounds import LocalRounds
 
 TOKEN = "a-token-of-the-routers-own"
 
@@ -49,20 +45,3 @@ async def test_memory_keeps_at_most_its_limit_the_oldest_dropped_first() -> None
     assert len(rounds) == 2
     assert await rounds.get("one", f"{TOKEN}-0") is None
     assert await rounds.get("one", f"{TOKEN}-2") == "2"
-
-
-async def test_redis_rounds_are_shared_by_session_and_expire_by_themselves(redis_server: RedisServer) -> None:
-    client = aredis.Redis.from_url(redis_server.url)
-    try:
-        one, other = RedisRounds(client, Keys("rounds-test:")), RedisRounds(client, Keys("rounds-test:"))
-        await one.put("session", TOKEN, '{"state":"asked"}', 0.3)
-        assert await other.get("session", TOKEN) == '{"state":"asked"}'  # another replica reads it
-        assert await other.get("another session", TOKEN) is None
-        assert 0 < await client.pttl(f"rounds-test:round:session:{TOKEN}") <= 300
-
-        async def expired() -> bool:
-            return await other.get("session", TOKEN) is None
-
-        await until(expired, "the round expired in Redis", timeout=10)
-    finally:
-        await client.aclose()

@@ -39,7 +39,6 @@ from indexer.state.listings import Listing
 from tests.support.catalogs import small_catalog
 from tests.support.in_process import catalog_server_in_process
 from tests.support.indexers import running_indexer
-from tests.support.redis import RedisServer
 from tests.support.tokens import hs256
 from tests.support.waits import wait_for
 from toolsearch.config import Config, parse_config
@@ -66,9 +65,9 @@ class Catalog:
     def control(self, slug: str, action: str) -> None:
         httpx2.post(f"{self.url}/control/servers/{slug}/{action}", timeout=5).raise_for_status()
 
-    def config(self, health: dict[str, Any], state: str = "memory", **server: Any) -> Config:
+    def config(self, health: dict[str, Any], **server: Any) -> Config:
         raw = {
-            "indexer": {"health": health, "state": state, "cache_dir": str(self.path.parent / "cache")},
+            "indexer": {"health": health, "cache_dir": str(self.path.parent / "cache")},
             "catalog_servers": [{"catalog": str(self.path), "listen": self.url[7:], **server}],
         }
         return parse_config(raw, self.path)
@@ -167,19 +166,6 @@ async def test_a_backend_said_to_have_changed_its_tools_is_probed_long_before_it
         await indexer.tools_changed(WEATHER)
         await wait_for(lambda: indexer.registry.get(WEATHER).status == "unhealthy")
         assert indexer.registry.get("Free_NBA").status == "healthy"
-
-
-async def test_a_replica_that_probes_nothing_hands_the_ask_to_the_one_that_does(
-    catalog: Catalog, up_again: None, redis_server: RedisServer, redis_client: Any
-) -> None:
-    config = catalog.config(SLOW_HEALTH, state=redis_server.url)
-    async with running(config) as leader, running(config) as follower:
-        assert leader.state.leadership.leads and not follower.state.leadership.leads
-        catalog.control(WEATHER, "down")
-        await follower.tools_changed(WEATHER)
-        # the lease holder probed, and the follower adopted its verdict
-        await wait_for(lambda: follower.registry.get(WEATHER).status == "unhealthy")
-        assert leader.registry.get(WEATHER).status == "unhealthy"
 
 
 async def test_a_session_opened_while_a_passthrough_backend_is_down_gains_it_on_recovery(

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import shutil
 import sys
@@ -22,6 +23,8 @@ from pathlib import Path
 
 from commands.ports import free_port
 from tests.support.conformance_content import handshake_content
+from tests.support.conformance_server import conformance_app
+from tests.support.in_process import hosted, serve_app
 from tests.support.processes import start_process
 from tests.support.stack import ROOT
 
@@ -43,6 +46,15 @@ def conformance_server(host: str = "127.0.0.1", modern_only: bool = False) -> It
         args.append("modern")
     with start_process(args, f"http://127.0.0.1:{port}/healthz", cwd=ROOT):
         yield f"http://{host}:{port}/mcp"
+
+
+@contextlib.contextmanager
+def conformance_server_in_process(modern_only: bool = False) -> Iterator[str]:
+    """The same server served from the test's process, on a loop of its own: its MCP URL."""
+    port = free_port()
+    listen = f"127.0.0.1:{port}"
+    with hosted(functools.partial(serve_app, conformance_app(port, modern_only), listen)):
+        yield f"http://{listen}/mcp"
 
 
 def typescript_server_args(folder: Path, where: str) -> list[str]:

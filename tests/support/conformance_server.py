@@ -289,7 +289,9 @@ class ModernOnly:
         await self.app(scope, replay, send)
 
 
-def main(port: int, modern_only: bool = False) -> None:
+def conformance_app(port: int, modern_only: bool = False) -> Starlette:
+    """The server as an ASGI app for 127.0.0.1:`port` (it answers to that host, localhost and [::1]),
+    its MCP endpoint at /mcp; with `modern_only`, refusing the initialize handshake."""
     hosts = [f"{host}:{port}" for host in ("127.0.0.1", "localhost", "[::1]")]
     security = TransportSecuritySettings(
         enable_dns_rebinding_protection=True,
@@ -305,8 +307,11 @@ def main(port: int, modern_only: bool = False) -> None:
     )
     endpoint: ASGIApp = StreamableHTTPASGIApp(manager)
     routes = [Route("/mcp", ModernOnly(endpoint) if modern_only else endpoint), Route("/healthz", _healthy)]
-    app = Starlette(routes=routes, lifespan=lambda app: manager.run())
-    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
+    return Starlette(routes=routes, lifespan=lambda app: manager.run())
+
+
+def main(port: int, modern_only: bool = False) -> None:
+    uvicorn.run(conformance_app(port, modern_only), host="127.0.0.1", port=port, log_level="warning")
 
 
 async def _stdio() -> None:

@@ -13,6 +13,7 @@ read. Tests about those stay in the system tier and use `running_stack`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import os
 import threading
@@ -30,7 +31,8 @@ from indexer.api.server import serving
 from indexer.embedder import Embedder, load_embedder
 from router.frontdoor.app import create_app as create_router_app
 from router.frontdoor.auth import configured_authenticator
-from router.frontdoor.server import router_server
+from router.frontdoor.server import RouterServer, router_server
+from router.frontdoor.streams.held import Stopping
 from tests.support.stack import DEMO_CATALOG, Stack, planned_stack
 from toolsearch.catalog import load_catalog
 from toolsearch.config import Config, load_config
@@ -62,9 +64,22 @@ class _LoopThread:
         return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout)
 
     def __exit__(self, *exc: object) -> None:
+        # as asyncio.run ends: what the parts left running (a library's watcher task) is cancelled
+        # and awaited, so nothing is destroyed pending when the loop closes
+        with contextlib.suppress(TimeoutError):
+            self.run(_cancel_the_rest(), STOP_TIMEOUT)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(STOP_TIMEOUT)
         self.loop.close()
+
+
+async def _cancel_the_rest() -> None:
+    rest = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+    for task in rest:
+        task.cancel()
+    if rest:
+        await asyncio.wait(rest, timeout=STOP_TIMEOUT)
+    await asyncio.get_running_loop().shutdown_asyncgens()
 
 
 async def _serve(server: uvicorn.Server, parts: AsyncExitStack) -> None:
@@ -89,6 +104,14 @@ async def serve_app(app: Any, listen: str, parts: AsyncExitStack) -> str:
     config = uvicorn.Config(app, host, int(port), log_config=None, timeout_graceful_shutdown=1)
     await _serve(uvicorn.Server(config), parts)
     return f"http://{listen}"
+
+
+@asynccontextmanager
+async def app_beside(app: Any) -> AsyncIterator[str]:
+    """Any ASGI app on a free loopback port, served beside the test's loop; yields its base URL."""
+    listen = f"127.0.0.1:{free_port()}"
+    async with hosted_beside(functools.partial(serve_app, app, listen)):
+        yield f"http://{listen}"
 
 
 async def serve_catalog(
@@ -140,16 +163,26 @@ async def _start(
 
 async def serve_router(
     config: Config, listen: str, secrets: Mapping[str, str], parts: AsyncExitStack
-) -> None:
-    """`toolsearch router` of `config` on `listen`: its authenticator, link and front door."""
+) -> RouterServer:
+    """`toolsearch router` of `config` on `listen`: its authenticator, link and front door.
+
+    Returns its server, whose `handle_exit(signal.SIGTERM, None)` is what the signal would do to the
+    process: the router begins to stop (`LightStack.begin_stop` says how without ending the event
+    streams of every server in this process). Its stop on `parts` begins the same way.
+    """
     settings = config.router.model_copy(update={"listen": listen})
+    stopping = Stopping()
     app = create_router_app(
         config,
         secrets,
         configured_authenticator(settings.auth, secrets),
         indexer_security=channel_security(settings, secrets),
+        stopping=stopping,
     )
-    await _serve(router_server(app, settings, "warning", "json"), parts)
+    server = router_server(app, settings, "warning", "json", stopping)
+    await _serve(server, parts)
+    parts.callback(stopping.set)  # before the server's own stop: as SIGTERM, the held streams end first
+    return server
 
 
 @contextmanager
@@ -184,7 +217,7 @@ def catalog_server_in_process(catalog: Path, settings: CatalogServerSettings) ->
         yield f"http://{listen}"
 
 
-Start = Callable[[AsyncExitStack], Coroutine[Any, Any, None]]  # starts parts, pushing their stops
+Start = Callable[[AsyncExitStack], Coroutine[Any, Any, object]]  # starts parts, pushing their stops
 
 
 @contextmanager

@@ -4,9 +4,10 @@
         ...  # stack.mcp_url, stack.catalog_url, stack.indexer (IndexerProcess)
 
 The indexer runs in the test's loop with the fake embedder (tests/support/indexers.py), so no model
-is loaded; the catalog server and the router are served from the test's process too, on a loop of
-their own (tests/support/in_process.py). A test about the router as a process (its log, its memory,
-its signals) asks for `router_process=True` and has it as `stack.router`. The test must not block
+is loaded, and may be stopped and started again (`stack.indexers`); the catalog server and the
+router are served from the test's process too, on a loop of their own (tests/support/in_process.py);
+`router_beside` adds a second router there. A test about the router as a process (its log, its
+memory, its signals) asks for `router_process=True` and has it as `stack.router`. The test must not block
 its loop while the router needs the indexer: it awaits its requests (httpx2.AsyncClient) or runs
 blocking clients in a thread (`asyncio.to_thread`).
 """
@@ -16,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
+import signal
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
@@ -23,17 +25,47 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from sse_starlette.sse import AppStatus
 
 from commands.catalog_server import DEFAULT_SECRET_ENV, CatalogServerSettings
 from commands.ports import free_port
 from indexer.api.process import IndexerProcess
 from indexer.api.server import create_server
+from router.frontdoor.server import RouterServer
 from tests.support.catalogs import small_catalog
 from tests.support.in_process import hosted_beside, serve_catalog, serve_router
 from tests.support.indexers import running_indexer
 from tests.support.processes import Proc, start_process
 from tests.support.stack import CLI, EMBEDDING_CACHE
-from toolsearch.config import load_config
+from toolsearch.config import Config, load_config
+
+
+class IndexerInLoop:
+    """The indexer of a configuration, served on its port from the test's loop; it may be stopped
+    and started again there, a new indexer that knows nothing of the last one (the memory state)."""
+
+    def __init__(self, config: Config, secrets: Mapping[str, str]) -> None:
+        self.config, self.secrets = config, secrets
+        self._served = AsyncExitStack()
+        self._current: IndexerProcess | None = None
+
+    @property
+    def current(self) -> IndexerProcess:
+        assert self._current is not None, "the indexer is stopped"
+        return self._current
+
+    async def start(self) -> IndexerProcess:
+        indexer = await self._served.enter_async_context(running_indexer(self.config, self.secrets))
+        grpc_server, _ = await create_server(indexer)
+        await grpc_server.start()
+        self._served.push_async_callback(grpc_server.stop, 0)
+        self._current = indexer
+        return indexer
+
+    async def stop(self) -> None:
+        """Its port closes, its calls end, and whatever it kept is gone."""
+        self._current = None
+        await self._served.aclose()
 
 
 @dataclass
@@ -42,7 +74,12 @@ class LightStack:
     catalog_url: str
     router_url: str
     router_proc: Proc | None  # None: the router is served in process
-    indexer: IndexerProcess
+    indexers: IndexerInLoop
+    router_server: RouterServer | None = None  # the router served in process, if it is
+
+    @property
+    def indexer(self) -> IndexerProcess:
+        return self.indexers.current
 
     @property
     def mcp_url(self) -> str:
@@ -53,6 +90,21 @@ class LightStack:
         """The router's process, for a stack asked for with `router_process=True`."""
         assert self.router_proc is not None, "the router runs in process: ask for router_process=True"
         return self.router_proc
+
+    def begin_stop(self) -> None:
+        """The router begins to stop as SIGTERM makes it: the signal to its process, or what uvicorn
+        does with it (`handle_exit`) to the router served in process, but for sse_starlette's flag,
+        which is the process's: it would end every event stream served here (the backends' too) for
+        the rest of the run."""
+        if self.router_proc is not None:
+            self.router_proc.send_signal(signal.SIGTERM)
+            return
+        assert self.router_server is not None
+        AppStatus.disable_automatic_graceful_drain()
+        try:
+            self.router_server.handle_exit(signal.SIGTERM, None)
+        finally:
+            AppStatus.enable_automatic_graceful_drain_mode()
 
 
 def start_router(
@@ -124,21 +176,46 @@ async def light_stack(
         await cleanup.enter_async_context(
             hosted_beside(functools.partial(serve_catalog, Path(server["catalog"]), catalog_listen, settings))
         )
-        indexer = await cleanup.enter_async_context(running_indexer(load_config(path), dict(env or {})))
-        grpc_server, _ = await create_server(indexer)
-        await grpc_server.start()
-        cleanup.push_async_callback(grpc_server.stop, 0)
-        proc = None
+        indexers = IndexerInLoop(load_config(path), dict(env or {}))
+        await indexers.start()
+        cleanup.push_async_callback(indexers.stop)
+        proc, served = None, []
         if router_process or router_args:
             proc = await asyncio.to_thread(start_router, path, router_port, env, router_args)
             cleanup.callback(proc.stop)
         else:
             listen = f"127.0.0.1:{router_port}"
-            start = functools.partial(serve_router, load_config(path, secrets), listen, secrets)
+
+            async def start(parts: AsyncExitStack) -> None:
+                served.append(await serve_router(load_config(path, secrets), listen, secrets, parts))
+
             await cleanup.enter_async_context(hosted_beside(start))
-        yield LightStack(
-            path, f"http://127.0.0.1:{catalog_port}", f"http://127.0.0.1:{router_port}", proc, indexer
-        )
+        catalog_url, router_url = f"http://127.0.0.1:{catalog_port}", f"http://127.0.0.1:{router_port}"
+        yield LightStack(path, catalog_url, router_url, proc, indexers, served[0] if served else None)
+
+
+def _router_config(stack: LightStack, settings: Mapping[str, Any], name: str = "") -> tuple[Path, int]:
+    """A configuration file beside the stack's (`name`.yaml, else named for the port), for one more
+    router with its `router` section changed by `settings`, on a port of its own."""
+    config = yaml.safe_load(stack.config_path.read_text())
+    port = free_port()
+    config["router"] = {**config["router"], **settings, "listen": f"127.0.0.1:{port}"}
+    path = stack.config_path.with_name(f"{name or f'router-{port}'}.yaml")
+    path.write_text(yaml.safe_dump(config))
+    return path, port
+
+
+@asynccontextmanager
+async def router_beside(
+    stack: LightStack, settings: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None
+) -> AsyncIterator[str]:
+    """One more router in front of the stack's indexer, served from the test's process (a replica: it
+    shares nothing with the first but the indexer); yields its base URL."""
+    path, port = _router_config(stack, settings or {})
+    secrets = {**os.environ, **(env or {})}
+    start = functools.partial(serve_router, load_config(path, secrets), f"127.0.0.1:{port}", secrets)
+    async with hosted_beside(start):
+        yield f"http://127.0.0.1:{port}"
 
 
 def another_router(
@@ -148,9 +225,5 @@ def another_router(
 
     Returns the process (the caller stops it) and its base URL. Blocking: call it in a thread.
     """
-    config = yaml.safe_load(stack.config_path.read_text())
-    port = free_port()
-    config["router"] = {**config["router"], **settings, "listen": f"127.0.0.1:{port}"}
-    path = stack.config_path.with_name(f"{name}.yaml")
-    path.write_text(yaml.safe_dump(config))
+    path, port = _router_config(stack, settings, name)
     return start_router(path, port, env), f"http://127.0.0.1:{port}"

@@ -5,7 +5,8 @@ so that a request is surely in flight, wait until the backend has received it (t
 counts requests on arrival), send SIGTERM, and check that the request completes and the process
 exits 0 within its grace period; a call that outlasts the grace gets a JSON-RPC error instead. The
 kill test embeds a cold catalog, SIGKILLs the indexer once the first chunk of vectors is committed,
-and restarts it on the same cache folder.
+and restarts it on the same cache folder. A router told to stop while a client holds a standalone
+stream ends that stream at once, rather than waiting out its grace.
 """
 
 from __future__ import annotations
@@ -26,8 +27,11 @@ import pytest
 import yaml
 
 from commands.ports import free_port
+from tests.support.asking import asking_stack
 from tests.support.catalogs import small_catalog
+from tests.support.clients import RawClient, listening
 from tests.support.processes import Proc, start_process
+from tests.support.routers import another_router
 from tests.support.stack import (
     CLI,
     DEMO_CATALOG,
@@ -282,3 +286,24 @@ def test_an_indexer_killed_while_embedding_restarts_on_its_cache_and_serves(tmp_
     finally:
         indexer.stop()
         catalog.stop()
+
+
+async def test_a_router_told_to_stop_ends_its_standalone_streams_at_once_instead_of_waiting_its_grace(
+    tmp_path: Path,
+) -> None:
+    """A router process beside a light stack whose backend keeps standalone streams (the asking
+    server): SIGTERM while a client holds one, and the process exits 0 long before its grace."""
+    async with asking_stack(tmp_path, timeout=10) as stack:
+        # a grace far longer than the wait below: only streams that end by themselves let it stop in time
+        stopping, url = await asyncio.to_thread(another_router, stack, "stopping", {"shutdown_grace": 120})
+        try:
+            async with httpx2.AsyncClient(timeout=30) as http:
+                client = RawClient(http)
+                await client.initialize(f"{url}/mcp")
+                async with listening(http, client, f"{url}/mcp") as stream:
+                    assert stream.status == 200
+                    stopping.send_signal(signal.SIGTERM)
+                    await asyncio.to_thread(stopping.wait_exit, 30)
+        finally:
+            stopping.stop()
+    assert stopping.returncode == 0

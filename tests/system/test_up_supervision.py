@@ -2,7 +2,9 @@
 
 `up` runs as a user runs it: on a terminal of its own (a pseudo-terminal here, whose closing is the
 terminal closing), with the real indexer, router and catalog server. A port in use is found before
-anything starts.
+anything starts. Each part sets its own signals as it starts (SIGHUP ignored, SIGTERM when its
+supervisor dies), since `up` runs nothing between fork and exec, and a fork in a process of the
+command that runs gRPC's core leaves the core's threads alone.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import pty
 import select
 import signal
 import socket
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -27,7 +30,7 @@ from commands.ports import free_port
 from commands.supervisor import Supervisor
 from tests.support.catalogs import small_catalog
 from tests.support.processes import start_process, url_answers
-from tests.support.stack import CLI, MODEL, START_TIMEOUT
+from tests.support.stack import CLI, MODEL, ROOT, START_TIMEOUT
 
 WAIT = 30.0
 
@@ -104,6 +107,15 @@ def signal_state(pid: int) -> str:
     return "; ".join([*lines, f"wchan: {waiting}"])
 
 
+HANGUP = 1 << (signal.SIGHUP - 1)  # SIGHUP's bit in /proc/PID/status's signal masks
+
+
+def hangup_handling(pid: int) -> dict[str, bool]:
+    """Whether the process blocks, ignores and catches SIGHUP, from its /proc/PID/status."""
+    fields = dict(line.split(":\t", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines())
+    return {name: bool(int(fields[name], 16) & HANGUP) for name in ("SigBlk", "SigIgn", "SigCgt")}
+
+
 def gone(processes: list[psutil.Process]) -> bool:
     return all(not p.is_running() or p.status() == psutil.STATUS_ZOMBIE for p in processes)
 
@@ -135,6 +147,10 @@ def test_sighup_reloads_the_indexer_and_the_terminal_closing_stops_everything(
     leftovers.extend(parts)
     assert len(parts) == 3  # catalog server, indexer, router: each in a session of its own
     assert all(os.getsid(part.pid) == part.pid for part in parts)
+    # a stray SIGHUP kills none: the indexer reloads on it, the others ignore it; none holds it blocked
+    handling = {part.pid: hangup_handling(part.pid) for part in parts}
+    assert all(h["SigIgn"] or h["SigCgt"] for h in handling.values()), handling
+    assert not any(h["SigBlk"] for h in handling.values()), handling
 
     # kill -HUP: the documented reload. The indexer rereads the file; nothing is orphaned.
     server = config["catalog_servers"][0]["listen"]
@@ -204,3 +220,72 @@ def test_a_port_in_use_is_one_line_and_nothing_starts(tmp_path: Path) -> None:
         f"toolsearch up: port {port} is in use: the indexer cannot listen on {host}:{port}; stop what "
         "listens there (an earlier toolsearch up?) or change indexer.listen"
     )
+
+
+# A supervisor that starts one catalog server, says its pid, and waits to be killed.
+SUPERVISING = """
+import sys, time
+from functools import partial
+from commands.supervisor import Supervisor
+from tests.support.processes import url_answers
+catalog, port = sys.argv[1:]
+ready = partial(url_answers, f"http://127.0.0.1:{port}/healthz")
+supervisor = Supervisor(ready_timeout=60, reload_note="")
+supervisor.start("catalog server", ["catalog-server", "--catalog", catalog, "--port", port], ready)
+print("part", supervisor.parts[0].process.pid, flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_part_stops_when_its_supervisor_is_killed(tmp_path: Path, leftovers: list[psutil.Process]) -> None:
+    small_catalog(tmp_path / "catalog.jsonl")
+    args = [sys.executable, "-c", SUPERVISING, str(tmp_path / "catalog.jsonl"), str(free_port())]
+    supervising = start_process(args, None, cwd=ROOT)
+    try:
+        deadline = time.monotonic() + START_TIMEOUT
+        while "part " not in supervising.output():
+            assert supervising.returncode is None and time.monotonic() < deadline, supervising.output()
+            time.sleep(0.05)
+        part = psutil.Process(int(supervising.output().split("part ", 1)[1].split()[0]))
+        leftovers.append(part)
+        assert os.getsid(part.pid) == part.pid  # a session of its own: killing the group spares it
+        os.kill(supervising.pid, signal.SIGKILL)
+        wait_gone([part])  # its parent-death signal, SIGTERM, stopped it
+    finally:
+        supervising.stop()
+
+
+# In a process as the `toolsearch` command sets it up, gRPC's core runs its threads, then it forks.
+FORKING = """
+import os
+from commands.cli import prepare_process
+prepare_process(os.environ)
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+with grpc.insecure_channel("127.0.0.1:1") as channel:  # nobody answers there: the core's threads start
+    try:
+        health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=0.3)
+    except grpc.RpcError:
+        pass
+    threads = sorted(os.listdir("/proc/self/task"))
+    child = os.fork()
+    if child == 0:
+        os._exit(len(os.listdir("/proc/self/task")))
+    _, status = os.waitpid(child, 0)
+    print(len(threads), os.waitstatus_to_exitcode(status), threads == sorted(os.listdir("/proc/self/task")))
+"""
+
+
+def test_a_fork_in_a_toolsearch_process_running_grpc_restarts_none_of_its_threads() -> None:
+    """gRPC's fork handlers are off in every process of the command: with them on, a fork stops and
+    restarts the core's threads in the parent and starts them again in the copy, where a part `up`
+    started could abort before it ran (docs/reliability.md, "Starts that abort")."""
+    environment = {k: v for k, v in os.environ.items() if k != "GRPC_ENABLE_FORK_SUPPORT"}
+    args = [sys.executable, "-c", FORKING]
+    done = subprocess.run(
+        args, cwd=ROOT, env=environment, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    threads, in_the_copy, unchanged = done.stdout.split()[-3:]
+    assert int(threads) > 1  # the core's threads ran
+    assert (in_the_copy, unchanged) == ("1", "True"), done.stdout + done.stderr

@@ -1,10 +1,10 @@
 """What a client declares of itself follows its session to every replica and to its backends: the
 log level it sets (`logging/setLevel`) and the capabilities it declared at initialize.
 
-Real processes on loopback: a backend of the project's own (tests/support/asking_server.py: a tool
-that logs at each level at or above the level its session set and says which that is, and one that
-asks its client to sample), an indexer in the test's loop, router processes, and a raw handshake
-client whose session any replica serves.
+Every part in the test's process: a backend of the project's own (tests/support/asking_server.py: a
+tool that logs at each level at or above the level its session set and says which that is, and one
+that asks its client to sample), an indexer in the test's loop, routers in front of it, and a raw
+handshake client whose session any replica serves.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import httpx2
 
 from tests.support.asking import asking_stack
 from tests.support.clients import RawClient
-from tests.support.routers import LightStack, another_router
+from tests.support.routers import LightStack, router_beside
 
 SEVERE = ["error", "critical", "alert", "emergency"]
 
@@ -55,18 +55,18 @@ async def test_a_client_that_set_a_level_gets_a_plain_calls_log_messages_at_and_
 async def test_a_level_set_through_one_replica_reaches_the_backend_session_another_opened(
     tmp_path: Path,
 ) -> None:
-    async with _stack(tmp_path) as stack, httpx2.AsyncClient(timeout=30) as http:
-        proc, other_url = await asyncio.to_thread(another_router, stack, "other", {})
+    async with (
+        _stack(tmp_path) as stack,
+        router_beside(stack) as other_url,
+        httpx2.AsyncClient(timeout=30) as http,
+    ):
         other = f"{other_url}/mcp"
-        try:
-            client = RawClient(http)
-            await client.initialize(stack.mcp_url)
-            _, before = await client.request(stack.mcp_url, "tools/call", _call("chatter"))
-            status, answer = await client.request(other, "logging/setLevel", {"level": "error"})
-            assert (status, answer[0].get("result")) == (200, {}), answer
-            _, after = await client.request(stack.mcp_url, "tools/call", _call("chatter"))
-        finally:
-            proc.stop()
+        client = RawClient(http)
+        await client.initialize(stack.mcp_url)
+        _, before = await client.request(stack.mcp_url, "tools/call", _call("chatter"))
+        status, answer = await client.request(other, "logging/setLevel", {"level": "error"})
+        assert (status, answer[0].get("result")) == (200, {}), answer
+        _, after = await client.request(stack.mcp_url, "tools/call", _call("chatter"))
     # before any level, a plain call is answered with plain JSON: its log messages have no room
     assert len(before) == 1 and before[0]["result"]["content"][0]["text"] == "level: unset", before
     assert after[-1]["result"]["content"][0]["text"] == "level: error", after

@@ -2,15 +2,16 @@
 and a JSON-RPC error naming the limit and how to free room (a principal at its own cap, 429); an
 expired session answers 404 exactly as a session id never issued does.
 
-A real router process in front of an indexer in the test's loop (the fake embedder, no backends, the
-memory state with a short time to live and a cap of two sessions). Waits are on conditions with
-bounded timeouts.
+A router served from the test's process in front of an indexer in the test's loop (the fake
+embedder, no backends, the memory state with a short time to live and a cap of two sessions). Waits
+are on conditions with bounded timeouts.
 """
 
 from __future__ import annotations
 
-import asyncio
+import functools
 import json
+import os
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
@@ -27,9 +28,9 @@ from router.error_answers import http_answer
 from router.errors import SessionsFull, TooManySessions
 from router.link.indexer_errors import translate
 from tests.support.clients import until
+from tests.support.in_process import hosted_beside, serve_router
 from tests.support.indexers import running_indexer
-from tests.support.processes import start_process
-from tests.support.stack import CLI, HEADERS, INITIALIZE
+from tests.support.stack import HEADERS, INITIALIZE
 from toolsearch.config import load_config
 
 TTL = 5  # seconds: long enough to open the sessions the cap needs on a busy machine
@@ -39,7 +40,7 @@ LIST = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
 
 @asynccontextmanager
 async def front_door(folder: Path, indexer: dict[str, Any]) -> AsyncIterator[tuple[str, IndexerProcess]]:
-    """An anonymous router on loopback before an in-process indexer; yields the MCP URL and it."""
+    """An anonymous router on loopback before an indexer in the test's loop; yields the MCP URL and it."""
     indexer_port, router_port = free_port(), free_port()
     config = {
         "router": {"listen": f"127.0.0.1:{router_port}", "indexer": [f"127.0.0.1:{indexer_port}"]},
@@ -57,11 +58,10 @@ async def front_door(folder: Path, indexer: dict[str, Any]) -> AsyncIterator[tup
         server, _ = await create_server(process)
         await server.start()
         cleanup.push_async_callback(server.stop, 0)
-        args = [*CLI, "router", "--config", str(path)]
-        router = await asyncio.to_thread(
-            start_process, args, f"http://127.0.0.1:{router_port}/readyz", timeout=60
-        )
-        cleanup.callback(router.stop)
+        secrets = dict(os.environ)
+        listen = f"127.0.0.1:{router_port}"
+        serve = functools.partial(serve_router, load_config(path, secrets), listen, secrets)
+        await cleanup.enter_async_context(hosted_beside(serve))
         yield f"http://127.0.0.1:{router_port}/mcp", process
 
 

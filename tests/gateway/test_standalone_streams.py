@@ -1,18 +1,17 @@
 """What a backend sends outside calls reaches the client on its standalone stream (`GET /mcp`),
 whichever router replica holds that stream and whichever one its subscription went through.
 
-Real processes on loopback: a handshake-era server with a subscribable resource and a tool that
-changes it (tests/support/asking_server.py), an indexer in the test's loop, two router processes,
-and a raw JSON-RPC client that holds its standalone stream on one replica and sends everything
-else to the other.
+Every part in the test's process: a handshake-era server with a subscribable resource and a tool
+that changes it (tests/support/asking_server.py), an indexer in the test's loop, two routers in front
+of it, and a raw JSON-RPC client that holds its standalone stream on one replica and sends
+everything else to the other. A router process ending its streams when told to stop is in
+tests/system/test_shutdown.py.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
-import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -22,7 +21,7 @@ import pytest
 from router.frontdoor.streams.standalone import MAX_PER_SESSION
 from tests.support.asking import asking_replicas
 from tests.support.clients import RawClient, listening, until
-from tests.support.routers import LightStack, another_router
+from tests.support.routers import LightStack
 from tests.support.waits import wait_for
 
 NOTE = "asking://note"
@@ -95,25 +94,6 @@ async def test_one_session_may_hold_only_so_many_standalone_streams_on_a_router(
         elsewhere = await held.enter_async_context(listening(http, client, other))
     assert refused.status == 409
     assert elsewhere.status == 200  # the bound is each router's
-
-
-async def test_a_router_told_to_stop_ends_its_standalone_streams_at_once_instead_of_waiting_its_grace(
-    replicas: tuple[LightStack, str],
-) -> None:
-    stack, _ = replicas
-    # a grace far longer than the wait below: only streams that end by themselves let it stop in time
-    stopping, url = await asyncio.to_thread(another_router, stack, "stopping", {"shutdown_grace": 120})
-    try:
-        async with httpx2.AsyncClient(timeout=30) as http:
-            client = RawClient(http)
-            await client.initialize(f"{url}/mcp")
-            async with listening(http, client, f"{url}/mcp") as stream:
-                assert stream.status == 200
-                stopping.send_signal(signal.SIGTERM)
-                await asyncio.to_thread(stopping.wait_exit, 30)
-    finally:
-        stopping.stop()
-    assert stopping.returncode == 0
 
 
 async def test_a_backend_saying_its_tools_changed_has_them_listed_again_long_before_its_next_probe(

@@ -1,9 +1,9 @@
 """A backend's requests of its client during a call (sampling, elicitation, roots) reach the client on
 the call's stream, and the client's answer, posted to whichever router replica, reaches the backend.
 
-Real processes on loopback: a handshake-era server that asks its client to sample during a call
-(tests/support/asking_server.py), an indexer in the test's loop, two router processes, and a raw
-JSON-RPC client that reads the call's stream and posts each answer to the other replica. The
+Every part in the test's process: a handshake-era server that asks its client to sample during a
+call (tests/support/asking_server.py), an indexer in the test's loop, two routers in front of it, and
+a raw JSON-RPC client that reads the call's stream and posts each answer to the other replica. The
 conformance suite (tests/system/test_conformance.py) runs the same relay with the suite's own client.
 """
 
