@@ -104,7 +104,10 @@ def test_the_health_ports_are_off_unless_configured(tmp_path: Path) -> None:
     path = write(tmp_path, "")
     assert load_config(path).indexer.health_listen is None
     assert load_config(path).router.health_listen is None
-    env = {"TOOLSEARCH_INDEXER_HEALTH_LISTEN": "0.0.0.0:9464", "TOOLSEARCH_ROUTER_HEALTH_LISTEN": "0.0.0.0:8001"}
+    env = {
+        "TOOLSEARCH_INDEXER_HEALTH_LISTEN": "0.0.0.0:9464",
+        "TOOLSEARCH_ROUTER_HEALTH_LISTEN": "0.0.0.0:8001",
+    }
     assert load_config(path, env).indexer.health_listen == "0.0.0.0:9464"
     assert load_config(path, env).router.health_listen == "0.0.0.0:8001"
     with pytest.raises(ConfigError, match=r"indexer\.health_listen"):
