@@ -103,7 +103,7 @@ def _apply_env(raw: dict[str, object], env: Mapping[str, str]) -> None:
             if isinstance(sub, dict):
                 sub[key] = env[name]
     # the link's certificates: a folder laid out as a kubernetes.io/tls Secret, as cert-manager
-    # writes it (docs/kubernetes.md, "Mutual TLS"); the section's other keys (server_name) are kept
+    # writes it (docs/kubernetes.md, "Mutual TLS on the link"); other keys (server_name) stay
     for name, (section, key, files) in _TLS_FOLDERS.items():
         if env.get(name):
             sub = raw.setdefault(section, {})

@@ -66,9 +66,13 @@ class ProbeEndpoint:
         class Server(ThreadingWSGIServer):
             address_family = family
 
-        self._server: WSGIServer = make_server(
-            str(address[0]), int(port), self._app, Server, handler_class=_Quiet
-        )
+        try:
+            self._server: WSGIServer = make_server(
+                str(address[0]), int(port), self._app, Server, handler_class=_Quiet
+            )
+        except OSError as exc:
+            message = f"indexer.health_listen: cannot listen on {listen} ({exc.strerror})"
+            raise OSError(exc.errno, message) from None
         self.port = int(self._server.server_port)
         self._thread = threading.Thread(target=self._server.serve_forever, name="probes", daemon=True)
         self._thread.start()
