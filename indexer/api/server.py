@@ -143,8 +143,8 @@ async def serve(config: Config, secrets: Mapping[str, str], config_path: Path | 
     )
     indexer = IndexerProcess.build(config, embedder, secrets)
     # One stack for the process: each part's stop is pushed as it starts, so a failed start stops
-    # what came before it, and a signal unwinds in reverse: reloads cancelled, the server drained
-    # (NOT_SERVING first), the metrics endpoint closed, the indexer's parts closed.
+    # what came before it, and a signal unwinds in reverse: reloads cancelled, /readyz 503, the server
+    # drained (NOT_SERVING first), the indexer's parts closed, the probes' endpoint closed last.
     async with contextlib.AsyncExitStack() as stack:
         loop = asyncio.get_running_loop()
         parts = (indexer.sessions, indexer.pool, indexer.registry, indexer.embeddings)
