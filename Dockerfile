@@ -11,9 +11,13 @@
 #   python -m commands.health_check grpc 127.0.0.1:50051            # the indexer
 #   python -m commands.health_check http http://127.0.0.1:8000/readyz   # a router
 ARG ROLE=indexer
+# The base image, pinned to a Python release and a Debian release, so that a build a year from now
+# is the build of today; a release moves it on purpose. Pin a digest too where builds must be
+# bit-for-bit: --build-arg PYTHON_IMAGE=python:3.11.13-slim-bookworm@sha256:...
+ARG PYTHON_IMAGE=python:3.11.13-slim-bookworm
 
 # --- the base install, in a virtualenv: the shared base, the router, the catalog server, the commands
-FROM python:3.11-slim AS builder-router
+FROM ${PYTHON_IMAGE} AS builder-router
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 RUN python -m venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH
@@ -48,7 +52,7 @@ RUN pip install ".[${INDEXER_EXTRAS}]" && pip check
 FROM builder-${ROLE} AS venv
 
 # --- final: the virtualenv, the example catalog and the containers' configuration; no build tools
-FROM python:3.11-slim
+FROM ${PYTHON_IMAGE}
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
@@ -63,7 +67,7 @@ WORKDIR /app
 COPY examples/ /app/examples/
 COPY docker/toolsearch.yaml /app/docker/toolsearch.yaml
 USER toolsearch
-# router, indexer (gRPC), indexer metrics, catalog server
-EXPOSE 8000 50051 9464 9100
+# router (MCP, health), indexer (gRPC, health), catalog server
+EXPOSE 8000 8001 50051 9464 9100
 ENTRYPOINT ["toolsearch"]
 CMD ["--help"]

@@ -3,6 +3,7 @@
     toolsearch health grpc 127.0.0.1:50051      # the standard gRPC health service says SERVING
     toolsearch health grpc 127.0.0.1:50051 --config toolsearch.yaml   # with the router's TLS settings
     toolsearch health http http://127.0.0.1:8000/readyz   # the URL answers 200
+    toolsearch health http http://127.0.0.1:8001/readyz --host 10.0.0.7:8001   # with that Host header
 
     python -m commands.health_check http http://127.0.0.1:8000/healthz   # the same, without the CLI
 
@@ -63,12 +64,17 @@ def check_grpc(
     return None
 
 
-def check_http(url: str, timeout: float = DEFAULT_TIMEOUT) -> str | None:
-    """None when a GET of `url` answers 200, else why not."""
+def check_http(url: str, timeout: float = DEFAULT_TIMEOUT, host: str | None = None) -> str | None:
+    """None when a GET of `url` answers 200, else why not.
+
+    `host` is the Host header to send instead of the URL's (the kubelet's probes send the pod's IP
+    and port; `--host` lets a check ask as they do).
+    """
     if not url.startswith(("http://", "https://")):
         return f"{url}: not an http:// or https:// URL"
+    request = urllib.request.Request(url, headers={"Host": host} if host else {})
     try:
-        with _DIRECT.open(url, timeout=timeout) as response:
+        with _DIRECT.open(request, timeout=timeout) as response:
             status = int(response.status)
     except urllib.error.HTTPError as exc:
         status = exc.code
@@ -83,7 +89,7 @@ def run_cli(args: argparse.Namespace) -> int:
     if args.kind == "grpc":
         problem = check_grpc(args.target, args.service, args.timeout, args.config)
     else:
-        problem = check_http(args.target, args.timeout)
+        problem = check_http(args.target, args.timeout, args.host)
     if problem is not None:
         print(f"unhealthy: {problem}", file=sys.stderr)
         return 1
@@ -115,7 +121,10 @@ def add_kinds(parser: argparse.ArgumentParser) -> None:
         "--config", help="a configuration file whose router.indexer_tls the check connects with"
     )
     http_parser = kinds.add_parser("http", help="a GET of the URL answers 200")
-    http_parser.add_argument("target", metavar="URL", help="e.g. http://127.0.0.1:8000/readyz")
+    http_parser.add_argument("target", metavar="URL", help="e.g. http://127.0.0.1:8001/readyz")
+    http_parser.add_argument(
+        "--host", help="the Host header to send (default: the URL's), e.g. POD_IP:PORT as the kubelet sends"
+    )
     for sub in (grpc_parser, http_parser):
         sub.add_argument(
             "--timeout", type=float, default=DEFAULT_TIMEOUT, help=f"seconds (default: {DEFAULT_TIMEOUT:g})"

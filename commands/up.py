@@ -79,11 +79,11 @@ def listen_addresses(config: Config) -> list[tuple[str, str, str]]:
         for n, server in enumerate(config.catalog_servers)
     ]
     addresses.append(("indexer", "indexer.listen", config.indexer.listen))
-    if config.indexer.metrics_listen:
-        addresses.append(
-            ("indexer's metrics endpoint", "indexer.metrics_listen", config.indexer.metrics_listen)
-        )
+    if config.indexer.health_listen:
+        addresses.append(("indexer's health port", "indexer.health_listen", config.indexer.health_listen))
     addresses.append(("router", "router.listen", config.router.listen))
+    if config.router.health_listen:
+        addresses.append(("router's health port", "router.health_listen", config.router.health_listen))
     return addresses
 
 

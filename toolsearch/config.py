@@ -67,10 +67,25 @@ def _format_error(exc: ValidationError, path: Path) -> str:
     return "\n".join(lines)
 
 
+_TLS_FOLDERS = {
+    "TOOLSEARCH_INDEXER_TLS_DIR": (
+        "indexer",
+        "tls",
+        {"cert": "tls.crt", "key": "tls.key", "client_ca": "ca.crt"},
+    ),
+    "TOOLSEARCH_ROUTER_INDEXER_TLS_DIR": (
+        "router",
+        "indexer_tls",
+        {"ca": "ca.crt", "cert": "tls.crt", "key": "tls.key"},
+    ),
+}
+
+
 def _apply_env(raw: dict[str, object], env: Mapping[str, str]) -> None:
     """Environment overrides for what differs between machines: listen addresses and the indexer's."""
     overrides = {
         "TOOLSEARCH_ROUTER_LISTEN": ("router", "listen"),
+        "TOOLSEARCH_ROUTER_HEALTH_LISTEN": ("router", "health_listen"),
         "TOOLSEARCH_INDEXER_LISTEN": ("indexer", "listen"),
         "TOOLSEARCH_INDEXER_STATE": ("indexer", "state"),
         "TOOLSEARCH_INDEXER_STATE_ACKS": ("indexer", "state_acks"),
@@ -78,7 +93,7 @@ def _apply_env(raw: dict[str, object], env: Mapping[str, str]) -> None:
         "TOOLSEARCH_INDEXER_MODEL": ("indexer", "model"),
         "TOOLSEARCH_INDEXER_MODEL_THREADS": ("indexer", "model_threads"),
         "TOOLSEARCH_INDEXER_EMBEDDER": ("indexer", "embedder"),
-        "TOOLSEARCH_INDEXER_METRICS_LISTEN": ("indexer", "metrics_listen"),
+        "TOOLSEARCH_INDEXER_HEALTH_LISTEN": ("indexer", "health_listen"),
         "TOOLSEARCH_BRIDGE_LISTEN": ("bridge", "listen"),
         "TOOLSEARCH_BRIDGE_URL": ("bridge", "url"),
     }
@@ -87,6 +102,15 @@ def _apply_env(raw: dict[str, object], env: Mapping[str, str]) -> None:
             sub = raw.setdefault(section, {})
             if isinstance(sub, dict):
                 sub[key] = env[name]
+    # the link's certificates: a folder laid out as a kubernetes.io/tls Secret, as cert-manager
+    # writes it (docs/kubernetes.md, "Mutual TLS on the link"); other keys (server_name) stay
+    for name, (section, key, files) in _TLS_FOLDERS.items():
+        if env.get(name):
+            sub = raw.setdefault(section, {})
+            if isinstance(sub, dict):
+                kept = sub.get(key)
+                paths = {field: str(Path(env[name]) / file) for field, file in files.items()}
+                sub[key] = {**(kept if isinstance(kept, dict) else {}), **paths}
     if "TOOLSEARCH_INDEXER_ADDRESSES" in env:
         sub = raw.setdefault("router", {})
         if isinstance(sub, dict):

@@ -1,4 +1,5 @@
-"""The indexer's Prometheus metrics, served over HTTP on `indexer.metrics_listen` when it is set.
+"""The indexer's Prometheus metrics, served over HTTP on `indexer.health_listen` when it is set
+(indexer/api/probes.py: the port the probes ask too).
 
 Most families are read at scrape time from the parts that keep the numbers anyway (sessions, the
 version pool, the embedding counters, the backend registry), so serving requests costs nothing
@@ -15,17 +16,17 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import grpc
-from prometheus_client import CollectorRegistry, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from indexer.api.probes import ProbeEndpoint
 from indexer.backends.registry import Registry
 from indexer.retrieval.embeddings import Embeddings
 from indexer.retrieval.index import VersionPool
@@ -183,21 +184,6 @@ class RpcObserver(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         )
 
 
-class MetricsEndpoint:
-    """A running Prometheus HTTP endpoint (its own thread); `close` stops it."""
-
-    def __init__(self, listen: str, registry: CollectorRegistry) -> None:
-        host, _, port = listen.rpartition(":")
-        # an IPv6 listen address is written [::]:9464; the socket takes the bare address
-        self._server, self._thread = start_http_server(int(port), host.strip("[]"), registry)
-        self.port = int(self._server.server_port)
-
-    def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
-
-
 class IndexerMetrics:
     """The indexer's registry: the RPC histogram and the scrape-time families of `read`."""
 
@@ -215,9 +201,7 @@ class IndexerMetrics:
     def interceptor(self) -> RpcObserver:
         return RpcObserver(self.rpc_seconds)
 
-    def serve(self, listen: str) -> MetricsEndpoint:
-        """Start serving `/metrics` on `listen` (HOST:PORT, port 0 for any free one)."""
-        endpoint = MetricsEndpoint(listen, self.registry)
-        host = listen.rpartition(":")[0]
-        print(f"indexer metrics on http://{host}:{endpoint.port}/metrics", file=sys.stderr, flush=True)
-        return endpoint
+    def serve(self, listen: str, loop: asyncio.AbstractEventLoop) -> ProbeEndpoint:
+        """Start serving `/metrics`, `/healthz` and `/readyz` on `listen` (HOST:PORT, port 0 for any
+        free one); `loop` is the one whose answers `/healthz` waits for (indexer/api/probes.py)."""
+        return ProbeEndpoint(listen, self.registry, loop)

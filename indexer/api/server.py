@@ -1,8 +1,9 @@
 """The indexer's gRPC server around an `IndexerProcess` (`toolsearch indexer` runs `serve`).
 
-`serve` stacks the indexer's parts (indexer/api/process.py), the metrics endpoint and the gRPC
-server on one exit stack; the server's health says NOT_SERVING before the server stops, so that a
-balancer watching it sends no new calls while the calls in flight drain.
+`serve` stacks the HTTP endpoint of the probes and metrics (indexer/api/probes.py), the indexer's
+parts (indexer/api/process.py) and the gRPC server on one exit stack; the server's health says
+NOT_SERVING, and `/readyz` 503, before the server stops, so that a balancer watching it sends no new
+calls while the calls in flight drain.
 """
 
 from __future__ import annotations
@@ -142,28 +143,33 @@ async def serve(config: Config, secrets: Mapping[str, str], config_path: Path | 
     )
     indexer = IndexerProcess.build(config, embedder, secrets)
     # One stack for the process: each part's stop is pushed as it starts, so a failed start stops
-    # what came before it, and a signal unwinds in reverse: reloads cancelled, the server drained
-    # (NOT_SERVING first), the metrics endpoint closed, the indexer's parts closed.
+    # what came before it, and a signal unwinds in reverse: reloads cancelled, /readyz 503, the server
+    # drained (NOT_SERVING first), the indexer's parts closed, the probes' endpoint closed last.
     async with contextlib.AsyncExitStack() as stack:
+        loop = asyncio.get_running_loop()
+        parts = (indexer.sessions, indexer.pool, indexer.registry, indexer.embeddings)
+        metrics = IndexerMetrics(metrics_reader(*parts, loop))
+        probes = None
+        if config.indexer.health_listen:
+            # up before the slow start: /readyz says "starting" (503) meanwhile, /healthz answers
+            probes = metrics.serve(config.indexer.health_listen, loop)
+            stack.push_async_callback(asyncio.to_thread, probes.close)  # waits for its serving thread
         await indexer.start()
         stack.push_async_callback(indexer.close)
         # What start-up loaded lives as long as the process (torch, the model, the warm-up's versions):
         # frozen, a full collection no longer walks it, which took up to a second in the middle of a
         # re-index or a request.
         gc.freeze()
-        parts = (indexer.sessions, indexer.pool, indexer.registry, indexer.embeddings)
-        metrics = IndexerMetrics(metrics_reader(*parts, asyncio.get_running_loop()))
-        if config.indexer.metrics_listen:
-            exporter = metrics.serve(config.indexer.metrics_listen)
-            stack.push_async_callback(asyncio.to_thread, exporter.close)  # waits for its serving thread
         interceptors = [RpcSpans(), metrics.interceptor()]  # the span outermost: the log context runs in it
         port = await stack.enter_async_context(
             serving(indexer, config.indexer.shutdown_grace, interceptors=interceptors, security=security)
         )
+        if probes is not None:
+            probes.ready = True
+            stack.callback(setattr, probes, "ready", False)  # unready first as the stop begins
         host = config.indexer.listen.rpartition(":")[0]
         print(f"indexer listening on {host}:{port}", file=sys.stderr, flush=True)
         stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         reloads: set[asyncio.Task[None]] = set()  # held so a running reload is not garbage-collected

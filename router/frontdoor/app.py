@@ -1,5 +1,7 @@
 """The router application: MCP Streamable HTTP at `/mcp`, health at `/healthz` and `/readyz`, `/metrics`,
-and the status page at `/status` and `/status.json` (router/observe/status_page.py).
+and the status page at `/status` and `/status.json` (router/observe/status_page.py). With
+`router.health_listen`, the three health routes are also served on a port of their own, outside
+the Host and Origin guard (router/frontdoor/health_port.py).
 
 `create_app` builds a plain Starlette app (the SDK's own framework); its lifespan opens what every
 request shares (the gRPC channel to the indexer, the backends' connection pools, the SDK's
@@ -37,10 +39,11 @@ from router.errors import AuthConfigError
 from router.frontdoor.auth import AnonymousAuthenticator, configured_authenticator
 from router.frontdoor.bodies import DRAIN_FACTOR
 from router.frontdoor.direct_calls import DirectCalls
+from router.frontdoor.health_port import HealthPort
 from router.frontdoor.mcp_server import build_server
 from router.frontdoor.origins import HostPolicy, OriginGuard
 from router.frontdoor.resource_metadata import ResourceMetadata
-from router.frontdoor.server import ShutdownGuard, router_server
+from router.frontdoor.server import ShutdownGuard, bind_all, router_server
 from router.frontdoor.session_layer import Handoffs, SessionLayer
 from router.frontdoor.streams.held import Stopping
 from router.frontdoor.streams.standalone import StandaloneStreams
@@ -63,6 +66,7 @@ from router.upstream.session_wide.backend_requests import BackendRequests
 from router.upstream.session_wide.backend_streams import BackendStreams
 from router.upstream.wire.pools import BackendPools
 from toolsearch.config import Config
+from toolsearch.sections.settings import port_of
 from toolsearch.transport import ChannelSecurity, TransportConfigError, channel_security
 
 logger = logging.getLogger(__name__)
@@ -195,16 +199,36 @@ def create_app(
         body, content_type = metrics.render()
         return Response(body, media_type=content_type)
 
+    health_routes = [
+        Route("/healthz", _healthz),
+        Route("/readyz", _readyz),
+        Route("/metrics", prometheus_metrics),
+    ]
+    # the health port's own app (router/frontdoor/health_port.py): the three routes, no Host guard
+    health_port = (
+        [
+            Middleware(
+                HealthPort,
+                port=port_of(settings.health_listen),
+                health=Starlette(
+                    routes=health_routes,
+                    middleware=[Middleware(RequestObserver, metrics=metrics)],
+                    exception_handlers={HTTPException: _http_error},
+                ),
+            )
+        ]
+        if settings.health_listen is not None
+        else []
+    )
     return Starlette(
         routes=[
             Route("/mcp", _Mcp()),
-            Route("/healthz", _healthz),
-            Route("/readyz", _readyz),
-            Route("/metrics", prometheus_metrics),
+            *health_routes,
             *status_page.routes(),
             *(resource_metadata.routes() if resource_metadata is not None else []),
         ],
         middleware=[
+            *health_port,
             Middleware(RequestObserver, metrics=metrics),
             Middleware(AccessLog, listeners=[latency.observe]),
             Middleware(ShutdownGuard, grace=settings.shutdown_grace),
@@ -235,10 +259,18 @@ def serve(config: Config, environ: Mapping[str, str], log_level: str, log_format
     stopping = Stopping()
     app = create_app(config, environ, authenticator, indexer_security=security, stopping=stopping)
     server = router_server(app, config.router, log_level, log_format, stopping)
+    sockets = None
+    if config.router.health_listen is not None:
+        # both listeners bound here, and served by the one server (router/frontdoor/health_port.py)
+        try:
+            sockets = bind_all([config.router.listen, config.router.health_listen])
+        except OSError as exc:
+            print(f"router: {exc}", file=sys.stderr)
+            return 1
     # What start-up made lives as long as the process (the modules, their classes and schemas, the
     # app): frozen, the collector no longer walks it on each full collection, a tenth of the
     # router's CPU under load (docs/performance.md, section 6)
     gc.collect()
     gc.freeze()
-    server.run()
+    server.run(sockets=sockets)
     return 0 if server.started else 1

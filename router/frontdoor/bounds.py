@@ -14,6 +14,7 @@ from typing import Protocol
 
 from router.frontdoor.bursts import BurstLog
 from toolsearch.sections.router_settings import Router
+from toolsearch.sections.settings import port_of
 
 logger = logging.getLogger(__name__)
 
@@ -34,6 +35,7 @@ class FrontDoor:
     header_timeout: float
     body_timeout: float
     keep_alive_timeout: float
+    health_port: int | None = None  # router.health_listen's: its connections are never refused
     lingering: int = 0
     # idle connections between requests, the longest idle first (a dict: ordered, and hashes protocols)
     idle: dict[Idle, None] = field(default_factory=dict)
@@ -61,6 +63,7 @@ class FrontDoor:
             header_timeout=settings.header_timeout,
             body_timeout=settings.body_timeout,
             keep_alive_timeout=settings.keep_alive_timeout,
+            health_port=None if settings.health_listen is None else port_of(settings.health_listen),
         )
 
     def give_up_idle(self) -> bool:

@@ -10,7 +10,8 @@ router/frontdoor/bounds.py):
 - `router.max_connections` (1000): a new connection beyond it takes the place of the longest idle
   one, which is closed; with none idle, it is answered `503` at once, with a JSON-RPC error,
   `Retry-After: 1` and `Connection: close`, before any request is read, and its request is read and
-  dropped for a moment so the client reads the answer.
+  dropped for a moment so the client reads the answer. Connections to the health port
+  (`router.health_listen`) are never refused.
 - `router.header_timeout` (10 s): a request's head must have arrived in full this long after the
   connection opened, or, on a kept connection, after the head's first byte: however slowly it
   trickles, the deadline is never moved. Otherwise the connection is closed (with `408` when part
@@ -96,7 +97,10 @@ class GuardedProtocol(H11Protocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         front = self.front
         self._socket = transport
-        if len(self.connections) >= front.max_connections and not front.give_up_idle():
+        # the health port's connections (the kubelet's probes) are never refused: a router busy at
+        # its limit is alive, and restarting it would only add to the load
+        health = front.health_port is not None and _local_port(transport) == front.health_port
+        if not health and len(self.connections) >= front.max_connections and not front.give_up_idle():
             self._phase, self.transport = "refused", transport
             front.refused.note()
             message = f"the router is at its connection limit ({front.max_connections}): retry shortly"
@@ -236,6 +240,11 @@ class GuardedProtocol(H11Protocol):
         # a new connection that never sent a byte is closed quietly, as keep-alive expiry does;
         # a late or stalled client gets no lingering: the deadline is the bound
         socket.close()
+
+
+def _local_port(transport: asyncio.Transport) -> int | None:
+    address = transport.get_extra_info("sockname")
+    return int(address[1]) if isinstance(address, tuple) and len(address) >= 2 else None
 
 
 def protocol_for(front: FrontDoor) -> type[GuardedProtocol]:

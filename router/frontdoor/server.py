@@ -3,7 +3,8 @@
 `uvicorn_config` builds uvicorn's settings from `router.*`: the listen address, the connection
 protocol of router/frontdoor/connections.py (connection limit, header and body deadlines, keep-alive expiry),
 and `router.shutdown_grace` as uvicorn's graceful-shutdown timeout. `RouterServer` says where it
-listens once it does and exits 0 after a drained SIGTERM.
+listens once it does and exits 0 after a drained SIGTERM. With `router.health_listen` it serves two
+listeners, bound beforehand by `bind_all`: the MCP port and the health port.
 
 When the grace period ends, uvicorn cancels the requests still running; without more, each would
 end in a bare 500 and a traceback in the log. `ShutdownGuard` answers such a request itself, with a
@@ -100,6 +101,9 @@ class RouterServer(uvicorn.Server):
         if self.started:
             host, port = self.servers[0].sockets[0].getsockname()[:2]
             print(f"router listening on http://{host}:{port}/mcp", file=sys.stderr, flush=True)
+            for server in self.servers[1:]:
+                host, port = server.sockets[0].getsockname()[:2]
+                print(f"router health and metrics on http://{host}:{port}", file=sys.stderr, flush=True)
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         await super().shutdown(sockets)
@@ -112,6 +116,28 @@ class RouterServer(uvicorn.Server):
         with super().capture_signals():
             yield
             self._captured_signals = [s for s in self._captured_signals if s != signal.SIGTERM]
+
+
+def bind_all(listens: list[str]) -> list[socket.socket]:
+    """A listening socket for each HOST:PORT, as uvicorn binds its own; none is left open on an error."""
+    bound: list[socket.socket] = []
+    try:
+        for listen in listens:
+            host = listen.rpartition(":")[0].strip("[]")
+            family = socket.AF_INET6 if ":" in host else socket.AF_INET
+            sock = socket.socket(family, socket.SOCK_STREAM)
+            bound.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind((host, int(listen.rpartition(":")[2])))
+            except OSError as exc:
+                raise OSError(exc.errno, f"cannot listen on {listen} ({exc.strerror})") from None
+            sock.set_inheritable(True)
+    except OSError:
+        for sock in bound:
+            sock.close()
+        raise
+    return bound
 
 
 def router_server(

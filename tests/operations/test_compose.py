@@ -156,9 +156,9 @@ def test_the_indexer_scales_no_fixed_name_no_host_port() -> None:
     assert "ports" not in indexer
     config = config_of("indexer").indexer
     assert config.listen.startswith("0.0.0.0:")
-    assert config.metrics_listen is not None and config.metrics_listen.startswith("0.0.0.0:")
+    assert config.health_listen is not None and config.health_listen.startswith("0.0.0.0:")
     exposed = {int(p) for p in indexer["expose"]}
-    assert exposed == {port(config.listen), port(config.metrics_listen)}
+    assert exposed == {port(config.listen), port(config.health_listen)}
 
 
 def test_routers_reach_every_indexer_replica_round_robin() -> None:
@@ -227,7 +227,10 @@ def test_services_log_json_lines(name: str) -> None:
 def test_the_image_is_multi_stage_slim_and_runs_toolsearch_unprivileged() -> None:
     text = DOCKERFILE.read_text()
     stages = re.findall(r"^FROM (\S+)", text, re.MULTILINE)
-    assert len(stages) >= 2 and stages[-1] == "python:3.11-slim"
+    # the base: a pinned Python release on a named Debian release, slim (never a moving tag)
+    base = re.search(r"^ARG PYTHON_IMAGE=(\S+)", text, re.MULTILINE)
+    assert base and re.fullmatch(r"python:3\.11\.\d+-slim-[a-z]+(@sha256:[0-9a-f]{64})?", base[1]), base
+    assert len(stages) >= 2 and stages[0].startswith("${PYTHON_IMAGE}") and stages[-1] == "${PYTHON_IMAGE}"
     final = final_stage()
     assert 'ENTRYPOINT ["toolsearch"]' in final
     users = [line.split()[1] for line in final if line.startswith("USER ")]

@@ -100,13 +100,48 @@ def test_an_indexer_address_may_be_a_dns_target_of_several_replicas(tmp_path: Pa
             load_config(write(tmp_path, f'router:\n  indexer: ["{wrong}"]\n'))
 
 
-def test_the_indexer_metrics_endpoint_is_off_unless_configured(tmp_path: Path) -> None:
+def test_the_health_ports_are_off_unless_configured(tmp_path: Path) -> None:
     path = write(tmp_path, "")
-    assert load_config(path).indexer.metrics_listen is None
-    env = {"TOOLSEARCH_INDEXER_METRICS_LISTEN": "0.0.0.0:9464"}
-    assert load_config(path, env).indexer.metrics_listen == "0.0.0.0:9464"
-    with pytest.raises(ConfigError, match=r"indexer\.metrics_listen"):
-        load_config(write(tmp_path, "indexer:\n  metrics_listen: 9464\n"))
+    assert load_config(path).indexer.health_listen is None
+    assert load_config(path).router.health_listen is None
+    env = {
+        "TOOLSEARCH_INDEXER_HEALTH_LISTEN": "0.0.0.0:9464",
+        "TOOLSEARCH_ROUTER_HEALTH_LISTEN": "0.0.0.0:8001",
+    }
+    assert load_config(path, env).indexer.health_listen == "0.0.0.0:9464"
+    assert load_config(path, env).router.health_listen == "0.0.0.0:8001"
+    with pytest.raises(ConfigError, match=r"indexer\.health_listen"):
+        load_config(write(tmp_path, "indexer:\n  health_listen: 9464\n"))
+
+
+def test_the_routers_health_port_is_fixed_and_apart_from_its_mcp_port(tmp_path: Path) -> None:
+    for text, why in (
+        ("router:\n  health_listen: 0.0.0.0:0\n", "needs a fixed port"),
+        ("router:\n  listen: 0.0.0.0:8000\n  health_listen: 127.0.0.1:8000\n", "a port of its own"),
+    ):
+        with pytest.raises(ConfigError, match=why):
+            load_config(write(tmp_path, text))
+
+
+def test_the_former_metrics_listen_key_says_what_it_is_called_now(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"metrics_listen is now health_listen"):
+        load_config(write(tmp_path, "indexer:\n  metrics_listen: 0.0.0.0:9464\n"))
+
+
+def test_the_links_certificates_come_from_folders_laid_out_as_tls_secrets(tmp_path: Path) -> None:
+    env = {
+        "TOOLSEARCH_INDEXER_TLS_DIR": "/etc/toolsearch/tls",
+        "TOOLSEARCH_ROUTER_INDEXER_TLS_DIR": "/etc/toolsearch/indexer-tls",
+    }
+    text = "router:\n  indexer_tls: {ca: a, cert: b, key: c, server_name: indexer}\n"
+    config = load_config(write(tmp_path, text), env)
+    assert config.indexer.tls is not None and config.router.indexer_tls is not None
+    assert str(config.indexer.tls.cert) == "/etc/toolsearch/tls/tls.crt"
+    assert str(config.indexer.tls.key) == "/etc/toolsearch/tls/tls.key"
+    assert str(config.indexer.tls.client_ca) == "/etc/toolsearch/tls/ca.crt"
+    assert str(config.router.indexer_tls.ca) == "/etc/toolsearch/indexer-tls/ca.crt"
+    assert str(config.router.indexer_tls.cert) == "/etc/toolsearch/indexer-tls/tls.crt"
+    assert config.router.indexer_tls.server_name == "indexer"  # the file's other keys stay
 
 
 EXCHANGE = (

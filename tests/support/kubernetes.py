@@ -71,18 +71,28 @@ class Manifests:
 
 def render(overlay: str) -> Manifests:
     """`kubectl kustomize deploy/kubernetes/overlays/<overlay>`, parsed."""
+    return render_folder(KUBERNETES / "overlays" / overlay, overlay)
+
+
+def render_folder(folder: Path, name: str) -> Manifests:
+    """`kubectl kustomize FOLDER`, parsed: an overlay of the repository's, or one a test writes."""
     kubectl = shutil.which("kubectl")
     if kubectl is None:
         pytest.skip("kubectl is not installed (its kustomize renders the manifests)")
     done = subprocess.run(
-        [kubectl, "kustomize", str(KUBERNETES / "overlays" / overlay)],
+        [kubectl, "kustomize", str(folder)],
         capture_output=True,
         text=True,
         timeout=RENDER_TIMEOUT,
         check=False,
     )
-    assert done.returncode == 0, f"kubectl kustomize {overlay}:\n{done.stderr}"
-    return Manifests(overlay, [o for o in yaml.safe_load_all(done.stdout) if o])
+    assert done.returncode == 0, f"kubectl kustomize {name}:\n{done.stderr}"
+    return Manifests(name, [o for o in yaml.safe_load_all(done.stdout) if o])
+
+
+def kustomization(overlay: str) -> Obj:
+    """An overlay's kustomization.yaml, parsed."""
+    return dict(yaml.safe_load((KUBERNETES / "overlays" / overlay / "kustomization.yaml").read_text()))
 
 
 def env_entries(container: Obj) -> Iterator[Obj]:

@@ -6,12 +6,14 @@
 What a cluster gives a container is given here as locally as it can be: each Service name and port
 becomes 127.0.0.1 and a free port (rewritten wherever the manifests or the ConfigMap's files name
 them, as the cluster's DNS would answer), the container's own listening ports the same free ports,
-its mounts folders (the ConfigMap's files written out; the model image's folder is the repository's
+its mounts folders (the ConfigMap's files written out; a Secret volume the folder given for that
+Secret, such as tests/support/cert_manager.py issues; the model image's folder is the repository's
 models/, which that image is built from; the toolsearch image's /app/examples is the repository's
 examples/, as the Dockerfile copies it), its environment resolved from values, Secrets and the
 downward API. The image's ENTRYPOINT (`toolsearch`) is this interpreter's `-m commands.cli`, and
 its PATH (the virtualenv first) this interpreter's folder first. The probes are run as the kubelet
-would, each within its own budget.
+would, each within its own budget; an HTTP probe's Host is the pod's IP and the port, as the
+kubelet's is (`POD_IP`, an address no request is sent to).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from commands.ports import free_port
 from tests.support.kubernetes import ROOT, Manifests, Obj
 from tests.support.processes import Proc, start_process
 
-NAMESPACE = "toolsearch"
+POD_IP = "10.244.0.17"  # the Host of the kubelet's HTTP probes: the pod's address, as a cluster gives one
 ENTRYPOINT = [sys.executable, "-m", "commands.cli"]  # the images' ENTRYPOINT ["toolsearch"]
 PROBE_POLL = 0.2  # seconds between probe attempts while waiting (the kubelet's period is longer)
 IMAGE_PATHS = {"/app/examples": ROOT / "examples"}  # Dockerfile: COPY examples/ /app/examples/
@@ -72,6 +74,7 @@ class LocalCluster:
     hosts: dict[str, str] = field(default_factory=dict)
     ports: dict[int, int] = field(default_factory=dict)  # container port -> local port
     procs: dict[str, Proc] = field(default_factory=dict)
+    secret_folders: Mapping[str, Path] = field(default_factory=dict)  # Secret volumes' files, by Secret
 
     def __post_init__(self) -> None:
         for service in self.manifests.of_kind("Service"):
@@ -79,6 +82,12 @@ class LocalCluster:
             for entry in service["spec"]["ports"]:
                 local = self.ports.setdefault(int(entry["port"]), free_port())
                 self.hosts.setdefault(f"{name}:{entry['port']}", f"127.0.0.1:{local}")
+        for workload in self.manifests.workloads():  # ports no Service names: the health ports
+            for container in self.manifests.containers(workload):
+                for entry in container.get("ports", []):
+                    self.ports.setdefault(int(entry["containerPort"]), free_port())
+        (namespace,) = self.manifests.of_kind("Namespace")
+        self.namespace = str(namespace["metadata"]["name"])
         config = self.workdir / "etc-toolsearch"
         config.mkdir(parents=True, exist_ok=True)
         self.mounts: dict[str, Path] = {
@@ -92,6 +101,11 @@ class LocalCluster:
                 for mount in container.get("volumeMounts", []):
                     path = mount["mountPath"]
                     volume = volumes.get(mount["name"], {})  # a StatefulSet's claims are not volumes
+                    if "secret" in volume:
+                        secret = volume["secret"]["secretName"]
+                        # the kubelet holds the pod in ContainerCreating until the Secret exists
+                        assert secret in self.secret_folders, f"{container['name']}: no Secret {secret}"
+                        self.mounts[path] = self.secret_folders[secret]
                     if "emptyDir" in volume and path != "/tmp" and path not in self.mounts:
                         folder = self.workdir / "empty-dirs" / path.strip("/").replace("/", "-")
                         folder.mkdir(parents=True, exist_ok=True)
@@ -148,7 +162,7 @@ class LocalCluster:
                 env[entry["name"]] = str(math.ceil(value))
             elif "fieldRef" in source:
                 assert source["fieldRef"]["fieldPath"] == "metadata.namespace", source
-                env[entry["name"]] = NAMESPACE
+                env[entry["name"]] = self.namespace
             else:
                 raise AssertionError(f"{container['name']}: unknown env source {source}")
         for source in container.get("envFrom", []):
@@ -170,8 +184,9 @@ class LocalCluster:
         by_name = {p.get("name"): int(p["containerPort"]) for p in container["ports"]}
         if "httpGet" in probe:
             port = probe["httpGet"]["port"]
-            local = self.ports[by_name[port] if isinstance(port, str) else int(port)]
-            return check_http(f"http://127.0.0.1:{local}{probe['httpGet']['path']}", timeout)
+            number = by_name[port] if isinstance(port, str) else int(port)
+            url = f"http://127.0.0.1:{self.ports[number]}{probe['httpGet']['path']}"
+            return check_http(url, timeout, host=f"{POD_IP}:{number}")
         if "grpc" in probe:
             return check_grpc(f"127.0.0.1:{self.ports[int(probe['grpc']['port'])]}", timeout=timeout)
         if "exec" in probe:

@@ -1,10 +1,14 @@
 """deploy/kubernetes: every overlay renders, validates against the Kubernetes API, and holds its promises.
 
-Each overlay is rendered by `kubectl kustomize` and every object validated offline against the
-API schemas of a current Kubernetes release (the package kubernetes-validate ships them, strict:
-an unknown field is an error). Then the objects are read for what a deployment needs: probes,
-requests and limits, an unprivileged read-only container, disruption budgets, spreading, the
-autoscalers, secrets only from Secrets, a shutdown that fits its grace period, and network policies.
+Each overlay is rendered by `kubectl kustomize` and every object validated offline, strictly (an
+unknown field is an error), against the API schemas of the oldest Kubernetes release the manifests
+support and of the current one (the package kubernetes-validate ships both), and cert-manager's
+objects against models of cert-manager's own CRDs (the package cloudcoil-models-cert-manager). Then
+the objects are read for what a deployment needs: probes on the health ports, requests and limits,
+an unprivileged read-only container, disruption budgets, spreading, the autoscalers, secrets only
+from Secrets, a shutdown that fits its grace period, and network policies.
+tests/system/test_kubernetes_references.py checks namespaces, references, images and parameters;
+tests/system/test_kubernetes_mtls.py the certificates of the link.
 """
 
 from __future__ import annotations
@@ -12,8 +16,10 @@ from __future__ import annotations
 import re
 import shutil
 from pathlib import Path
+from typing import Any
 
 import kubernetes_validate
+import pydantic
 import pytest
 import yaml
 
@@ -26,7 +32,10 @@ from tests.support.stack import wait_until
 from toolsearch.config import Config, parse_config
 from toolsearch.sections.state_url import parse_sentinel_url
 
-KUBERNETES_VERSION = kubernetes_validate.utils.latest_version()
+# 1.30: the oldest release the manifests support (preStop's sleep action is on by default from it);
+# the latest: the newest release whose schemas the package ships
+KUBERNETES_VERSIONS = ("1.30.0", kubernetes_validate.utils.latest_version())
+CERT_MANAGER_API = "cert-manager.io/v1"
 SECRET_WORDS = re.compile(r"SECRET|PASSWORD|TOKEN|AUTH|KEY", re.IGNORECASE)
 CONFIG_MOUNT = "/etc/toolsearch/toolsearch.yaml"
 
@@ -50,23 +59,59 @@ def test_there_is_a_small_and_a_scaled_overlay() -> None:
     assert {"small", "scaled"} <= set(OVERLAYS)
 
 
-def test_every_object_validates_against_the_kubernetes_api_schemas(manifests: Manifests) -> None:
+@pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
+def test_every_object_validates_against_the_kubernetes_api_schemas(
+    manifests: Manifests, version: str
+) -> None:
     assert manifests.objects
     for obj in manifests.objects:
+        if obj["apiVersion"] == CERT_MANAGER_API:
+            continue  # a custom resource: validated against cert-manager's CRDs below
         where = f"{manifests.overlay}: {obj['kind']}/{obj['metadata']['name']}"
         try:
-            kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
+            kubernetes_validate.validate(obj, version, strict=True)
         except kubernetes_validate.utils.ValidationError as exc:
-            raise AssertionError(
-                f"{where} is invalid for Kubernetes {KUBERNETES_VERSION}: {exc.message}"
-            ) from None
+            raise AssertionError(f"{where} is invalid for Kubernetes {version}: {exc.message}") from None
 
 
 def test_the_validation_refuses_what_the_api_would(manifests: Manifests) -> None:
     broken = yaml.safe_load(yaml.safe_dump(manifests.one("Deployment", "router")))
     broken["spec"]["template"]["spec"]["containers"][0]["livenessProbe"]["periodSecond"] = 10
+    for version in KUBERNETES_VERSIONS:
+        with pytest.raises(kubernetes_validate.utils.ValidationError):
+            kubernetes_validate.validate(broken, version, strict=True)
+    # a field newer than the oldest supported release is refused for it: the floor is real
+    newer = yaml.safe_load(yaml.safe_dump(manifests.one("Deployment", "router")))
+    newer["spec"]["template"]["spec"]["resources"] = {"limits": {"cpu": "1"}}  # pod-level: from 1.32
     with pytest.raises(kubernetes_validate.utils.ValidationError):
-        kubernetes_validate.validate(broken, KUBERNETES_VERSION, strict=True)
+        kubernetes_validate.validate(newer, KUBERNETES_VERSIONS[0], strict=True)
+    kubernetes_validate.validate(newer, KUBERNETES_VERSIONS[-1], strict=True)
+
+
+def validate_cert_manager(obj: dict[str, Any]) -> None:
+    """Strictly, as the API server with cert-manager's CRDs would: unknown and misspelt fields too."""
+    from cloudcoil.models.cert_manager import v1
+
+    models = {"Certificate": v1.Certificate, "Issuer": v1.Issuer}
+    assert obj["kind"] in models, f"no model for {obj['kind']}: add it"
+    models[obj["kind"]].model_validate(obj, strict=True, extra="forbid", by_alias=True, by_name=False)
+
+
+def test_cert_managers_objects_validate_against_its_crds(manifests: Manifests) -> None:
+    for obj in [o for o in manifests.objects if o["apiVersion"] == CERT_MANAGER_API]:
+        try:
+            validate_cert_manager(obj)
+        except pydantic.ValidationError as exc:
+            where = f"{manifests.overlay}: {obj['kind']}/{obj['metadata']['name']}"
+            raise AssertionError(f"{where}: {exc}") from None
+    if not manifests.of_kind("Certificate"):
+        return
+    # and the check refuses what cert-manager's webhook and the API server would
+    certificate = yaml.safe_load(yaml.safe_dump(manifests.of_kind("Certificate")[0]))
+    for field, value in (("secretNam", "x"), ("usages", ["server-auth"]), ("duration", 90)):
+        wrong = {**certificate, "spec": {**certificate["spec"], field: value}}
+        with pytest.raises(pydantic.ValidationError):
+            validate_cert_manager(wrong)
 
 
 def test_every_container_has_startup_readiness_and_liveness_probes(manifests: Manifests) -> None:
@@ -149,7 +194,7 @@ def test_the_scaled_overlay_autoscales_routers_and_indexers_apart_on_redis_with_
     for name, spec in autoscalers.items():
         assert spec["minReplicas"] >= 2 and spec["maxReplicas"] > spec["minReplicas"], name
         assert spec["metrics"][0]["resource"]["name"] == "cpu"
-        assert scaled.one("Deployment", name)["spec"]["replicas"] >= 2
+        assert "replicas" not in scaled.one("Deployment", name)["spec"]  # the autoscaler's to set
     indexer = scaled.containers(scaled.one("Deployment", "indexer"))[0]
     env = {e["name"]: e for e in indexer["env"]}
     address = parse_sentinel_url(env["TOOLSEARCH_INDEXER_STATE"]["value"])
@@ -239,25 +284,65 @@ def test_only_the_routers_are_reachable_and_only_routers_and_indexers_reach_the_
     policies = manifests.of_kind("NetworkPolicy")
     deny = [p for p in policies if p["spec"]["podSelector"] == {} and not p["spec"].get("ingress")]
     assert deny and deny[0]["spec"]["policyTypes"] == ["Ingress"]
-    allowed_from: dict[str, set[str]] = {}
+    # component -> source -> ports it may reach ("*": anywhere; "monitoring": that namespace)
+    allowed: dict[str, dict[str, set[int]]] = {}
     for workload in manifests.workloads():
         component = workload["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/component"]
         for policy in policies:
             if policy["spec"]["podSelector"] and manifests.selects(policy["spec"]["podSelector"], workload):
                 for rule in policy["spec"].get("ingress", []):
-                    sources = allowed_from.setdefault(component, set())
-                    if "from" not in rule:
-                        sources.add("*")
-                    for peer in rule.get("from", []):
-                        labels = peer.get("podSelector", {}).get("matchLabels", {})
-                        sources.add(labels.get("app.kubernetes.io/component", "other-namespace"))
-    assert allowed_from.pop("router") == {"*"}
-    assert allowed_from.pop("indexer") == {"router", "other-namespace"}  # metrics: the monitoring namespace
-    assert allowed_from.pop("bridge") <= {"router", "indexer"}
-    if "redis" in allowed_from:
-        assert allowed_from.pop("redis") == {"indexer", "redis"}
-    for component, sources in allowed_from.items():
-        assert "*" not in sources and sources <= {"router", "indexer"}, component
+                    ports = {int(p["port"]) for p in rule["ports"]}
+                    sources = allowed.setdefault(component, {})
+                    for peer in rule.get("from", [{"*": {}}]):
+                        if "namespaceSelector" in peer:
+                            source = peer["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"]
+                        else:
+                            source = peer.get("podSelector", {}).get("matchLabels", {})
+                            source = (
+                                source.get("app.kubernetes.io/component", "*") if peer != {"*": {}} else "*"
+                            )
+                        sources.setdefault(source, set()).update(ports)
+    config = toolsearch_config(manifests)
+    router_health = int(str(config.router.health_listen).rpartition(":")[2])
+    indexer_health = int(str(config.indexer.health_listen).rpartition(":")[2])
+    router_port = int(config.router.listen.rpartition(":")[2])
+    indexer_port = int(config.indexer.listen.rpartition(":")[2])
+    # the MCP port from anywhere; the health ports (metrics) only from the monitoring namespace
+    assert allowed.pop("router") == {"*": {router_port}, "monitoring": {router_health}}
+    assert allowed.pop("indexer") == {"router": {indexer_port}, "monitoring": {indexer_health}}
+    assert set(allowed.pop("bridge")) <= {"router", "indexer"}
+    if "redis" in allowed:
+        assert set(allowed.pop("redis")) == {"indexer", "redis"}  # never the routers
+    for component, sources in allowed.items():
+        assert set(sources) <= {"router", "indexer"}, component
+
+
+def test_the_probes_of_router_and_indexer_go_to_their_health_ports(manifests: Manifests) -> None:
+    config = toolsearch_config(manifests)
+    listens = {
+        "router": (config.router.health_listen, config.router.listen),
+        "indexer": (config.indexer.health_listen, config.indexer.listen),
+    }
+    for name, (health_listen, serving_listen) in listens.items():
+        (container,) = manifests.containers(manifests.one("Deployment", name))
+        ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+        assert health_listen is not None, f"{name}: no health_listen in the ConfigMap"
+        assert (
+            ports["health"] == int(health_listen.rpartition(":")[2]) != int(serving_listen.rpartition(":")[2])
+        )
+        for kind in ("startupProbe", "readinessProbe", "livenessProbe"):
+            probe = container[kind]
+            # an HTTP GET of the health port: no Host check (the kubelet's Host is the pod's IP) and
+            # no TLS (the link's mutual TLS would refuse the kubelet's gRPC probe)
+            assert probe["httpGet"]["port"] == "health", (name, kind)
+            assert probe["httpGet"]["path"] in ("/healthz", "/readyz"), (name, kind)
+        assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"  # ready: serving
+        assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"  # alive: restart otherwise
+    # the indexer's health port reaches Prometheus through its headless Service; the routers' stays
+    # off the Service clients are sent to
+    indexer_ports = {p["name"]: p["port"] for p in manifests.one("Service", "indexer")["spec"]["ports"]}
+    assert indexer_ports["health"] == int(str(config.indexer.health_listen).rpartition(":")[2])
+    assert [p["name"] for p in manifests.one("Service", "router")["spec"]["ports"]] == ["http"]
 
 
 def test_the_redis_pods_configuration_is_one_redis_server_accepts(tmp_path: Path) -> None:
@@ -272,6 +357,7 @@ def test_the_redis_pods_configuration_is_one_redis_server_accepts(tmp_path: Path
         env = {
             "CONFIG_DIR": str(folder),
             "POD_NAMESPACE": "toolsearch",
+            "CLUSTER_DOMAIN": "cluster.local",  # the scaled overlay's parameter
             "HOSTNAME": pod,
             "REDIS_PASSWORD": "pw",
         }

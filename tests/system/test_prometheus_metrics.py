@@ -34,7 +34,7 @@ TEXT_LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ [A-Z]+ ")
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    extra = {"indexer": {"metrics_listen": f"127.0.0.1:{free_port()}"}}
+    extra = {"indexer": {"health_listen": f"127.0.0.1:{free_port()}"}}
     with running_stack(tmp_path_factory.mktemp("metrics"), extra=extra) as running:
         yield running
 
@@ -107,7 +107,7 @@ def test_every_response_carries_a_request_id(stack: Stack) -> None:
 
 async def test_the_indexer_serves_its_families_on_the_metrics_port(stack: Stack) -> None:
     await use_both_tools(stack)
-    _, samples = scrape(f"http://{stack.config['indexer']['metrics_listen']}/metrics")
+    _, samples = scrape(f"http://{stack.config['indexer']['health_listen']}/metrics")
     assert value(samples, "toolsearch_indexer_sessions") >= 0
     assert value(samples, "toolsearch_indexer_index_versions") >= 1
     assert value(samples, "toolsearch_indexer_index_versions_built_total") >= 1

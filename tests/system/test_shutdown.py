@@ -235,7 +235,7 @@ def test_an_indexer_killed_while_embedding_restarts_on_its_cache_and_serves(tmp_
     extra = {
         "indexer": {
             "health": {"enabled": False},
-            "metrics_listen": metrics_listen,
+            "health_listen": metrics_listen,
             "cache_dir": str(cache_dir),
         }
     }

@@ -102,7 +102,9 @@ class Indexer(Section):
     state_acks: int = Field(default=0, ge=0, le=16)
     session_ttl: float = Field(default=86_400.0, ge=1)  # seconds a session lives after its last use
     lease_ttl: float = Field(default=10.0, ge=0.5, le=300)  # redis state: the lease's time to live
-    metrics_listen: str | None = None  # HOST:PORT of the Prometheus endpoint; None serves none
+    # HOST:PORT of the plain HTTP port for probes and scrapes: /healthz, /readyz, /metrics, outside
+    # the gRPC port's TLS and shared secret (indexer/api/probes.py); None serves none
+    health_listen: str | None = None
     discovery_timeout: float = Field(default=10.0, gt=0)
     max_sessions_per_principal: int = Field(default=100, ge=0)  # 0: no limit
     max_sessions: int = Field(default=20_000, ge=1)  # live sessions over every principal, anonymous included
@@ -117,8 +119,18 @@ class Indexer(Section):
     health: Health = Health()
 
     _listen = field_validator("listen")(classmethod(lambda cls, v: check_listen(v)))
-    _metrics_listen = field_validator("metrics_listen")(
+    _health_listen = field_validator("health_listen")(
         classmethod(lambda cls, v: None if v is None else check_listen(v))
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed(cls, data: object) -> object:
+        if isinstance(data, dict) and "metrics_listen" in data:
+            raise ValueError(
+                "metrics_listen is now health_listen (the port serves /healthz and /readyz beside "
+                "/metrics): rename the key"
+            )
+        return data
 
     _state = field_validator("state")(classmethod(lambda cls, v: check_state_url(v)))

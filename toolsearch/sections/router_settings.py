@@ -13,12 +13,14 @@ from pydantic import Field, field_validator, model_validator
 from toolsearch.sections.indexer_settings import IndexerClientTls
 from toolsearch.sections.settings import (
     Section,
+    check_fixed_port,
     check_host_pattern,
     check_http_url,
     check_indexer_address,
     check_listen,
     check_origin_pattern,
     check_pinned,
+    port_of,
 )
 
 JwtAlgorithm = Literal[
@@ -95,6 +97,9 @@ class RouterAuth(Section):
 
 class Router(Section):
     listen: str = "127.0.0.1:8000"
+    # a listener of its own for probes and scrapes: /healthz, /readyz and /metrics, outside the Host
+    # and Origin check and the connection limit (docs/router.md, "Health and metrics"); None: none
+    health_listen: str | None = None
     indexer: list[str] = ["127.0.0.1:50051"]  # indexer addresses, tried in turn
     indexer_timeout: float = Field(default=5.0, gt=0)
     # OpenSession may list passthrough backends and build an index version: more than a lookup
@@ -119,11 +124,20 @@ class Router(Section):
     pinned: list[str] = []
 
     _listen = field_validator("listen")(classmethod(lambda cls, v: check_listen(v)))
+    _health_listen = field_validator("health_listen")(
+        classmethod(lambda cls, v: None if v is None else check_fixed_port(v))
+    )
     _pinned = field_validator("pinned")(classmethod(lambda cls, v: [check_pinned(p) for p in v]))
     _hosts = field_validator("allowed_hosts")(classmethod(lambda cls, v: [check_host_pattern(h) for h in v]))
     _origins = field_validator("allowed_origins")(
         classmethod(lambda cls, v: [check_origin_pattern(o) for o in v])
     )
+
+    @model_validator(mode="after")
+    def _ports_apart(self) -> Router:
+        if self.health_listen is not None and port_of(self.health_listen) == port_of(self.listen):
+            raise ValueError("health_listen needs a port of its own, not listen's")
+        return self
 
     @field_validator("indexer")
     @classmethod

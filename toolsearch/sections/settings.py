@@ -30,6 +30,17 @@ def check_listen(value: str) -> str:
     return value
 
 
+def port_of(listen: str) -> int:
+    return int(listen.rpartition(":")[2])
+
+
+def check_fixed_port(value: str) -> str:
+    # a listener that probes and scrapes are pointed at: its port is known before it starts
+    if port_of(check_listen(value)) == 0:
+        raise ValueError(f"needs a fixed port (probes and scrapers are pointed at it), got {value!r}")
+    return value
+
+
 def check_http_url(value: str) -> str:
     if not value.startswith(("http://", "https://")) or len(value.split("://", 1)[1]) == 0:
         raise ValueError(f"must be an http:// or https:// URL, got {value!r}")

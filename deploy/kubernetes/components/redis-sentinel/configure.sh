@@ -6,7 +6,9 @@
 set -eu
 SERVICE="${SENTINEL_SERVICE:-toolsearch}"
 CONFIG="${CONFIG_DIR:-/config}"  # another folder only for a dry run outside the pod
-DOMAIN="redis.${POD_NAMESPACE}.svc.cluster.local"
+# the pods' names as every pod of the cluster resolves them: the StatefulSet's headless Service in
+# this pod's namespace, under the cluster's DNS domain (the overlay's cluster-domain parameter)
+DOMAIN="redis.${POD_NAMESPACE}.svc.${CLUSTER_DOMAIN:-cluster.local}"
 SELF="${HOSTNAME}.${DOMAIN}"
 PRIMARY=""
 for i in 0 1 2; do
