@@ -12,17 +12,20 @@ The answer is a `Found`, a plain value: indexer/api/messages.py turns it into th
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from indexer.backends.registry import Registry
+from indexer.embedder.base import EmbedderUnavailable
 from indexer.errors import InvalidRequest
 from indexer.retrieval.bands import UNTRAINED_BANDS, Bands, match_band
 from indexer.retrieval.embeddings import Embeddings
 from indexer.retrieval.index import IndexVersion, VersionPool
 from indexer.retrieval.query import Need, Query
+from indexer.retrieval.search import Method
 from indexer.retrieval.text import query_texts
 from indexer.retrieval.tools import estimate_prompt_tokens
 from indexer.sessions.views import LiveSession
@@ -88,6 +91,25 @@ class Found:
     token_metrics: TokenMetrics
     empty_reason: str = ""
     note: str = ""  # set when every tool matched weakly: nothing here fits
+
+
+def lexical_band(match: float) -> str:
+    """The band of a hit found by words alone: an exact name is strong; for the rest no similarity was
+    measured, so none is called strong or weak."""
+    return "strong" if match >= 1.0 else "possible"
+
+
+def lexical_note(reason: str, unavailable: Sequence[UnavailableBackend]) -> str:
+    """What an answer from the lexical arm alone says: why, and what that means for the matches."""
+    note = (
+        f"Matched by words alone: the embedding model is unavailable right now ({reason}). These tools "
+        "share words with the task; how closely each fits was not measured. Describe the task with the "
+        "words a tool would use, or try again shortly."
+    )
+    if unavailable:
+        named = ", ".join(f"{u.id} ({u.status})" for u in unavailable)
+        note += f" Unavailable right now, so their tools cannot be found or called: {named}."
+    return note
 
 
 class Finder:
@@ -167,6 +189,30 @@ class Finder:
         )
         return out
 
+    async def _needs(self, version: IndexVersion, texts: list[str]) -> tuple[tuple[Need, ...], str]:
+        """Each query text with its vector; or, when the embedder cannot give them now (or the version
+        was built without vectors), the whole query with a zero placeholder and the reason why."""
+        reason = ""
+        if version.dense:
+            try:
+                with tracer.start_as_current_span("embed query") as span:
+                    span.set_attribute("toolsearch.texts", len(texts))  # how many, never what
+                    rows = await self._embeddings.embed_query_texts(texts)
+                # each text with its own vector: the search scores every need with both arms
+                return tuple(Need(text, row) for text, row in zip(texts, rows, strict=True)), ""
+            except EmbedderUnavailable as exc:
+                reason = str(exc)
+        else:
+            outage = self._embeddings.outage
+            reason = (outage.reason if outage is not None else "") or (
+                "the embedding model was unavailable when this catalog was indexed; its vectors are "
+                "being computed"
+            )
+        if self._embeddings.outage is not None:
+            self._embeddings.outage.answered_lexically()
+        placeholder = np.zeros(version.dimension, dtype=np.float32)
+        return (Need(texts[0], placeholder),), reason
+
     async def find(
         self, session: LiveSession, query: str, keywords: Sequence[str], limit: int, compact: bool = False
     ) -> Found:
@@ -176,6 +222,7 @@ class Finder:
         version = snapshot.version
         tools: list[FoundTool] = []
         empty_reason = ""
+        lexical = ""  # why the answer comes from the lexical arm alone, when it does
         if not version.tools:
             empty_reason = self._empty_reason(session)
         elif not query.strip() and not any(k.strip() for k in keywords):
@@ -183,17 +230,15 @@ class Finder:
         else:
             # the whole query, then each sentence of a long one; concurrent queries share model calls
             texts = query_texts(query, keywords)
-            with tracer.start_as_current_span("embed query") as span:
-                span.set_attribute("toolsearch.texts", len(texts))  # how many, never what
-                rows = await asyncio.gather(*(self._embeddings.embed_query(text) for text in texts))
-            # each text with its own vector: the search scores every need with both arms
-            needs = tuple(Need(text, row) for text, row in zip(texts, rows, strict=True))
+            needs, lexical = await self._needs(version, texts)
             with tracer.start_as_current_span("search") as span:
-                hits = version.find_hits(Query(query, tuple(keywords), needs), limit)
+                method: Method = "lexical" if lexical else "hybrid"
+                hits = version.find_hits(Query(query, tuple(keywords), needs), limit, method)
                 span.set_attributes(
                     {
                         "toolsearch.index_version": f"v{snapshot.number}/{version.fingerprint[:12]}",
                         "toolsearch.hits": len(hits),
+                        "toolsearch.lexical_only": bool(lexical),
                     }
                 )
             for tool, hit in hits:
@@ -213,7 +258,7 @@ class Finder:
                         score=hit.score,
                         server_title=server_title(info),
                         server_description=server_description(info),
-                        match=match_band(hit.match, self._bands),
+                        match=lexical_band(hit.match) if lexical else match_band(hit.match, self._bands),
                         relevance=hit.match,
                     )
                 )
@@ -222,6 +267,8 @@ class Finder:
         unavailable = self._unavailable(session)
         weak = tools and all(tool.match == "weak" for tool in tools)
         note = self._weak_note(unavailable) if weak else ""
+        if lexical:
+            note = lexical_note(lexical, unavailable)
         baseline = version.baseline_tokens
         returned = sum(estimate_prompt_tokens(t.definition_json) for t in tools)
         savings = round(100.0 * (1 - returned / baseline), 2) if baseline else 0.0
