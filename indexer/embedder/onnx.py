@@ -60,6 +60,8 @@ class OnnxEmbedder:
     texts per forward pass.
     """
 
+    kind = "onnx"  # what the status says embeds
+
     def __init__(
         self,
         model_dir: Path,

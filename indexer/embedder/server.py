@@ -57,6 +57,8 @@ class ServerEmbedder:
     HTTP client's pool is shared.
     """
 
+    kind = "server"  # what the status says embeds
+
     def __init__(self, settings: ServerSettings, count_tokens: Callable[[str], int]) -> None:
         if settings.batch_size < 1:
             raise ValueError("batch_size must be at least 1")
@@ -181,10 +183,14 @@ def read_answer(document: Any, count: int, dimension: int | None, where: str) ->
         lengths = sorted({len(row or ()) for row in rows})
         raise ServerUnavailable(f"{where} answered vectors of dimension {lengths}, not {width}")
     try:
-        array = np.asarray(rows, dtype=np.float32)
+        parsed = np.asarray(rows)  # numbers only: a string among them makes another kind of array
     except (TypeError, ValueError):
-        raise ServerUnavailable(f"{where} answered an embedding that is not a list of numbers") from None
-    norms = np.linalg.norm(array, axis=1)
+        parsed = np.asarray([])
+    if parsed.dtype.kind not in "fi" or parsed.ndim != 2:
+        raise ServerUnavailable(f"{where} answered an embedding that is not a list of numbers")
+    with np.errstate(over="ignore", invalid="ignore"):
+        array = parsed.astype(np.float32)
+        norms = np.linalg.norm(array, axis=1)
     if not np.isfinite(array).all() or not np.all(norms > 0) or not all(map(math.isfinite, norms)):
         raise ServerUnavailable(f"{where} answered vectors that are not finite, or all zero")
     model = document.get("model")

@@ -76,6 +76,12 @@ def status_view(status: pb.StatusResponse) -> dict[str, Any]:
             "model_calls": counters.model_calls,
             "texts_embedded": counters.texts_embedded,
             "cache_hits": counters.cache_hits,
+            "embedder": counters.embedder,
+            "unavailable": counters.unavailable,
+            "unavailable_reason": counters.unavailable_reason,
+            "unavailable_since": _iso(counters.unavailable_since_unix) if counters.unavailable else None,
+            "outages": counters.outages,
+            "lexical_answers": counters.lexical_answers,
         },
         "backends": [
             {
