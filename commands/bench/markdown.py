@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from commands.bench.embedding_report import batching, cold_open, embedding_server
 from commands.bench.plan import CONCURRENCY, QUERY_SETS
 from commands.retrieval.scoring import PEER
 
@@ -54,18 +55,28 @@ def header(results: dict[str, Any]) -> list[str]:
         "",
         "## Targets",
         "",
-        row("target", "measured", "limit", "result"),
-        rule("l", "r", "r", "l"),
+        "The embedding server's column: the same figure with the indexer embedding through an",
+        "inference server on the same machine (the `server` part), where the run measured it.",
+        "",
+        row("target", "measured", "limit", "result", "embedding server"),
+        rule("l", "r", "r", "l", "r"),
         *(
             row(
                 t["target"],
                 f"{t['value']} {t['unit']}",
                 f"{'≤' if t.get('at_most', True) else '≥'} {t['limit']} {t['unit']}",
                 verdict(t),
+                server_cell(t),
             )
             for t in results["targets"]
         ),
     ]
+
+
+def server_cell(target: dict[str, Any]) -> str:
+    if target.get("server") is None:
+        return ""
+    return f"{target['server']} {target['unit']} ({'pass' if target['server_pass'] else 'miss'})"
 
 
 def find_tool(results: dict[str, Any]) -> list[str]:
@@ -361,7 +372,18 @@ def failures(results: dict[str, Any]) -> list[str]:
 def markdown(results: dict[str, Any]) -> str:
     """The whole report; a section whose part failed says so instead of its figures."""
     lines = header(results)
-    for section in (find_tool, embedders, sessions, reindex_memory, stdio, peer):
+    sections = (
+        find_tool,
+        batching,
+        embedding_server,
+        embedders,
+        sessions,
+        cold_open,
+        reindex_memory,
+        stdio,
+        peer,
+    )
+    for section in sections:
         try:
             lines += section(results)
         except (KeyError, IndexError, TypeError) as exc:

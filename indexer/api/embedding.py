@@ -140,6 +140,7 @@ def embeddings_for(section: Indexer, embedder: Embedder, store: EmbeddingStore |
 
     path = QueryPath(
         batch=batching.max_texts,
+        chars=batching.max_chars,
         coalesce=batching.enabled,
         embed=within_deadline,
         outage=Outage(check, choice.retry_interval),

@@ -52,6 +52,11 @@ from indexer.state.base import EmbeddingStore
 _log = logging.getLogger(__name__)
 
 QUERY_BATCH = 64  # query texts per model call: more only delays the first of them
+# A query call's padded size (texts x the longest, in characters) at most, beyond its first query.
+# Unbounded (64 texts), 32 task instructions sent at once were embedded at a third of the rate one
+# query a call gave, one-line requests at 0.6 of it: a large call costs more a text on a CPU
+# (docs/performance.md, "Queries batched"). Bounded, the rate is one query a call's or better.
+QUERY_CHARS = 1024
 
 
 PROGRESS_EVERY = 5.0  # seconds between progress lines while a large batch of documents is embedded
@@ -100,14 +105,17 @@ class _Progress:
 class QueryPath:
     """How query texts reach the model, and whether the embedder can be away.
 
-    `items`: query vectors kept (an LRU by text). `batch`: query texts in one model call at most;
-    `coalesce` off: one query a call. `embed`: the call for query texts (the embedder's `embed` by
-    default; a server's within the query deadline). `outage`: for an embedder that can be away (an
-    inference server), which document builds heed too.
+    `items`: query vectors kept (an LRU by text). `batch`: query texts in one model call at most, and
+    `chars` its padded size at most (texts x the longest, in characters: a call costs about that, and
+    on a CPU a large one costs more a text, not less); `coalesce` off: one query a call. A query's
+    texts always go together, in one call, whatever its size. `embed`: the call for query texts (the
+    embedder's `embed` by default; a server's within the query deadline). `outage`: for an embedder
+    that can be away (an inference server), which document builds heed too.
     """
 
     items: int = 4096
     batch: int = QUERY_BATCH
+    chars: int = QUERY_CHARS
     coalesce: bool = True
     embed: Callable[[Sequence[str]], Vectors] | None = None
     outage: Outage | None = None
@@ -157,6 +165,7 @@ class Embeddings:
         self._gate = ModelGate(queries_recent)
         self._queries: OrderedDict[str, Vectors] = OrderedDict()
         self._query_batch = queries.batch
+        self._query_chars = queries.chars
         self._coalesce = queries.coalesce
         self._query_embed = queries.embed or embedder.embed
         self._outage = queries.outage
@@ -286,12 +295,18 @@ class Embeddings:
         """The next model call's texts: whole queries in their order of arrival, up to the batch's
         texts (at least one query), or one query alone when batching across queries is off."""
         texts: list[str] = []
+        longest = 0
         while self._units:
             unit = self._units[0]
-            if texts and (not self._coalesce or len(texts) + len(unit) > self._query_batch):
+            widest = max(longest, *map(len, unit))
+            padded = (len(texts) + len(unit)) * widest  # what the call costs: every text padded to it
+            if texts and (
+                not self._coalesce or len(texts) + len(unit) > self._query_batch or padded > self._query_chars
+            ):
                 break
             self._units.popleft()
             texts += unit
+            longest = widest
         return {text: self._pending.pop(text) for text in texts}
 
     async def _run_queries(self) -> None:

@@ -140,3 +140,16 @@ async def test_a_batch_holds_whole_queries_up_to_its_texts() -> None:
 def test_a_query_batch_of_no_texts_is_refused() -> None:
     with pytest.raises(ValueError, match="at least 1"):
         QueryPath(batch=0)
+
+
+async def test_a_batch_of_long_texts_stops_at_its_padded_size_and_a_long_query_still_goes_whole() -> None:
+    recording = Recording()
+    embeddings = Embeddings(recording, queries=QueryPath(chars=600))
+    short = [[f"short request {i}"] for i in range(6)]
+    long = [[f"a long task {i} " + "word " * 100, f"its first need {i}"] for i in range(3)]
+    await asyncio.gather(*(embeddings.embed_query_texts(group) for group in [*short, *long]))
+    embeddings.close()
+    for batch in recording.batches[1:]:  # the first call starts alone, before any other arrives
+        padded = len(batch) * max(map(len, batch))
+        assert padded <= 600 or batch in long, batch  # a query over the budget still goes, alone
+    assert [group for group in long if group in recording.batches] == long

@@ -130,6 +130,8 @@ class QueryBatching(Section):
 
     enabled: bool = True  # queries arriving together share one model call; false: one query a call
     max_texts: int = Field(default=64, ge=1, le=1024)  # query texts in one model call at most
+    # a call's padded size at most (texts x the longest, in characters), beyond its first query
+    max_chars: int = Field(default=1024, ge=1, le=1_000_000)
 
 
 class Indexer(Section):
