@@ -6,14 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from commands.bench.plan import QUERY_SETS
-
-
-def _row(*cells: object) -> str:
-    return "| " + " | ".join(str(c) for c in cells) + " |"
-
-
-def _run(run: dict[str, Any]) -> str:
-    return f"{run['p50_ms']:.1f} / {run['p99_ms']:.1f} ({run['throughput_per_second']:.1f}/s)"
+from commands.bench.tables import rate, row, rule
 
 
 def batching(results: dict[str, Any]) -> list[str]:
@@ -26,15 +19,15 @@ def batching(results: dict[str, Any]) -> list[str]:
         "The large stack's indexer restarted for each (`indexer.query_batching.enabled`), the same "
         "queries both times; model calls a query and texts a model call from the indexer's Status.",
         "",
-        _row("queries", "clients", "one at a time", "batched", "model calls a query", "texts a call"),
-        "| --- | ---: | ---: | ---: | ---: | ---: |",
+        row("queries", "clients", "one at a time", "batched", "model calls a query", "texts a call"),
+        rule("l", "r", "r", "r", "r", "r"),
     ]
     for name in QUERY_SETS:
         for clients in ("1", "32"):
             one, batched = found["one_at_a_time"][name][clients], found["batched"][name][clients]
             calls = f"{one['model_calls_per_query']} → {batched['model_calls_per_query']}"
             texts = f"{one['texts_per_model_call']} → {batched['texts_per_model_call']}"
-            lines.append(_row(name, clients, _run(one), _run(batched), calls, texts))
+            lines.append(row(name, clients, rate(one), rate(batched), calls, texts))
     lines.append("")
     for name, ratios in found["ratios"].items():
         lines.append(
@@ -59,13 +52,13 @@ def embedding_server(results: dict[str, Any]) -> list[str]:
         f"indexer's cold start embedded {start['texts_embedded']} texts through it in "
         f"{start['seconds_to_ready']} s; {found['lexical_answers']} answers came from the lexical arm.",
         "",
-        _row("queries", "clients", "through the server", "model calls a query", "texts a call"),
-        "| --- | ---: | ---: | ---: | ---: |",
+        row("queries", "clients", "through the server", "model calls a query", "texts a call"),
+        rule("l", "r", "r", "r", "r"),
     ]
     for name in QUERY_SETS:
         for clients, run in found["find_tool"][name].items():
             calls, texts = run["model_calls_per_query"], run["texts_per_model_call"]
-            lines.append(_row(name, clients, _run(run), calls, texts))
+            lines.append(row(name, clients, rate(run), calls, texts))
     return lines
 
 
@@ -79,14 +72,12 @@ def cold_open(results: dict[str, Any]) -> list[str]:
         "",
         f"## Where a cold open's time goes ({cold['tools']} tools, {where['texts_embedded']} texts embedded)",
         "",
-        _row("", "seconds"),
-        "| --- | ---: |",
-        _row("the open beside the steady find_tool load (the target's figure)", during),
-        _row("the same open with nothing beside it (an indexer restarted on an empty cache)", alone),
-        _row("the floor: the model's own time for the texts, in this process, nothing beside it", floor),
-        _row(
-            "the whole build in this process (texts, embeddings, BM25, FAISS)", where["build_floor_seconds"]
-        ),
+        row("", "seconds"),
+        rule("l", "r"),
+        row("the open beside the steady find_tool load (the target's figure)", during),
+        row("the same open with nothing beside it (an indexer restarted on an empty cache)", alone),
+        row("the floor: the model's own time for the texts, in this process, nothing beside it", floor),
+        row("the whole build in this process (texts, embeddings, BM25, FAISS)", where["build_floor_seconds"]),
         "",
         f"Beside the load the open took {during - alone:+.2f} s more than alone (queries go first); "
         f"alone, {alone - floor:.2f} s more than the model's own time (listing with the caller's token, "

@@ -6,6 +6,7 @@ from typing import Any
 
 from commands.bench.embedding_report import batching, cold_open, embedding_server
 from commands.bench.plan import CONCURRENCY, QUERY_SETS
+from commands.bench.tables import ms, row, rule
 from commands.retrieval.scoring import PEER
 
 CHART = "bench-latency.png"
@@ -17,19 +18,6 @@ CPU_COLUMNS = (
     ("catalog-main", "catalog server"),
     ("other", "other"),
 )
-
-
-def row(*cells: object) -> str:
-    return "| " + " | ".join(str(c) for c in cells) + " |"
-
-
-def rule(*aligns: str) -> str:
-    return row(*("---:" if a == "r" else "---" for a in aligns))
-
-
-def ms(summary: dict[str, Any]) -> str:
-    """p50 / p99 in milliseconds."""
-    return f"{summary['p50_ms']:.1f} / {summary['p99_ms']:.1f}"
 
 
 def verdict(target: dict[str, Any]) -> str:

@@ -106,10 +106,15 @@ def lexical_note(reason: str, unavailable: Sequence[UnavailableBackend]) -> str:
         "share words with the task; how closely each fits was not measured. Describe the task with the "
         "words a tool would use, or try again shortly."
     )
-    if unavailable:
-        named = ", ".join(f"{u.id} ({u.status})" for u in unavailable)
-        note += f" Unavailable right now, so their tools cannot be found or called: {named}."
-    return note
+    return note + unavailable_said(unavailable)
+
+
+def unavailable_said(unavailable: Sequence[UnavailableBackend]) -> str:
+    """What a note adds about the session's backends that cannot be used now ("" when none)."""
+    if not unavailable:
+        return ""
+    named = ", ".join(f"{u.id} ({u.status})" for u in unavailable)
+    return f" Unavailable right now, so their tools cannot be found or called: {named}."
 
 
 class Finder:
@@ -167,10 +172,7 @@ class Finder:
             "below are only the closest and probably cannot do it. Do without a tool, or describe the "
             "task differently."
         )
-        if unavailable:
-            named = ", ".join(f"{u.id} ({u.status})" for u in unavailable)
-            note += f" Unavailable right now, so their tools cannot be found or called: {named}."
-        return note
+        return note + unavailable_said(unavailable)
 
     def _unavailable(self, session: LiveSession) -> list[UnavailableBackend]:
         """The session's backends whose tools cannot be found now: down, or refusing its credentials."""
