@@ -18,12 +18,13 @@ from typing import Any
 import httpx2
 import numpy as np
 import pytest
+import yaml
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from commands.status import fetch
 from indexer.api.embedding import served_bands, server_embedder
-from indexer.embedder import load_embedder
+from indexer.embedder import EmbedderError, load_embedder
 from indexer.embedder.server import ServerEmbedder, ServerSettings, ServerUnavailable, read_answer
 from indexer.retrieval.bands import UNTRAINED_BANDS, model_bands
 from tests.support.catalogs import small_catalog
@@ -31,6 +32,7 @@ from tests.support.embedding_server import MODELS, EmbeddingServer
 from tests.support.in_process import in_process_stack
 from tests.support.stack import Stack, structured
 from tests.support.waits import wait_for
+from toolsearch.config import ConfigError, load_config
 from toolsearch.sections.indexer_settings import (
     BASE_MODEL_NAME,
     TUNED_MODEL_NAME,
@@ -251,3 +253,28 @@ async def test_a_model_swapped_behind_the_same_url_is_refused_never_mixed(
         await wait_for(lambda: not embedding_status(stack).unavailable, within=60, poll=0.3)
         answer = await find(c, "nba team standings this season")
         assert LEXICAL not in answer.get("message", ""), answer
+
+
+@pytest.mark.parametrize(
+    ("embedder", "said"),
+    [
+        ("cuda", "must be onnx or torch, or a mapping naming an inference server"),
+        ({"url": "ftp://embeddings/v1", "model": "m"}, "url: must be an http:// or https:// URL"),
+        ({"url": "http://embeddings/v1"}, "model: Field required"),
+        ({"url": "http://embeddings/v1", "model": "m", "timout": 3}, "timout: unknown key"),
+        ({"url": "http://e/v1", "model": "m", "bands": {"strong": 0.2, "possible": 0.5}}, "must not exceed"),
+    ],
+)
+def test_an_inference_servers_settings_are_checked_naming_the_key(
+    tmp_path: Path, embedder: Any, said: str
+) -> None:
+    path = tmp_path / "toolsearch.yaml"
+    path.write_text(yaml.safe_dump({"indexer": {"embedder": embedder}}))
+    with pytest.raises(ConfigError, match=r"indexer\.embedder") as caught:
+        load_config(path, {})
+    assert said in str(caught.value) and str(path) in str(caught.value)
+
+
+def test_an_api_key_variable_that_is_not_set_is_named() -> None:
+    with pytest.raises(EmbedderError, match=f"{KEY_ENV}, which is not set"):
+        server_embedder(settings("http://127.0.0.1:1/v1"), TUNED, {})

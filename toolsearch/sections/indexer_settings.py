@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from toolsearch.sections.settings import Section, check_http_url, check_listen
 from toolsearch.sections.state_url import check_state_url
@@ -85,6 +85,9 @@ class IndexerClientTls(Section):
     cert: Path  # PEM: the router's client certificate (chain)
     key: Path  # PEM: its private key
     server_name: str | None = None  # the name to check in the indexer's certificate (default: the host)
+
+
+EMBEDDER_NAMES = ("onnx", "torch")  # the models in process; a mapping names an inference server
 
 
 class MatchBands(Section):
@@ -166,6 +169,32 @@ class Indexer(Section):
     health: Health = Health()
 
     _listen = field_validator("listen")(classmethod(lambda cls, v: check_listen(v)))
+
+    @field_validator("embedder", mode="before")
+    @classmethod
+    def _embedder(cls, value: object) -> object:
+        """A name or a server's mapping, each with one error of its own (not both sides of the union)."""
+        if isinstance(value, dict):
+            try:
+                return EmbeddingServer.model_validate(value)
+            except ValidationError as exc:
+                problems = "; ".join(
+                    f"{'.'.join(str(p) for p in e['loc'])}: "
+                    + (
+                        "unknown key"
+                        if e["type"] == "extra_forbidden"
+                        else e["msg"].removeprefix("Value error, ")
+                    )
+                    for e in exc.errors()
+                )
+                raise ValueError(f"an inference server's settings are wrong: {problems}") from None
+        if isinstance(value, str) and value not in EMBEDDER_NAMES:
+            raise ValueError(
+                f"must be {' or '.join(EMBEDDER_NAMES)}, or a mapping naming an inference server "
+                f"(url, model), got {value!r}"
+            )
+        return value
+
     _metrics_listen = field_validator("metrics_listen")(
         classmethod(lambda cls, v: None if v is None else check_listen(v))
     )
