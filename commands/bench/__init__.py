@@ -27,6 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from commands.bench.plan import PARTS
 from indexer.embedder import EMBEDDER_KINDS
 from toolsearch.sections.indexer_settings import TUNED_MODEL_NAME
 
@@ -53,7 +54,8 @@ async def _main(args: argparse.Namespace) -> int:
     kinds = BOTH if args.embedder == "both" else (args.embedder,)
     embedders = {kind: await asyncio.to_thread(load_embedder, kind, model) for kind in kinds}
     with tempfile.TemporaryDirectory(prefix="toolsearch-bench-") as folder:
-        run = Run(plan, model, embedders, Path(folder), progress, logs=args.out / "logs")
+        only = frozenset(args.only.split(",")) if args.only else None
+        run = Run(plan, model, embedders, Path(folder), progress, logs=args.out / "logs", only=only)
         try:
             results = await run.all()
         finally:
@@ -77,6 +79,9 @@ async def _main(args: argparse.Namespace) -> int:
     paths = write(results, args.out)
     progress(f"wrote {', '.join(str(p) for p in paths.values())}")
     for target in results["targets"]:
+        if target["value"] is None:
+            print(f"----  {target['target']}: not measured")
+            continue
         verdict = "pass" if target["pass"] else "MISS"
         print(
             f"{verdict:4}  {target['target']}: {target['value']} {target['unit']} (limit {target['limit']})"
@@ -125,4 +130,18 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="the floor's and the indexer's embedder (indexer.embedder); both (the default): every part "
         f"with {BOTH[0]}, and the floor and find_tool again with {BOTH[1]}, side by side",
     )
+    parser.add_argument(
+        "--only",
+        type=_parts,
+        default=None,
+        metavar="PART[,PART...]",
+        help="run only these parts: " + ", ".join(PARTS) + " (default: all of them)",
+    )
     parser.set_defaults(func=run_cli)
+
+
+def _parts(value: str) -> str:
+    unknown = [part for part in value.split(",") if part not in PARTS]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown part {unknown[0]!r}: one of {', '.join(PARTS)}")
+    return value

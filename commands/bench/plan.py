@@ -6,6 +6,20 @@ from dataclasses import dataclass, field
 
 QUERY_SETS = ("stabletoolbench", "metatool")
 CLIENT_COUNTS = (1, 8, 32)  # clients searching at once: one run each
+# what `toolsearch bench --only` selects: the large stack's parts (1 to 7), queries batched against
+# one at a time, find_tool with the model behind an embedding server, then the other stacks' parts
+PARTS = (
+    "large",
+    "batching",
+    "server",
+    "other-embedder",
+    "small",
+    "kept-sessions",
+    "cold",
+    "cold-large",
+    "stdio",
+    "first-run",
+)
 
 
 @dataclass(frozen=True)

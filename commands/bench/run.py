@@ -11,12 +11,15 @@ again on a stack of its own (its own indexer process and caches), with the same 
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
+import shutil
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from commands.bench.batching import InfinityServer, batching, find_tool_runs
 from commands.bench.catalogs import RunCatalogs, advertised_backends, call_target, started
 from commands.bench.common import CatalogFile, CpuMeter, QueryPool
 from commands.bench.embedding import cold_build, restart_in_process
@@ -32,9 +35,10 @@ from commands.bench.memory import memory
 from commands.bench.peer import peer_part
 from commands.bench.plan import CLIENT_COUNTS, QUERY_SETS, Plan
 from commands.bench.reindex import reindex
-from commands.bench.sessions import cold_open, open_many
+from commands.bench.sessions import cold_open, open_many, open_once
 from commands.bench.stack import CatalogSpec, Stack, secret
 from commands.bench.stdio import stdio_part
+from commands.status import fetch
 from indexer.embedder import Embedder
 from toolsearch.sections.indexer_settings import Health
 
@@ -55,8 +59,11 @@ class Run:
         work: Path,
         progress: Callable[[str], None],
         logs: Path | None = None,
+        only: frozenset[str] | None = None,
     ):
-        """`embedders`: indexer.embedder kind -> the embedder, the one that runs every part first."""
+        """`embedders`: indexer.embedder kind -> the embedder, the one that runs every part first;
+        `only`: the `PARTS` to run (None: all)."""
+        self.only = only
         self.logs = logs
         self.plan, self.model, self.work, self.progress = plan, model, work, progress
         self.embedders = embedders
@@ -90,6 +97,10 @@ class Run:
                 "find_tool": self.out["find_tool"],
             }
         }
+
+    def wants(self, part: str) -> bool:
+        """Whether this run measures `part` (one of `PARTS`)."""
+        return self.only is None or part in self.only
 
     def floor(self) -> None:
         """Part 1, and part 7's cold throughput: the large catalog built in process, then searched."""
@@ -134,7 +145,10 @@ class Run:
         return True
 
     async def large(self) -> None:
-        """Parts 2, 3, 4 (warm, large), 6, 7 (restarts) and 5 on the large catalog's stack."""
+        """Parts 2, 3, 4 (warm, large), 6, 7 (restarts) and 5 on the large catalog's stack; with
+        "batching", queries batched against one at a time on it too."""
+        if not (self.wants("large") or self.wants("batching")):
+            return
         cat, out = self.catalogs, self.out
         specs = [
             CatalogSpec("main", cat.large),
@@ -148,28 +162,77 @@ class Run:
             ready = await stack.start_indexer()
             out["session_open"]["indexer_cold_start"]["large"] = started(stack, ready, cat.large)
             await stack.start_router()
-            self.progress(f"large stack: idle for {self.plan.idle_seconds:g}s (background CPU)")
-            meter = CpuMeter(stack.pids())
-            await asyncio.sleep(self.plan.idle_seconds)
-            out["background"] = {"backends": len(cat.large.servers) + 2, **meter.stop()}
-            await self.guarded("find_tool", self.find_tool(stack))
-            await self.guarded("call_tool", self.call_tool(stack))
-            await self.guarded("session_open", self.warm_opens(stack, "large", cat.large))
-            await self.guarded("probe_load", self.probe_load(stack))
-            self.progress("indexer restart on its filled cache")
-            out["embedding"]["process_restart"] = started(stack, await stack.start_indexer(), cat.large)
-            await self.guarded("memory", self.memory(stack, specs))
-            stack.stop("router")
-            stack.stop("indexer")
-            self.progress("in-process indexer start on the same cache, then re-index")
-            indexer, restarted = await restart_in_process(stack.config_path, self.embedder)
-            out["embedding"]["restart"] = restarted
-            try:
-                await self.guarded("reindex", self.reindex(indexer))
-            finally:
-                await indexer.close()
+            if self.wants("large"):
+                self.progress(f"large stack: idle for {self.plan.idle_seconds:g}s (background CPU)")
+                meter = CpuMeter(stack.pids())
+                await asyncio.sleep(self.plan.idle_seconds)
+                out["background"] = {"backends": len(cat.large.servers) + 2, **meter.stop()}
+                await self.guarded("find_tool", self.find_tool(stack))
+            if self.wants("batching"):
+                await self.guarded("batching", self.batching(stack))
+            if self.wants("large"):
+                await self.rest_of_large(stack, specs)
         finally:
             stack.close()
+
+    async def rest_of_large(self, stack: Stack, specs: list[CatalogSpec]) -> None:
+        """Parts 3, 4 (warm), the probes, 7 (restarts), 6 and 5, after find_tool on the large stack."""
+        cat, out = self.catalogs, self.out
+        await self.guarded("call_tool", self.call_tool(stack))
+        await self.guarded("session_open", self.warm_opens(stack, "large", cat.large))
+        await self.guarded("probe_load", self.probe_load(stack))
+        self.progress("indexer restart on its filled cache")
+        out["embedding"]["process_restart"] = started(stack, await stack.start_indexer(), cat.large)
+        await self.guarded("memory", self.memory(stack, specs))
+        stack.stop("router")
+        stack.stop("indexer")
+        self.progress("in-process indexer start on the same cache, then re-index")
+        indexer, restarted = await restart_in_process(stack.config_path, self.embedder)
+        out["embedding"]["restart"] = restarted
+        try:
+            await self.guarded("reindex", self.reindex(indexer))
+        finally:
+            await indexer.close()
+
+    async def batching(self, stack: Stack) -> None:
+        """find_tool at 1 and 32 clients, one query a model call, then batched (bench/batching.py)."""
+        self.out["batching"] = await batching(stack, self.queries, self.warmups, self.progress)
+
+    async def server(self) -> None:
+        """find_tool at 1 and 32 clients with the indexer embedding through Infinity, on this machine."""
+        infinity = InfinityServer(CHECKOUT, self.model, self.work / "embedding-server.log")
+        stack = self._stack("server", [CatalogSpec("main", self.catalogs.large)])
+        try:
+            self.progress(f"embedding server: Infinity serving {self.model.name}")
+            figures: dict[str, Any] = {"server_start_seconds": round(await infinity.start(), 2)}
+            self.out["server"] = figures
+            # every query timed as it is answered, never by the lexical arm for a deadline passed
+            embedder = {
+                "url": infinity.url,
+                "model": self.model.name,
+                "timeout": 600.0,
+                "query_timeout": 60.0,
+            }
+            config = stack.variant("server", {"embedder": embedder})
+            await stack.start_catalogs()
+            self.progress(f"embedding server: indexer cold start over {self.catalogs.large.tools} tools")
+            ready = await stack.start_indexer(config=config)
+            figures["indexer_cold_start"] = started(stack, ready, self.catalogs.large)
+            stack.config_path = config  # the router reads the same file
+            await stack.start_router()
+            pids = stack.pids() | {"bench": os.getpid(), "embedding-server": infinity.pid}
+            figures["find_tool"] = await find_tool_runs(
+                stack, self.queries, self.warmups, pids, self.progress
+            )
+            status = fetch(stack.indexer_address, timeout=60).embedding
+            figures["identity"] = fetch(stack.indexer_address, timeout=60).model
+            figures["lexical_answers"] = int(status.lexical_answers)
+        finally:
+            stack.close()
+            infinity.stop()
+            if self.logs is not None and infinity.log.exists():
+                self.logs.mkdir(parents=True, exist_ok=True)
+                shutil.copy(infinity.log, self.logs / infinity.log.name)
 
     async def probe_load(self, stack: Stack) -> None:
         """The indexer's CPU while it probes every backend with the default health settings.
@@ -374,26 +437,50 @@ class Run:
             )
             result["indexer_cpu"] = meter.stop()["indexer"]
             result["wall_seconds"] = round(time.perf_counter() - started, 2)
-            self.out["session_open"]["cold"][size] = {"tools": catalog.tools, **result}
+            entry = self.out["session_open"]["cold"][size] = {"tools": catalog.tools, **result}
+            if size == "small":
+                entry["where_the_time_goes"] = await self.cold_alone(stack, cold, catalog)
         finally:
             stack.close()
 
+    async def cold_alone(self, stack: Stack, cold: CatalogSpec, catalog: CatalogFile) -> dict[str, Any]:
+        """Where a cold open's time goes: the same open with nothing beside it (an indexer restarted on
+        an empty cache), and the floor, the model's own time for the catalog's texts in this process."""
+        self.progress(f"session open: cold, {catalog.tools} tools, alone (indexer restarted, empty cache)")
+        empty = stack.variant("cold-alone", {"cache_dir": str(stack.folder / "cache-alone")})
+        await stack.start_indexer(config=empty)
+        alone = await open_once(stack.mcp_url, self.pools["stabletoolbench"].take(1)[0], cold.token("alone"))
+        self.progress(f"session open: the model's own time for the {catalog.tools} tools' texts (floor)")
+        _, floor = await asyncio.to_thread(cold_build, self.embedder, catalog, self.work / "cold-floor-cache")
+        return {
+            "open_alone_seconds": round(alone["total"], 3),
+            "initialize_alone_seconds": round(alone["initialize"], 3),
+            "texts_embedded": floor["texts_embedded"],
+            "model_floor_seconds": floor["embed_seconds"],
+            "build_floor_seconds": floor["build_seconds"],
+        }
+
     async def all(self) -> dict[str, Any]:
-        """Every part; one that fails is recorded in `failures` and the others still run."""
-        self.floor()
-        others = [
-            (f"{kind} embedder", self.other_embedder(kind)) for kind in self.embedders if kind != self.kind
+        """Every part `only` selects; one that fails is recorded in `failures` and the others still run."""
+        if self.wants("large") or self.wants("other-embedder"):
+            self.floor()  # find_tool's figures are read against it
+        steps: list[tuple[str, str, Callable[[], Awaitable[None]]]] = [
+            ("large", "large stack", self.large),
+            ("server", "embedding server", self.server),
+            *(
+                ("other-embedder", f"{kind} embedder", functools.partial(self.other_embedder, kind))
+                for kind in self.embedders
+                if kind != self.kind
+            ),
+            ("small", "small stack", self.small),
+            ("kept-sessions", "kept sessions", self.kept_sessions),
+            ("cold", "cold open, small", functools.partial(self.cold, "small", 2_000)),
+            ("cold-large", "cold open, large", functools.partial(self.cold, "large", None)),
+            ("stdio", "stdio servers", self.stdio),
         ]
-        for part, step in (
-            ("large stack", self.large()),
-            *others,
-            ("small stack", self.small()),
-            ("kept sessions", self.kept_sessions()),
-            ("cold open, small", self.cold("small", steady_queries=2_000)),
-            ("cold open, large", self.cold("large", steady_queries=None)),
-            ("stdio servers", self.stdio()),
-        ):
-            await self.guarded(part, step)
-        if self.plan.first_run:
+        for selector, part, step in steps:
+            if self.wants(selector) or (selector == "large" and self.wants("batching")):
+                await self.guarded(part, step())
+        if self.plan.first_run and self.wants("first-run"):
             await self.guarded("first run", self.first_run())
         return self.out

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import os
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -25,7 +26,7 @@ import numpy as np
 from commands.retrieval.corpus import CorpusError, calibrate_bands, embed_corpus, read_corpus
 from commands.retrieval.evaluation import SHIPPED_SETS, build_index
 from commands.retrieval.scoring import EvalError, EvalQuery, load_queries, split_of
-from indexer.embedder import DEFAULT_EMBEDDER, EVAL_KINDS, Embedder
+from indexer.embedder import DEFAULT_EMBEDDER, EVAL_KINDS, Embedder, EmbedderError, load_embedder
 from indexer.retrieval.bands import Bands, match_band, model_bands
 from indexer.retrieval.embeddings import Embeddings
 from indexer.retrieval.query import Query
@@ -153,19 +154,46 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="also embed the training corpus and print the bands its check part gives (minutes)",
     )
     parser.add_argument("--cache-dir", type=Path, default=Path(".toolsearch") / "cache")
+    parser.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        help="measure the embedder a configuration file names (indexer.embedder and indexer.model), "
+        "an inference server included, under the bands the indexer would serve it with",
+    )
     parser.set_defaults(func=run_cli)
+
+
+def _configured(path: Path) -> tuple[Embedder, Bands]:
+    """The embedder of a configuration file, asked once if it is a server, and the bands it is served with."""
+    from indexer.api.embedding import served_bands, server_embedder
+    from toolsearch.config import load_config
+    from toolsearch.sections.indexer_settings import EmbeddingServer
+
+    section = load_config(path, os.environ).indexer
+    embedder: Embedder
+    if isinstance(section.embedder, EmbeddingServer):
+        server = server_embedder(section.embedder, section.model, os.environ)
+        server.connect()
+        embedder = server
+    else:
+        embedder = load_embedder(section.embedder, section.model, section.model_threads)
+    return embedder, served_bands(section, embedder)
 
 
 def run_cli(args: argparse.Namespace) -> int:
     """Run `toolsearch bands`; returns the exit code."""
-    from indexer.embedder import EmbedderError, load_embedder
+    from toolsearch.config import ConfigError
 
     if args.limit_queries < 1:
         print("toolsearch bands: --limit-queries must be at least 1", file=sys.stderr)
         return 2
     try:
-        embedder = load_embedder(args.embedder, args.model)
-        bands = model_bands(args.model)
+        if args.config is not None:
+            embedder, bands = _configured(args.config)
+        else:
+            embedder = load_embedder(args.embedder, args.model)
+            bands = model_bands(args.model)
         if args.calibrate:
             store = disk_embeddings(args.cache_dir, embedder.identity, embedder.dimension)
             corpus = embed_corpus(
@@ -176,7 +204,7 @@ def run_cli(args: argparse.Namespace) -> int:
             )
             print(f"served bands {bands}; the corpus check part gives {calibrate_bands(corpus)}")
         rates = measure_bands(embedder, args.cache_dir, bands, args.limit_queries)
-    except (EmbedderError, CatalogError, EvalError, CorpusError) as exc:
+    except (EmbedderError, CatalogError, EvalError, CorpusError, ConfigError) as exc:
         print(f"toolsearch bands: {exc}", file=sys.stderr)
         return 1
     print(bands_table(rates))

@@ -13,16 +13,19 @@ protobuf.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Sequence
 
+import numpy as np
+
 from indexer.backends.registry import Registry
+from indexer.embedder.base import EmbedderUnavailable
 from indexer.errors import InvalidRequest
 from indexer.retrieval.bands import UNTRAINED_BANDS, Bands, match_band
 from indexer.retrieval.embeddings import Embeddings
 from indexer.retrieval.index import IndexVersion, VersionPool
 from indexer.retrieval.query import Need, Query
+from indexer.retrieval.search import Method
 from indexer.retrieval.text import query_texts
 from indexer.sessions.views import LiveSession
 from indexer.state.listings import ServerInfo
@@ -43,6 +46,30 @@ def server_title(info: ServerInfo) -> str:
 def server_description(info: ServerInfo) -> str:
     """What a server says it is for: its description, else the start of its instructions."""
     return trim(info.description or info.instructions, SERVER_DESCRIPTION_CHARS)
+
+
+def lexical_band(match: float) -> str:
+    """The band of a hit found by words alone: an exact name is strong; for the rest no similarity was
+    measured, so none is called strong or weak."""
+    return "strong" if match >= 1.0 else "possible"
+
+
+def lexical_note(reason: str, unavailable: Sequence[UnavailableBackend]) -> str:
+    """What an answer from the lexical arm alone says: why, and what that means for the matches."""
+    note = (
+        f"Matched by words alone: the embedding model is unavailable right now ({reason}). These tools "
+        "share words with the task; how closely each fits was not measured. Describe the task with the "
+        "words a tool would use, or try again shortly."
+    )
+    return note + unavailable_said(unavailable)
+
+
+def unavailable_said(unavailable: Sequence[UnavailableBackend]) -> str:
+    """What a note adds about the session's backends that cannot be used now ("" when none)."""
+    if not unavailable:
+        return ""
+    named = ", ".join(f"{u.backend_id} ({u.status})" for u in unavailable)
+    return f" Unavailable right now, so their tools cannot be found or called: {named}."
 
 
 class Finder:
@@ -100,10 +127,7 @@ class Finder:
             "below are only the closest and probably cannot do it. Do without a tool, or describe the "
             "task differently."
         )
-        if unavailable:
-            named = ", ".join(f"{u.backend_id} ({u.status})" for u in unavailable)
-            note += f" Unavailable right now, so their tools cannot be found or called: {named}."
-        return note
+        return note + unavailable_said(unavailable)
 
     def _unavailable(self, session: LiveSession) -> list[UnavailableBackend]:
         """The session's backends whose tools cannot be found now: down, or refusing its credentials."""
@@ -120,6 +144,30 @@ class Finder:
         )
         return out
 
+    async def _needs(self, version: IndexVersion, texts: list[str]) -> tuple[tuple[Need, ...], str]:
+        """Each query text with its vector; or, when the embedder cannot give them now (or the version
+        was built without vectors), the whole query with a zero placeholder and the reason why."""
+        reason = ""
+        if version.dense:
+            try:
+                with tracer.start_as_current_span("embed query") as span:
+                    span.set_attribute("toolsearch.texts", len(texts))  # how many, never what
+                    rows = await self._embeddings.embed_query_texts(texts)
+                # each text with its own vector: the search scores every need with both arms
+                return tuple(Need(text, row) for text, row in zip(texts, rows, strict=True)), ""
+            except EmbedderUnavailable as exc:
+                reason = str(exc)
+        else:
+            outage = self._embeddings.outage
+            reason = (outage.reason if outage is not None else "") or (
+                "the embedding model was unavailable when this catalog was indexed; its vectors are "
+                "being computed"
+            )
+        if self._embeddings.outage is not None:
+            self._embeddings.outage.answered_lexically()
+        placeholder = np.zeros(version.dimension, dtype=np.float32)
+        return (Need(texts[0], placeholder),), reason
+
     async def find(
         self, session: LiveSession, query: str, keywords: Sequence[str], limit: int, compact: bool = False
     ) -> Found:
@@ -129,6 +177,7 @@ class Finder:
         version = snapshot.version
         tools: list[FoundTool] = []
         empty_reason = ""
+        lexical = ""  # why the answer comes from the lexical arm alone, when it does
         if not version.tools:
             empty_reason = self._empty_reason(session)
         elif not query.strip() and not any(k.strip() for k in keywords):
@@ -136,17 +185,15 @@ class Finder:
         else:
             # the whole query, then each sentence of a long one; concurrent queries share model calls
             texts = query_texts(query, keywords)
-            with tracer.start_as_current_span("embed query") as span:
-                span.set_attribute("toolsearch.texts", len(texts))  # how many, never what
-                rows = await asyncio.gather(*(self._embeddings.embed_query(text) for text in texts))
-            # each text with its own vector: the search scores every need with both arms
-            needs = tuple(Need(text, row) for text, row in zip(texts, rows, strict=True))
+            needs, lexical = await self._needs(version, texts)
             with tracer.start_as_current_span("search") as span:
-                hits = version.find_hits(Query(query, tuple(keywords), needs), limit)
+                method: Method = "lexical" if lexical else "hybrid"
+                hits = version.find_hits(Query(query, tuple(keywords), needs), limit, method)
                 span.set_attributes(
                     {
                         "toolsearch.index_version": f"v{snapshot.number}/{version.fingerprint[:12]}",
                         "toolsearch.hits": len(hits),
+                        "toolsearch.lexical_only": bool(lexical),
                     }
                 )
             for tool, hit in hits:
@@ -166,7 +213,7 @@ class Finder:
                         score=hit.score,
                         server_title=server_title(info),
                         server_description=server_description(info),
-                        match=match_band(hit.match, self._bands),
+                        match=lexical_band(hit.match) if lexical else match_band(hit.match, self._bands),
                         relevance=hit.match,
                     )
                 )
@@ -175,6 +222,8 @@ class Finder:
         unavailable = self._unavailable(session)
         weak = tools and all(tool.match == "weak" for tool in tools)
         note = self._weak_note(unavailable) if weak else ""
+        if lexical:
+            note = lexical_note(lexical, unavailable)
         baseline = version.baseline_tokens
         returned = sum(estimate_tokens(t.definition_json) for t in tools)
         savings = round(100.0 * (1 - returned / baseline), 2) if baseline else 0.0

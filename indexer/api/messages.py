@@ -262,12 +262,19 @@ def status(
     versions: Iterable[IndexVersion],
 ) -> pb.StatusResponse:
     """`Status`: the model and its counters, every backend, every live session, every version kept."""
+    outage = embeddings.outage
     response = pb.StatusResponse(
         model=embeddings.identity,
         embedding=pb.EmbeddingCounters(
             model_calls=embeddings.model_calls,
             texts_embedded=embeddings.texts_embedded,
             cache_hits=embeddings.cache_hits,
+            embedder=str(getattr(embeddings.embedder, "kind", "")),
+            unavailable=outage is not None and outage.down,
+            unavailable_reason=outage.reason if outage is not None else "",
+            unavailable_since_unix=(outage.since or 0.0) if outage is not None else 0.0,
+            outages=outage.outages if outage is not None else 0,
+            lexical_answers=outage.lexical_answers if outage is not None else 0,
         ),
     )
     response.backends.extend(backend_status(state) for state in backends)

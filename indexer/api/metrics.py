@@ -54,6 +54,8 @@ class MetricsReading:
     model_calls: int
     texts_embedded: int
     backends: dict[str, str]  # backend id -> status
+    embedding_unavailable: bool = False  # an inference server down: find_tool answers lexically
+    lexical_answers: int = 0
 
 
 def take_reading(
@@ -73,6 +75,8 @@ def take_reading(
         model_calls=embeddings.model_calls,
         texts_embedded=embeddings.texts_embedded,
         backends={backend_id: state.status for backend_id, state in registry.states.items()},
+        embedding_unavailable=embeddings.outage is not None and embeddings.outage.down,
+        lexical_answers=embeddings.outage.lexical_answers if embeddings.outage is not None else 0,
     )
 
 
@@ -129,9 +133,19 @@ class _ReadingCollector(Collector):
             ("toolsearch_indexer_embedding_cache_misses", "Texts that needed the model", now.cache_misses),
             ("toolsearch_indexer_embedding_model_calls", "Calls of the embedding model", now.model_calls),
             ("toolsearch_indexer_embedding_texts", "Texts passed to the model", now.texts_embedded),
+            (
+                "toolsearch_indexer_lexical_answers",
+                "find_tool answers from the lexical arm alone (the embedder unavailable)",
+                now.lexical_answers,
+            ),
         )
         for name, documentation, value in counters:
             yield CounterMetricFamily(name, documentation, value=value)
+        yield GaugeMetricFamily(
+            "toolsearch_indexer_embedding_unavailable",
+            "1 while the embedder (an inference server) cannot embed",
+            value=1.0 if now.embedding_unavailable else 0.0,
+        )
         health = GaugeMetricFamily(
             "toolsearch_indexer_backend_status",
             "1 for each backend's current health status, 0 for the others",

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 import httpx2
 
+from indexer.api.embedding import embeddings_for, served_bands
 from indexer.api.finder import Finder
 from indexer.backends.backend_sessions import BackendSessionEnder
 from indexer.backends.backend_tokens import BackendTokens
@@ -30,7 +31,6 @@ from indexer.backends.lister import BackendLister
 from indexer.backends.registry import Registry
 from indexer.backends.token_exchange import TokenEndpoints
 from indexer.embedder import Embedder
-from indexer.retrieval.bands import model_bands
 from indexer.retrieval.embeddings import Embeddings
 from indexer.retrieval.index import Builder, VersionPool
 from indexer.retrieval.search import SearchSettings
@@ -97,7 +97,7 @@ class IndexerProcess:
             sentinel_password=state_secret(secrets, sentinel_env, "indexer.state_sentinel_password_env"),
             acks=section.state_acks,
         )
-        embeddings = Embeddings(embedder, store=state.embeddings)
+        embeddings = embeddings_for(section, embedder, state.embeddings)
         # one pooled transport for every discovery and probe: connections are reused across backends
         transport = httpx2.AsyncHTTPTransport()
         registry = Registry(config.backends)
@@ -129,7 +129,7 @@ class IndexerProcess:
             leadership=state.leadership,
         )
         # the served model's bands: a tuned model's own, calibrated with it (docs/retrieval.md)
-        finder = Finder(embeddings, registry, pool, section.search, model_bands(section.model))
+        finder = Finder(embeddings, registry, pool, section.search, served_bands(section, embedder))
         versions = sessions.versions
         rebuilder = Rebuilder(versions)
         health = section.health
@@ -177,6 +177,11 @@ class IndexerProcess:
             await self.state.ready()
             logger.info("state: %s", self.state.description)
             stack.callback(self.embeddings.close)
+            outage = self.embeddings.outage
+            if outage is not None:  # an embedder that can be away: checked while it is
+                outage.on_back(self._dense_back)
+                stack.push_async_callback(outage.close)
+                outage.start()
             # with probes, a backend far slower than the others is found by them: it holds no start
             await self.lister.discover_all(wait_for_all=self.monitor is None)
             for state in self.registry.states.values():
@@ -204,6 +209,12 @@ class IndexerProcess:
                 stack.push_async_callback(self.monitor.close)
                 self.monitor.start()
             self._started = stack.pop_all()  # started: the parts now live until `close`
+
+    async def _dense_back(self) -> None:
+        """The embedder is back: the versions built without it get their vectors, sessions move to them."""
+        moved = await self.sessions.complete_versions()
+        if moved:
+            logger.info("embedding back: %d sessions moved to versions with their vectors", moved)
 
     async def _close_ender(self, ender: BackendSessionEnder) -> None:
         if not self.state.sessions.shared:

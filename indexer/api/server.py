@@ -23,10 +23,10 @@ from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection
 
 from indexer.api.access import SharedSecretGuard
+from indexer.api.embedding import configured_embedder
 from indexer.api.metrics import IndexerMetrics, metrics_reader
 from indexer.api.process import IndexerProcess
 from indexer.api.service import IndexerService
-from indexer.embedder import load_embedder
 from indexer.traces import RpcSpans
 from toolsearch.config import Config, ConfigError, load_config
 from toolsearch.transport import ServerSecurity, server_security
@@ -138,9 +138,7 @@ async def _reload_from(indexer: IndexerProcess, path: Path, env: Mapping[str, st
 async def serve(config: Config, secrets: Mapping[str, str], config_path: Path | None = None) -> None:
     """Run the indexer until SIGTERM or SIGINT, then drain in-flight calls; SIGHUP rereads `config_path`."""
     security = server_security(config.indexer, secrets)  # before the slow start: a bad secret fails fast
-    embedder = await asyncio.to_thread(
-        load_embedder, config.indexer.embedder, config.indexer.model, config.indexer.model_threads
-    )
+    embedder = await configured_embedder(config.indexer, secrets)
     indexer = IndexerProcess.build(config, embedder, secrets)
     # One stack for the process: each part's stop is pushed as it starts, so a failed start stops
     # what came before it, and a signal unwinds in reverse: reloads cancelled, /readyz 503, the server

@@ -15,6 +15,11 @@ class EmbedderError(Exception):
     """Raised when an embedding model cannot be loaded, or fails to embed texts."""
 
 
+class EmbedderUnavailable(EmbedderError):
+    """The embedder cannot embed now but may later: an inference server down, too slow, or answering
+    garbage. The message says which; the indexer answers from the lexical arm meanwhile."""
+
+
 @runtime_checkable
 class Embedder(Protocol):
     """Turns texts into unit vectors. Implementations must be safe to call from several threads."""

@@ -21,6 +21,8 @@ _WORD = re.compile(r"\w+")
 class FakeEmbedder:
     """Hashes each lower-cased word into one of `dimension` buckets with a sign; rows are normalised."""
 
+    kind = "fake"  # what the status says embeds
+
     def __init__(self, dimension: int = 64, max_tokens: int = 256) -> None:
         if dimension < 2:
             raise ValueError("dimension must be at least 2")

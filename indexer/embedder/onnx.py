@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -59,6 +59,8 @@ class OnnxEmbedder:
     good (1.3 GB after 64 texts of 256 tokens) for 3 to 6% faster document chunks. `batch_size` is
     texts per forward pass.
     """
+
+    kind = "onnx"  # what the status says embeds
 
     def __init__(
         self,
@@ -157,6 +159,19 @@ class OnnxEmbedder:
         """Word pieces of `text` including the special tokens the model adds, untruncated."""
         prepared = text.lower() if self._pipeline.lower_case else text
         return len(self._counter.encode(prepared).ids)
+
+
+def folder_token_counter(model_dir: Path) -> tuple[Callable[[str], int], int]:
+    """A model folder's own count of a text's word pieces (special tokens included, untruncated), and
+    how many its model reads: for an embedder that runs the model elsewhere (an inference server)."""
+    pipeline = read_pipeline(model_dir)
+    _, counter, _ = _tokenizers(pipeline)
+    lower = pipeline.lower_case
+
+    def count(text: str) -> int:
+        return len(counter.encode(text.lower() if lower else text).ids)
+
+    return count, pipeline.max_seq_length
 
 
 def _tokenizers(pipeline: Pipeline) -> tuple[Tokenizer, Tokenizer, int]:

@@ -39,6 +39,8 @@ class SentenceTransformerEmbedder:
     `batch_size` is texts per forward pass.
     """
 
+    kind = "torch"  # what the status says embeds
+
     def __init__(self, model_dir: Path, batch_size: int = 64, threads: int | None = None) -> None:
         if batch_size < 1:
             raise ValueError("batch_size must be at least 1")

@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from indexer.embedder.tuning import read_tuning
+from indexer.embedder.tuning import read_tuning, shipped_tunings
+from toolsearch.sections.indexer_settings import BASE_MODEL_NAME
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +43,16 @@ def model_bands(model_dir: Path) -> Bands:
     if tuning is None:
         return UNTRAINED_BANDS
     return Bands(strong=tuning.bands["strong"], possible=tuning.bands["possible"])
+
+
+def named_model_bands(name: str) -> Bands | None:
+    """The bands of a model known by its name (a server's name for what it serves, or a folder's):
+    a tuning shipped with the project, or all-MiniLM-L6-v2 as published; None for any other."""
+    base = name.rstrip("/").rpartition("/")[2]
+    for tuning in shipped_tunings():
+        if base == tuning.name:
+            return Bands(strong=tuning.bands["strong"], possible=tuning.bands["possible"])
+    return UNTRAINED_BANDS if base == BASE_MODEL_NAME else None
 
 
 def match_band(match: float, bands: Bands = UNTRAINED_BANDS) -> str:

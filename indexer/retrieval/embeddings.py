@@ -12,6 +12,14 @@ Model calls are serialised by a gate that lets a waiting query go before the nex
 document batch, so `find_tool` latency stays low while an index builds; the chunks are smaller while
 queries come (indexer/retrieval/model_gate.py). A large batch (a cold start over a big catalog) logs
 its progress every few seconds at INFO.
+
+Queries that arrive together share model calls: a query's texts go to the model together, and the
+queries that arrive while a call is in flight go together in the next one (up to `QueryPath.batch`
+texts), so a lone query never waits for company and a busy indexer makes fewer, larger calls.
+
+An embedder that can be away (an inference server) comes with an `Outage` (indexer/retrieval/outage.py):
+a call that meets `EmbedderUnavailable` opens it, and while it is open no call is tried, every call
+raising `EmbedderUnavailable` at once, so a find_tool answers from the lexical arm without waiting.
 """
 
 from __future__ import annotations
@@ -22,14 +30,15 @@ import itertools
 import logging
 import threading
 import time
-from collections import OrderedDict
-from collections.abc import Sequence
+from collections import OrderedDict, deque
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
-from indexer.embedder.base import Embedder, EmbedderError, Vectors
+from indexer.embedder.base import Embedder, EmbedderError, EmbedderUnavailable, Vectors
 from indexer.retrieval.model_gate import (
     BUSY_DOCUMENT_CHARS,
     DOCUMENT_CHARS,
@@ -37,11 +46,17 @@ from indexer.retrieval.model_gate import (
     ModelGate,
     padded_chunks,
 )
+from indexer.retrieval.outage import Outage
 from indexer.state.base import EmbeddingStore
 
 _log = logging.getLogger(__name__)
 
-_QUERY_BATCH = 64  # queries per model call: more only delays the first of them
+QUERY_BATCH = 64  # query texts per model call: more only delays the first of them
+# A query call's padded size (texts x the longest, in characters) at most, beyond its first query.
+# Unbounded (64 texts), 32 task instructions sent at once were embedded at a third of the rate one
+# query a call gave, one-line requests at 0.6 of it: a large call costs more a text on a CPU
+# (docs/performance.md, "Queries batched"). Bounded, the rate is one query a call's or better.
+QUERY_CHARS = 1024
 
 
 PROGRESS_EVERY = 5.0  # seconds between progress lines while a large batch of documents is embedded
@@ -86,6 +101,30 @@ class _Progress:
         )
 
 
+@dataclass(frozen=True)
+class QueryPath:
+    """How query texts reach the model, and whether the embedder can be away.
+
+    `items`: query vectors kept (an LRU by text). `batch`: query texts in one model call at most, and
+    `chars` its padded size at most (texts x the longest, in characters: a call costs about that, and
+    on a CPU a large one costs more a text, not less); `coalesce` off: one query a call. A query's
+    texts always go together, in one call, whatever its size. `embed`: the call for query texts (the
+    embedder's `embed` by default; a server's within the query deadline). `outage`: for an embedder
+    that can be away (an inference server), which document builds heed too.
+    """
+
+    items: int = 4096
+    batch: int = QUERY_BATCH
+    chars: int = QUERY_CHARS
+    coalesce: bool = True
+    embed: Callable[[Sequence[str]], Vectors] | None = None
+    outage: Outage | None = None
+
+    def __post_init__(self) -> None:
+        if self.batch < 1:
+            raise ValueError("a query batch holds at least 1 text")
+
+
 class Embeddings:
     """Cached, batched access to an embedder: documents from threads, queries from the event loop.
 
@@ -100,12 +139,12 @@ class Embeddings:
         store: EmbeddingStore | None = None,
         memory_items: int = 200_000,
         *,
-        query_items: int = 4096,
         document_batch: int = 64,
         document_chars: int = DOCUMENT_CHARS,
         busy_document_chars: int = BUSY_DOCUMENT_CHARS,
         queries_recent: float = QUERIES_RECENT,
         progress_every: float = PROGRESS_EVERY,
+        queries: QueryPath = QueryPath(),
     ) -> None:
         if document_batch < 1:
             raise ValueError("document_batch must be at least 1")
@@ -115,7 +154,7 @@ class Embeddings:
         self._identity = embedder.identity.encode() + b"\0"
         self._dimension = embedder.dimension
         self._memory_items = memory_items
-        self._query_items = query_items
+        self._query_items = queries.items
         self._document_batch = document_batch
         self._document_chars = document_chars
         self._busy_document_chars = busy_document_chars
@@ -125,6 +164,12 @@ class Embeddings:
         self._store = store
         self._gate = ModelGate(queries_recent)
         self._queries: OrderedDict[str, Vectors] = OrderedDict()
+        self._query_batch = queries.batch
+        self._query_chars = queries.chars
+        self._coalesce = queries.coalesce
+        self._query_embed = queries.embed or embedder.embed
+        self._outage = queries.outage
+        self._units: deque[list[str]] = deque()  # queries waiting for the model: their uncached texts
         self._pending: dict[str, asyncio.Future[Vectors]] = {}
         self._in_flight: dict[str, asyncio.Future[Vectors]] = {}
         self._runner: asyncio.Task[None] | None = None
@@ -143,6 +188,11 @@ class Embeddings:
     def dimension(self) -> int:
         """The length of every vector returned."""
         return self._dimension
+
+    @property
+    def outage(self) -> Outage | None:
+        """The embedder's availability, when it can be away (an inference server)."""
+        return self._outage
 
     def key(self, text: str) -> bytes:
         """The cache key of `text` under this embedder: sha256(identity + NUL + text)."""
@@ -199,33 +249,70 @@ class Embeddings:
         return result
 
     async def embed_query(self, text: str) -> Vectors:
-        """The (dimension,) vector of a query: from the LRU, or from a model call shared with others.
+        """The (dimension,) vector of one query text; see `embed_query_texts`."""
+        (vector,) = await self.embed_query_texts([text])
+        return vector
 
-        When no model call is in flight one starts at once; queries arriving meanwhile are gathered
-        into the next call, so the batching adds no wait to a lone query.
+    async def embed_query_texts(self, texts: Sequence[str]) -> list[Vectors]:
+        """The vectors of one query's texts (`query_texts`), each from the LRU or from a model call.
+
+        The query's texts not cached go to the model together. When no model call is in flight one
+        starts at once, so a lone query waits for nothing; queries arriving meanwhile are gathered
+        into the next call, up to the `QueryPath`'s `batch` texts (with batching off, one query a call). So a
+        query waits at most for the call in flight, then its own. Raises `EmbedderUnavailable` when
+        the embedder cannot answer now (its outage is open, or the call failed so).
         """
-        cached = self._queries.get(text)
-        if cached is not None:
-            self._queries.move_to_end(text)
-            self._count_lookup(hit=True)
-            return cached
-        future = self._in_flight.get(text) or self._pending.get(text)
-        self._count_lookup(hit=future is not None)
-        if future is None:
-            future = asyncio.get_running_loop().create_future()
-            future.add_done_callback(_retrieve)
-            self._pending[text] = future
+        outage = self._outage
+        if outage is not None and outage.down and any(text not in self._queries for text in texts):
+            raise outage.error()  # no call while it is away: the lexical arm answers at once
+        futures: list[asyncio.Future[Vectors]] = []
+        unit: list[str] = []
+        for text in texts:
+            cached = self._queries.get(text)
+            if cached is not None:
+                self._queries.move_to_end(text)
+                self._count_lookup(hit=True)
+                future = asyncio.get_running_loop().create_future()
+                future.set_result(cached)
+                futures.append(future)
+                continue
+            shared = self._in_flight.get(text) or self._pending.get(text)
+            self._count_lookup(hit=shared is not None)
+            if shared is None:
+                shared = asyncio.get_running_loop().create_future()
+                shared.add_done_callback(_retrieve)
+                self._pending[text] = shared
+                unit.append(text)
+            futures.append(shared)
+        if unit:
+            self._units.append(unit)
             if self._runner is None or self._runner.done():
                 self._runner = asyncio.create_task(self._run_queries(), name="embed-queries")
         # shielded: one waiter's cancellation must not cancel the answer others wait for
-        return await asyncio.shield(future)
+        return [await asyncio.shield(future) for future in futures]
+
+    def _next_batch(self) -> dict[str, asyncio.Future[Vectors]]:
+        """The next model call's texts: whole queries in their order of arrival, up to the batch's
+        texts (at least one query), or one query alone when batching across queries is off."""
+        texts: list[str] = []
+        longest = 0
+        while self._units:
+            unit = self._units[0]
+            widest = max(longest, *map(len, unit))
+            padded = (len(texts) + len(unit)) * widest  # what the call costs: every text padded to it
+            if texts and (
+                not self._coalesce or len(texts) + len(unit) > self._query_batch or padded > self._query_chars
+            ):
+                break
+            self._units.popleft()
+            texts += unit
+            longest = widest
+        return {text: self._pending.pop(text) for text in texts}
 
     async def _run_queries(self) -> None:
         loop = asyncio.get_running_loop()
-        while self._pending:
-            batch = dict(itertools.islice(self._pending.items(), _QUERY_BATCH))
-            for text in batch:
-                del self._pending[text]
+        while self._units:
+            batch = self._next_batch()
             self._in_flight = batch
             try:
                 vectors = await loop.run_in_executor(self._executor, self._embed, list(batch), True)
@@ -233,6 +320,7 @@ class Embeddings:
                 for future in itertools.chain(batch.values(), self._pending.values()):
                     future.cancel()
                 self._pending.clear()
+                self._units.clear()
                 raise
             except Exception as exc:
                 for future in batch.values():
@@ -254,8 +342,16 @@ class Embeddings:
         return self._busy_document_chars if self._gate.queries_coming() else self._document_chars
 
     def _embed(self, texts: list[str], query: bool) -> Vectors:
+        outage = self._outage
         with self._gate.hold(query):
-            vectors = self.embedder.embed(texts)
+            if outage is not None and outage.down:
+                raise outage.error()  # a call waiting for the gate when the outage began
+            try:
+                vectors = (self._query_embed if query else self.embedder.embed)(texts)
+            except EmbedderUnavailable as exc:
+                if outage is not None:
+                    outage.failed(exc)
+                raise
         with self._lock:
             self.model_calls += 1
             self.texts_embedded += len(texts)
@@ -302,10 +398,14 @@ class Embeddings:
                 self.cache_misses += 1
 
     def close(self) -> None:
-        """Stop the query thread and close the store; everything embedded is already committed."""
+        """Stop the query thread, close the store (everything embedded is already committed) and the
+        embedder's connections, if it holds any (an inference server's client)."""
         self._executor.shutdown(wait=True, cancel_futures=True)
         if self._store is not None:
             self._store.close()
+        closer = getattr(self.embedder, "close", None)
+        if callable(closer):
+            closer()
 
 
 def _unit_rows(array: Vectors) -> npt.NDArray[np.bool_]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import threading
 import weakref
 from collections.abc import Callable, Mapping, Sequence
@@ -17,11 +18,14 @@ from typing import cast
 
 import numpy as np
 
+from indexer.embedder.base import EmbedderUnavailable
 from indexer.retrieval.documents import ServerDocument, ToolDocument, server_documents, tool_documents
 from indexer.retrieval.query import Query
 from indexer.retrieval.search import Hit, Method, SearchIndex, SearchSettings, index_documents
 from indexer.retrieval.tools import Tool
 from indexer.state.listings import ServerInfo
+
+logger = logging.getLogger(__name__)
 
 Servers = Mapping[str, ServerInfo]  # backend id -> what the server said of itself (only those that did)
 
@@ -64,6 +68,14 @@ class IndexVersion:
     documents: tuple[ToolDocument, ...] = field(default=(), repr=False)
     servers: Servers = field(default_factory=dict, repr=False)  # what servers said of themselves
     server_documents: tuple[ServerDocument, ...] = field(default=(), repr=False)
+    # False for a version built while the embedder was away: the lexical arm alone answers from it,
+    # until the pool builds it again with its vectors (`VersionPool.complete`)
+    dense: bool = True
+
+    @property
+    def dimension(self) -> int:
+        """The length of its tools' vectors (0 for an empty tool set)."""
+        return int(self.documents[0].vectors.shape[1]) if self.documents else 0
 
     def server(self, backend_id: str) -> ServerInfo:
         """What a backend's server said of itself (empty when nothing)."""
@@ -76,11 +88,11 @@ class IndexVersion:
         hits: list[Hit] = self.search_index.search(query, limit, method)
         return [(self.tools[hit.position], hit.score) for hit in hits]
 
-    def find_hits(self, query: Query, limit: int) -> list[tuple[Tool, Hit]]:
+    def find_hits(self, query: Query, limit: int, method: Method = "hybrid") -> list[tuple[Tool, Hit]]:
         """The best `limit` tools for a query with their hits (score and match), best first."""
         if self.search_index is None:
             return []
-        hits = self.search_index.search(query, limit)
+        hits = self.search_index.search(query, limit, method)
         return [(self.tools[hit.position], hit) for hit in hits]
 
     def resolve(self, name: str) -> Tool | None:
@@ -190,28 +202,47 @@ class Builder:
     documents: Documents = field(default_factory=Documents, compare=False, repr=False)
 
 
-def build_version(tools: Sequence[Tool], builder: Builder) -> IndexVersion:
+LEXICAL_DIMENSION = 1  # a lexical version's placeholder vectors: one zero row per tool view
+
+
+def _no_vectors(texts: Sequence[str]) -> np.ndarray:
+    return np.zeros((len(texts), LEXICAL_DIMENSION), dtype=np.float32)
+
+
+def build_version(tools: Sequence[Tool], builder: Builder, lexical: bool = False) -> IndexVersion:
     """Build a version (blocking: derives and embeds what no live version holds, builds both indexes).
 
     What the backends' servers said of themselves (each tool carries it) goes into their server
-    documents and the answers.
+    documents and the answers. `lexical`: for when the embedder is away, a version of the tools'
+    terms alone, with zero placeholder vectors (`dense` False), none of it memoised.
     """
     ordered = tuple(sorted(tools, key=lambda t: t.name))
     servers = servers_of(ordered)
     search_index = None
     documents: tuple[ToolDocument, ...] = ()
     units: tuple[ServerDocument, ...] = ()
-    if ordered:
+    if ordered and lexical:
+        documents = tuple(
+            tool_documents(
+                [tool.definition for tool in ordered],
+                [tool.backend_id for tool in ordered],
+                _no_vectors,
+                builder.count_tokens,
+                builder.max_tokens,
+            )
+        )
+    elif ordered:
         documents = tuple(builder.documents.of(ordered, builder))
         backends = [tool.backend_id for tool in ordered]
         if builder.settings.server_weight and builder.settings.backend_weight and len(set(backends)) > 1:
             units = tuple(builder.documents.servers(ordered, servers, builder))
+    if ordered:
         search_index = index_documents(
             documents,
             names=[tool.name for tool in ordered],
             aliases=[_aliases(tool, builder.separator) for tool in ordered],
             settings=builder.settings,
-            backends=backends,
+            backends=[tool.backend_id for tool in ordered],
             servers=units or None,
         )
     return IndexVersion(
@@ -224,6 +255,7 @@ def build_version(tools: Sequence[Tool], builder: Builder) -> IndexVersion:
         documents=documents,
         servers=servers,
         server_documents=units,
+        dense=not lexical,
     )
 
 
@@ -259,7 +291,12 @@ class VersionPool:
         future: asyncio.Future[IndexVersion] = asyncio.get_running_loop().create_future()
         self._building[key] = future
         try:
-            version = await asyncio.to_thread(build_version, tools, self._builder)
+            try:
+                version = await asyncio.to_thread(build_version, tools, self._builder)
+            except EmbedderUnavailable as exc:
+                # the embedder is away: the lexical arm answers from this until `complete`
+                logger.info("index of %d tools built for the lexical arm alone: %s", len(tools), exc)
+                version = await asyncio.to_thread(build_version, tools, self._builder, True)
             self.builds += 1
             self._versions[key] = version
             future.set_result(version)
@@ -270,3 +307,24 @@ class VersionPool:
             raise
         finally:
             del self._building[key]
+
+    async def complete(self) -> list[tuple[IndexVersion, IndexVersion]]:
+        """Build again, with their vectors, the versions built while the embedder was away.
+
+        Each keeps its fingerprint (the same tools): the pool hands out the new one from now on, and
+        the (old, new) pairs returned say which sessions to move. Stops at the first build the
+        embedder cannot serve; the next outage's end runs it again.
+        """
+        done: list[tuple[IndexVersion, IndexVersion]] = []
+        for key, old in list(self._versions.items()):
+            if old.dense:
+                continue
+            try:
+                new = await asyncio.to_thread(build_version, old.tools, self._builder)
+            except EmbedderUnavailable:
+                break
+            self.builds += 1
+            if self._versions.get(key) is old:
+                self._versions[key] = new
+            done.append((old, new))
+        return done

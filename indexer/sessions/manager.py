@@ -75,6 +75,7 @@ class SessionManager:
         self._registry = lister.registry
         self._limits = SessionLimits(max_sessions, max_per_principal)
         self._store: SessionStore = store if store is not None else LocalSessions()
+        self._pool = pool
         self._catalogs = Catalogs(self._registry, pool, naming, shared.catalogs if shared else None)
         self._views = Views(self._catalogs, self._store.shared)
         self._warm: IndexVersion | None = None
@@ -289,6 +290,15 @@ class SessionManager:
                 f"a session keeps at most {MAX_SUBSCRIPTIONS} subscriptions: unsubscribe from one first"
             )
         await self.backend_sessions_changed(session_id)
+
+    async def complete_versions(self) -> int:
+        """Build again with their vectors the versions built while the embedder was away, and move the
+        sessions on them to the rebuilds (same tools, same numbers). Returns the sessions moved."""
+        rebuilt = await self._pool.complete()
+        for old, new in rebuilt:
+            if self._warm is old:
+                self._warm = new
+        return self._views.replace(rebuilt)
 
     def forget_idle(self, seconds: float) -> None:
         """Drop the handles of sessions unused for `seconds` (their records have expired by then)."""

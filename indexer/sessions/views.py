@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -116,6 +116,18 @@ class Views:
         view = self._views.get(session_id)
         if view is not None and view.current.number < number:
             view.current = CurrentVersion(number, version)  # the atomic publish: one reference assignment
+
+    def replace(self, rebuilt: Sequence[tuple[IndexVersion, IndexVersion]]) -> int:
+        """Move the handles on each old version to its rebuild (the same tools, the same number: a
+        version built while the embedder was away, now with its vectors). Returns the handles moved."""
+        new_of = {id(old): new for old, new in rebuilt}
+        moved = 0
+        for view in self._views.values():
+            new = new_of.get(id(view.current.version))
+            if new is not None:
+                view.current = CurrentVersion(view.current.number, new)  # one reference assignment
+                moved += 1
+        return moved
 
     async def follow_swap(self, message: Mapping[str, Any]) -> None:
         """Move the cached sessions another replica swapped to the version it names (a hint)."""

@@ -95,6 +95,12 @@ def status_view(status: pb.StatusResponse) -> dict[str, Any]:
             "model_calls": counters.model_calls,
             "texts_embedded": counters.texts_embedded,
             "cache_hits": counters.cache_hits,
+            "embedder": counters.embedder,
+            "unavailable": counters.unavailable,
+            "unavailable_reason": counters.unavailable_reason,
+            "unavailable_since": iso_time(counters.unavailable_since_unix) if counters.unavailable else None,
+            "outages": counters.outages,
+            "lexical_answers": counters.lexical_answers,
         },
         "backends": [
             {

@@ -157,6 +157,17 @@ def render(view: dict[str, Any]) -> str:
             f"{_count(counters['model_calls'], 'model call')}, "
             f"{_e(counters['cache_hits'])} from the cache</p>"
         )
+        if counters["unavailable"]:
+            parts.append(
+                f"<p id=embedding-unavailable><strong>Unavailable</strong> since "
+                f"{_e(counters['unavailable_since'])} (UTC): {_e(counters['unavailable_reason'])}. "
+                "find_tool answers from the lexical arm alone until it is back.</p>"
+            )
+        if counters["outages"]:
+            parts.append(
+                f"<p>{_count(counters['outages'], 'outage')} since start; "
+                f"{_count(counters['lexical_answers'], 'find_tool answer')} from the lexical arm alone</p>"
+            )
     latency = view["router"]["find_tool_latency"]
     minutes = latency["window_seconds"] / 60
     parts.append(f"<h2>find_tool latency, last {minutes:g} minutes (this router)</h2>")

@@ -16,7 +16,7 @@ import pytest
 from commands.retrieval.model import prepare_default_model
 from indexer.embedder import Embedder, EmbedderError, FakeEmbedder, Vectors
 from indexer.embedder.sentence import padding_batches
-from indexer.retrieval.embeddings import Embeddings
+from indexer.retrieval.embeddings import Embeddings, QueryPath
 from indexer.retrieval.model_gate import padded_chunks
 from indexer.state.disk import DiskEmbeddings
 
@@ -237,7 +237,7 @@ async def test_a_repeated_query_is_answered_from_the_lru_without_the_model(fake:
 
 
 async def test_the_query_lru_forgets_the_least_recently_used(fake: FakeEmbedder) -> None:
-    embeddings = Embeddings(fake, query_items=2)
+    embeddings = Embeddings(fake, queries=QueryPath(items=2))
     for text in ("a", "b", "a", "c"):
         await embeddings.embed_query(text)
     calls = fake.calls

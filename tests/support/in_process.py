@@ -26,6 +26,7 @@ import uvicorn
 
 from commands.catalog_server import DEFAULT_SECRET_ENV, CatalogServerSettings, create_app
 from commands.ports import free_port
+from indexer.api.embedding import configured_embedder
 from indexer.api.process import IndexerProcess
 from indexer.api.server import serving
 from indexer.embedder import Embedder, load_embedder
@@ -36,6 +37,7 @@ from router.frontdoor.streams.held import Stopping
 from tests.support.stack import DEMO_CATALOG, Stack, planned_stack
 from toolsearch.catalog import load_catalog
 from toolsearch.config import Config, load_config
+from toolsearch.sections.indexer_settings import EmbeddingServer
 from toolsearch.transport import channel_security, server_security
 
 T = TypeVar("T")
@@ -148,9 +150,13 @@ async def _start(
     )
     await serve_catalog(catalog, config.catalog_servers[0].listen, settings, parts)
 
-    embedder = await asyncio.to_thread(
-        _embedder, config.indexer.embedder, config.indexer.model, config.indexer.model_threads
-    )
+    choice = config.indexer.embedder
+    if isinstance(choice, EmbeddingServer):  # an inference server: asked as `toolsearch indexer` asks it
+        embedder = await configured_embedder(config.indexer, secrets)
+    else:
+        embedder = await asyncio.to_thread(
+            _embedder, choice, config.indexer.model, config.indexer.model_threads
+        )
     indexer = IndexerProcess.build(config, embedder, secrets)
     await indexer.start()
     parts.push_async_callback(indexer.close)

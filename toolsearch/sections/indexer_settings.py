@@ -8,9 +8,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
-from toolsearch.sections.settings import Section, check_listen
+from toolsearch.sections.settings import Section, check_http_url, check_listen
 from toolsearch.sections.state_url import check_state_url
 
 # all-MiniLM-L6-v2 fine-tuned on the public training corpus (`toolsearch model train`), made beside it
@@ -87,12 +87,64 @@ class IndexerClientTls(Section):
     server_name: str | None = None  # the name to check in the indexer's certificate (default: the host)
 
 
+EMBEDDER_NAMES = ("onnx", "torch")  # the models in process; a mapping names an inference server
+
+
+class MatchBands(Section):
+    """Where a match turns from weak to possible and from possible to strong (cosine similarities)."""
+
+    strong: float = Field(ge=-1, le=1)
+    possible: float = Field(ge=-1, le=1)
+
+    @model_validator(mode="after")
+    def _order(self) -> MatchBands:
+        if self.possible > self.strong:
+            raise ValueError("possible must not exceed strong")
+        return self
+
+
+class EmbeddingServer(Section):
+    """An inference server speaking the OpenAI-compatible embeddings API (TEI, Infinity, vLLM, Ollama).
+
+    docs/configuration.md, "The embedder", says what each key does and docs/scaling.md how to run one.
+    """
+
+    # the API's base URL as OpenAI's clients take it: texts are posted to <url>/embeddings
+    url: str
+    model: str = Field(min_length=1, max_length=256)  # the model asked for in every request
+    api_key_env: str | None = None  # the variable holding the API key (sent as a bearer token)
+    batch_size: int = Field(default=32, ge=1, le=2048)  # texts per request
+    timeout: float = Field(default=30.0, gt=0, le=600)  # seconds for one request of tool texts
+    # seconds a find_tool waits for its query's vectors before it answers from the lexical arm
+    query_timeout: float = Field(default=2.0, gt=0, le=60)
+    retry_interval: float = Field(default=5.0, gt=0, le=300)  # seconds between checks while it is down
+    # tokens the served model reads of one text; None: the model folder's, when indexer.model has one,
+    # else 256
+    max_tokens: int | None = Field(default=None, ge=8, le=32_768)
+    # the served model's match bands (`toolsearch bands --calibrate`); None: the project's own when it
+    # serves one of them, else all-MiniLM-L6-v2's
+    bands: MatchBands | None = None
+
+    _url = field_validator("url")(classmethod(lambda cls, v: check_http_url(v).rstrip("/")))
+
+
+class QueryBatching(Section):
+    """How concurrent find_tool queries share model calls (docs/performance.md, "Queries batched")."""
+
+    enabled: bool = True  # queries arriving together share one model call; false: one query a call
+    max_texts: int = Field(default=64, ge=1, le=1024)  # query texts in one model call at most
+    # a call's padded size at most (texts x the longest, in characters), beyond its first query
+    max_chars: int = Field(default=1024, ge=1, le=1_000_000)
+
+
 class Indexer(Section):
     listen: str = "127.0.0.1:50051"
     model: Path = Path("models") / TUNED_MODEL_NAME
-    # what embeds texts: the model's ONNX export in ONNX Runtime, or sentence-transformers on torch
-    embedder: Literal["onnx", "torch"] = "onnx"
+    # what embeds texts: the model's ONNX export in ONNX Runtime, sentence-transformers on torch, or
+    # an inference server speaking the OpenAI-compatible embeddings API
+    embedder: Literal["onnx", "torch"] | EmbeddingServer = "onnx"
     model_threads: int | None = Field(default=None, ge=1)  # model threads; None: every CPU it may use
+    query_batching: QueryBatching = QueryBatching()
     cache_dir: Path = Path(".toolsearch/cache")
     # memory, redis://HOST:PORT/DB, or redis+sentinel://HOST:PORT[,...]/SERVICE[/DB] (docs/kubernetes.md)
     state: str = "memory"
@@ -119,6 +171,32 @@ class Indexer(Section):
     health: Health = Health()
 
     _listen = field_validator("listen")(classmethod(lambda cls, v: check_listen(v)))
+
+    @field_validator("embedder", mode="before")
+    @classmethod
+    def _embedder(cls, value: object) -> object:
+        """A name or a server's mapping, each with one error of its own (not both sides of the union)."""
+        if isinstance(value, dict):
+            try:
+                return EmbeddingServer.model_validate(value)
+            except ValidationError as exc:
+                problems = "; ".join(
+                    f"{'.'.join(str(p) for p in e['loc'])}: "
+                    + (
+                        "unknown key"
+                        if e["type"] == "extra_forbidden"
+                        else e["msg"].removeprefix("Value error, ")
+                    )
+                    for e in exc.errors()
+                )
+                raise ValueError(f"an inference server's settings are wrong: {problems}") from None
+        if isinstance(value, str) and value not in EMBEDDER_NAMES:
+            raise ValueError(
+                f"must be {' or '.join(EMBEDDER_NAMES)}, or a mapping naming an inference server "
+                f"(url, model), got {value!r}"
+            )
+        return value
+
     _health_listen = field_validator("health_listen")(
         classmethod(lambda cls, v: None if v is None else check_listen(v))
     )

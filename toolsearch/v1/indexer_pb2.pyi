@@ -1111,29 +1111,52 @@ Global___VersionStatus: _TypeAlias = VersionStatus  # noqa: Y015
 
 @_typing.final
 class EmbeddingCounters(_message.Message):
-    """What the embedding model has done since the indexer started."""
+    """What the embedding model has done since the indexer started, and whether it answers now."""
 
     DESCRIPTOR: _descriptor.Descriptor
 
     MODEL_CALLS_FIELD_NUMBER: _builtins.int
     TEXTS_EMBEDDED_FIELD_NUMBER: _builtins.int
     CACHE_HITS_FIELD_NUMBER: _builtins.int
+    EMBEDDER_FIELD_NUMBER: _builtins.int
+    UNAVAILABLE_FIELD_NUMBER: _builtins.int
+    UNAVAILABLE_REASON_FIELD_NUMBER: _builtins.int
+    UNAVAILABLE_SINCE_UNIX_FIELD_NUMBER: _builtins.int
+    OUTAGES_FIELD_NUMBER: _builtins.int
+    LEXICAL_ANSWERS_FIELD_NUMBER: _builtins.int
     model_calls: _builtins.int
     """calls of the model"""
     texts_embedded: _builtins.int
     """texts passed to the model"""
     cache_hits: _builtins.int
     """distinct texts answered from the cache, without the model"""
+    embedder: _builtins.str
+    """what embeds: onnx | torch | server (an OpenAI-compatible inference server)"""
+    unavailable: _builtins.bool
+    """the embedder cannot embed now: find_tool answers from the lexical arm"""
+    unavailable_reason: _builtins.str
+    """why (down, too slow, garbage, another model), while unavailable"""
+    unavailable_since_unix: _builtins.float
+    outages: _builtins.int
+    """times it became unavailable since the indexer started"""
+    lexical_answers: _builtins.int
+    """find_tool answers from the lexical arm alone since the indexer started"""
     def __init__(
         self,
         *,
         model_calls: _builtins.int = ...,
         texts_embedded: _builtins.int = ...,
         cache_hits: _builtins.int = ...,
+        embedder: _builtins.str = ...,
+        unavailable: _builtins.bool = ...,
+        unavailable_reason: _builtins.str = ...,
+        unavailable_since_unix: _builtins.float = ...,
+        outages: _builtins.int = ...,
+        lexical_answers: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cache_hits", b"cache_hits", "model_calls", b"model_calls", "texts_embedded", b"texts_embedded"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cache_hits", b"cache_hits", "embedder", b"embedder", "lexical_answers", b"lexical_answers", "model_calls", b"model_calls", "outages", b"outages", "texts_embedded", b"texts_embedded", "unavailable", b"unavailable", "unavailable_reason", b"unavailable_reason", "unavailable_since_unix", b"unavailable_since_unix"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
