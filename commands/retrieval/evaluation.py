@@ -1,11 +1,13 @@
 """`toolsearch eval`: retrieval quality of the indexer's own search over a catalog and labelled queries.
 
 The catalog is named the way the indexer names it (`indexer.tools.advertise`) and indexed in the
-indexer's two steps (`indexer.search.build_tool_index`: `tool_documents`, then `index_documents`,
-which the indexer's `Builder` runs too), each server of the catalog file a backend named by its slug
-(tools without a server form one unnamed backend); queries are embedded in batches and searched
-one by one with `SearchIndex.search`. The metrics and the two splits of each set are
-`commands.retrieval.scoring`'s. A peer's row (`--method fastmcp-bm25`, and with `--all`): FastMCP's BM25
+indexer's two steps (`tool_documents`, then `index_documents`, which the indexer's `Builder` runs
+too; `commands.retrieval.eval_catalog`), each server of the catalog file a backend named by its slug
+(tools without a server form one unnamed backend); queries are embedded in batches and answered one
+by one as find_tool answers: the first stage (`SearchIndex.search`), then, for `reranked`, the
+second (`indexer.retrieval.second_stage`). The metrics and the two splits of each set are
+`commands.retrieval.scoring`'s; abstention, of the answers find_tool gives, is
+`commands.retrieval.abstention`'s. A peer's row (`--method fastmcp-bm25`, and with `--all`): FastMCP's BM25
 search transform over the same catalog and queries (`commands.retrieval.fastmcp_peer`).
 """
 
@@ -19,10 +21,12 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Literal, get_args
 
 import numpy as np
 
+from commands.retrieval.abstention import Abstentions, abstains_without, answerer
+from commands.retrieval.eval_catalog import EvalCatalog
 from commands.retrieval.scoring import (
     DEPTH,
     METRICS,
@@ -39,19 +43,22 @@ from commands.retrieval.scoring import (
     split_of,
 )
 from indexer.embedder import DEFAULT_EMBEDDER, EVAL_KINDS, Embedder
-from indexer.retrieval.bands import match_band
+from indexer.retrieval.bands import UNTRAINED_BANDS, Bands, model_bands
 from indexer.retrieval.embeddings import Embeddings
 from indexer.retrieval.query import Query
-from indexer.retrieval.search import Hit, SearchIndex, SearchSettings, build_tool_index
+from indexer.retrieval.search import SearchIndex, SearchSettings
+from indexer.retrieval.second_stage import Judged, SecondStage, read_stage, shipped_stage
 from indexer.retrieval.text import query_texts
-from indexer.retrieval.tools import advertise
+from indexer.retrieval.verdict import verdict
 from indexer.state.disk import disk_embeddings
 from toolsearch.answers import Answer, AnswerTool, compact_definition, estimate_tokens, render_answer
 from toolsearch.catalog import EVAL_DATA, CatalogTool, load_catalog
 from toolsearch.sections.indexer_settings import BASE_MODEL_NAME, TUNED_MODEL_NAME
 
-Method = Literal["hybrid", "dense", "lexical"]
+# the first stage's methods, and the hybrid one followed by the second stage
+Method = Literal["hybrid", "dense", "lexical", "reranked"]
 METHODS: tuple[Method, ...] = get_args(Method)
+FIRST_STAGE: tuple[Method, ...] = ("hybrid", "dense", "lexical")
 DATA = EVAL_DATA
 SHIPPED_SETS = {  # name -> (catalog, queries)
     "stabletoolbench": (DATA / "stabletoolbench" / "tools.jsonl", DATA / "stabletoolbench" / "queries.jsonl"),
@@ -69,62 +76,31 @@ def build_index(
     tools: Sequence[CatalogTool], embeddings: Embeddings, settings: SearchSettings
 ) -> tuple[SearchIndex, list[str]]:
     """The indexer's index over a catalog, each server a backend; returns it and the tool ids by position."""
-    listings: dict[str, list[dict[str, Any]]] = {}
-    owner: dict[tuple[str, str], str] = {}
-    for tool in tools:
-        backend = tool.server_slug[:64] if tool.server else ""
-        listings.setdefault(backend, []).append(tool.definition())
-        owner[(backend, tool.name)] = tool.id
-    advertised = advertise(listings)
-    embedder = embeddings.embedder
-    index = build_tool_index(
-        definitions=[t.definition for t in advertised],
-        backends=[t.backend_id for t in advertised],
-        names=[t.name for t in advertised],
-        aliases=[
-            sorted({t.original_name, f"{t.backend_id}_{t.original_name}"} - {t.name}) for t in advertised
-        ],
-        embed_documents=embeddings.embed_documents,
-        settings=settings,
-        count_tokens=embedder.count_tokens,
-        max_tokens=embedder.max_tokens,
-    )
-    return index, [owner[(t.backend_id, t.original_name)] for t in advertised]
+    catalog = EvalCatalog(tools, embeddings, settings)
+    return catalog.full, catalog.ids
 
 
 def answer_tokens(
-    hits: Sequence[Hit], by_id: Mapping[str, CatalogTool], ids: Sequence[str]
+    judged: Sequence[Judged], by_id: Mapping[str, CatalogTool], ids: Sequence[str]
 ) -> tuple[int, int]:
-    """Estimated tokens of the find_tool answer these hits make, full and compact (`toolsearch.answers`)."""
+    """Estimated tokens of the find_tool answer of these tools, full and compact (`toolsearch.answers`)."""
     counts = []
     for compact in (False, True):
         entries = []
-        for hit in hits:
-            tool = by_id[ids[hit.position]]
+        for judgement in judged:
+            tool = by_id[ids[judgement.hit.position]]
             definition = compact_definition(tool.definition()) if compact else tool.definition()
             text = json.dumps(definition, ensure_ascii=False, separators=(",", ":"), sort_keys=not compact)
-            entries.append(AnswerTool(text, tool.server_slug[:64], match_band(hit.match)))
+            entries.append(AnswerTool(text, tool.server_slug[:64], judgement.band))
         _, rendered = render_answer(Answer(entries, {}, _METRICS, compact=compact))
         counts.append(estimate_tokens(rendered))
     return counts[0], counts[1]
 
 
-def evaluate_methods(
-    tools: Sequence[CatalogTool],
-    queries: Sequence[EvalQuery],
-    embedder: Embedder,
-    methods: Sequence[Method] = METHODS,
-    settings: SearchSettings | None = None,
-    cache_dir: Path | None = None,
-    progress: bool | None = None,
-    name: str = "",
-) -> list[EvalReport]:
-    """One report per method; documents are embedded once (cached in `cache_dir`), queries once."""
-    check_labels(tools, queries)
-    settings = settings or SearchSettings()
-    store = disk_embeddings(cache_dir, embedder.identity, embedder.dimension)
-    index, ids = build_index(tools, Embeddings(embedder, store), settings)
-    show = len(queries) >= PROGRESS_AFTER if progress is None else progress
+def _embedded(
+    embedder: Embedder, queries: Sequence[EvalQuery], show: bool, name: str
+) -> tuple[list[Query], float]:
+    """Each query with its needs' vectors, embedded in batches, and the seconds that took."""
     texts = [query_texts(q.query) for q in queries]
     started = time.perf_counter()
     vectors: list[np.ndarray] = []
@@ -135,32 +111,77 @@ def evaluate_methods(
             offsets = np.cumsum([0, *map(len, batch)])
             vectors.extend(flat[a:b] for a, b in itertools.pairwise(offsets))
             bar.update(len(batch))
-    embed_seconds = time.perf_counter() - started
+    asked = [Query.embedded(q.query, vector) for q, vector in zip(queries, vectors, strict=True)]
+    return asked, time.perf_counter() - started
+
+
+def evaluate_methods(
+    tools: Sequence[CatalogTool],
+    queries: Sequence[EvalQuery],
+    embedder: Embedder,
+    methods: Sequence[Method] = FIRST_STAGE,
+    settings: SearchSettings | None = None,
+    cache_dir: Path | None = None,
+    progress: bool | None = None,
+    name: str = "",
+    bands: Bands = UNTRAINED_BANDS,
+    stage: SecondStage | None = None,
+) -> list[EvalReport]:
+    """One report per method; documents are embedded once (cached in `cache_dir`), queries once.
+
+    `hybrid` is the first stage as find_tool runs it without a second stage, its answers banded by
+    the model's `bands`; `reranked` the same with `stage` after it. Both also report abstention
+    (`commands.retrieval.abstention`); their "search ms" is the whole answer's, second stage included.
+    """
+    check_labels(tools, queries)
+    if "reranked" in methods and stage is None:
+        raise EvalError("the reranked method needs a second stage")
+    settings = settings or SearchSettings()
+    store = disk_embeddings(cache_dir, embedder.identity, embedder.dimension)
+    catalog = EvalCatalog(tools, Embeddings(embedder, store), settings)
+    show = len(queries) >= PROGRESS_AFTER if progress is None else progress
+    asked, embed_seconds = _embedded(embedder, queries, show, name)
     reports = []
     by_id = {tool.id: tool for tool in tools}
+    ids = catalog.ids
     for method in methods:
         timings: list[float] = []
         rankings: dict[str, list[str]] = {}
         tokens = [0, 0]
+        counts = Abstentions({}, {})
+        answer = answerer(stage if method == "reranked" else None, bands)
         with progress_bar(len(queries), f"searching {name or ''} ({method})".replace("  ", " "), show) as bar:
-            for query, vector in zip(queries, vectors, strict=True):
+            for query, question in zip(queries, asked, strict=True):
                 began = time.perf_counter()
-                hits = index.search(Query.embedded(query.query, vector), DEPTH, method)
+                if method in ("hybrid", "reranked"):
+                    judged = answer(catalog.full, question, DEPTH)
+                    hits = [j.hit for j in judged]
+                else:
+                    hits = catalog.full.search(question, DEPTH, "dense" if method == "dense" else "lexical")
                 timings.append(time.perf_counter() - began)
                 rankings[query.id] = [ids[hit.position] for hit in hits]
-                if method == "hybrid":
-                    full, compact = answer_tokens(hits[:ANSWER_LIMIT], by_id, ids)
+                if method in ("hybrid", "reranked"):
+                    # the answer of find_tool's default limit: the first of these when the second
+                    # stage reads at least DEPTH candidates, as the shipped one does
+                    shown = judged[:ANSWER_LIMIT]
+                    present = verdict(question, shown).nothing_fits
+                    absent = abstains_without(catalog, query, question, answer, ANSWER_LIMIT)
+                    counts.add(split_of(query.id), present, absent)
+                    full, compact = answer_tokens(shown, by_id, ids)
                     tokens[0] += full
                     tokens[1] += compact
                 bar.update(1)
         report = scored(method, tools, queries, rankings, embed_seconds + sum(timings), timings, name)
-        if method == "hybrid":
+        if method in ("hybrid", "reranked"):
             count = max(len(queries), 1)
             tokens_each: dict[str, float] = {
                 "full": round(tokens[0] / count),
                 "compact": round(tokens[1] / count),
             }
-            report = replace(report, answer_tokens=tokens_each)
+            abstention, false_abstention = counts.rates()
+            report = replace(
+                report, answer_tokens=tokens_each, abstention=abstention, false_abstention=false_abstention
+            )
         reports.append(report)
     return reports
 
@@ -179,11 +200,21 @@ def evaluate(
 
 
 def _table(reports: Sequence[EvalReport]) -> str:
-    """One row per set, split and method: the tune split first, then the held-apart one."""
-    header = ["set", "split", "model", "method", "tools", "queries", *METRICS, "q/s", "search ms"]
+    """One row per set, split and method: the tune split first, then the held-apart one.
+
+    "abstain" and "false abst." are of the answers (hybrid, reranked): percent of them that said
+    nothing fits without what serves the query, and with it there.
+    """
+    header = ["set", "split", "model", "method", "tools", "queries", *METRICS, "abstain", "false abst."]
+    header += ["q/s", "search ms"]
+
+    def rate(figures: dict[str, float], split: str) -> str:
+        return f"{figures[split]:.1f}" if split in figures else "-"
+
     rows = [
         [r.name or "-", split, r.model or "-", r.method, str(r.tools), str(r.split_queries[split])]
         + [f"{r.splits[split][m]:.1f}" for m in METRICS]
+        + [rate(r.abstention, split), rate(r.false_abstention, split)]
         + [f"{r.queries_per_second:.0f}", f"{r.search_ms_median:.2f}"]
         for name in dict.fromkeys(r.name for r in reports)
         for split in SPLITS
@@ -234,6 +265,12 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help=f"what embeds the texts, as indexer.embedder (default: {DEFAULT_EMBEDDER}); onnx-int8 "
         "measures the int8 export of `toolsearch model prepare --int8`, which is not served",
     )
+    parser.add_argument(
+        "--stage",
+        type=Path,
+        help="a second stage's folder (`toolsearch model train --stage second-stage` writes one), for the "
+        "reranked method (default: the one shipped for each model)",
+    )
     parser.add_argument("--limit-queries", type=int, metavar="N", help="only the first N queries of each set")
     parser.add_argument(
         "--split",
@@ -277,6 +314,19 @@ def _peer_reports(
     ]
 
 
+def _stage(args: argparse.Namespace, identity: str, methods: Sequence[Method]) -> SecondStage | None:
+    """The second stage the reranked method runs after the first for the embedder `identity`."""
+    if "reranked" not in methods:
+        return None
+    stage = read_stage(args.stage) if args.stage is not None else shipped_stage(identity)
+    if stage is None or stage.identity != identity:
+        raise EvalError(
+            f"no second stage for {identity}: the reranked method needs one trained on its vectors "
+            "(toolsearch model train --stage second-stage --model DIR, then --stage DIR/...)"
+        )
+    return stage
+
+
 def run_cli(args: argparse.Namespace) -> int:
     """Run `toolsearch eval`; returns the exit code."""
     from indexer.embedder import EmbedderError, load_embedder
@@ -300,12 +350,15 @@ def run_cli(args: argparse.Namespace) -> int:
         for model in models if methods else []:
             embedder = load_embedder(args.embedder, model)
             identities.append(embedder.identity)
+            stage = _stage(args, embedder.identity, methods)
             for name, (catalog, queries_file) in sets.items():
                 made = evaluate_methods(
                     load_catalog(catalog),
                     _queries(queries_file, args),
                     embedder,
                     methods,
+                    bands=model_bands(model),
+                    stage=stage,
                     cache_dir=args.cache_dir,
                     name=name,
                 )
@@ -326,6 +379,8 @@ def run_cli(args: argparse.Namespace) -> int:
             "splits",
             "split_queries",
             "answer_tokens",
+            "abstention",
+            "false_abstention",
             "queries_per_second",
             "search_ms_median",
         )
