@@ -32,6 +32,7 @@ from commands.bench.memory import memory
 from commands.bench.peer import peer_part
 from commands.bench.plan import CONCURRENCY, QUERY_SETS, Plan
 from commands.bench.reindex import reindex
+from commands.bench.second_stage import second_stage_part
 from commands.bench.sessions import cold_open, open_many
 from commands.bench.stack import CatalogSpec, Stack, secret
 from commands.bench.stdio import stdio_part
@@ -346,6 +347,21 @@ class Run:
         warmups = {name: self.warmups[name][1] for name in QUERY_SETS}
         self.out["peer"] = await peer_part(stack, self.catalogs.small, queries, warmups, self.progress)
 
+    async def second_stage(self) -> None:
+        """Part 11 on a large stack of its own: one client, the second stage on, then off."""
+        stack = self._stack("second-stage", [CatalogSpec("main", self.catalogs.large)])
+        counts = self.plan.second_stage_queries
+        queries = {name: self.queries[name][1][0][: counts[name]] for name in QUERY_SETS}
+        warmups = {name: self.warmups[name][1] for name in QUERY_SETS}
+        try:
+            await stack.start_catalogs()
+            self.progress(f"second stage: indexer start over {self.catalogs.large.tools} tools")
+            await stack.start_indexer()
+            await stack.start_router()
+            self.out["second_stage"] = await second_stage_part(stack, queries, warmups, self.progress)
+        finally:
+            stack.close()
+
     async def cold(self, size: str, steady_queries: int | None) -> None:
         """Part 4, cold: a caller's first session on a catalog nobody has embedded, beside a steady load."""
         catalog = self.catalogs.small if size == "small" else self.catalogs.large
@@ -387,6 +403,7 @@ class Run:
         for part, step in (
             ("large stack", self.large()),
             *others,
+            ("second stage", self.second_stage()),
             ("small stack", self.small()),
             ("kept sessions", self.kept_sessions()),
             ("cold open, small", self.cold("small", steady_queries=2_000)),
