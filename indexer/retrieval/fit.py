@@ -2,17 +2,22 @@
 
 The first stage asks how far a tool stands out from the rest of the catalog; a catalog that cannot
 serve the request still has a best tool, and that tool still stands out. Whether it fits is a
-question about the pair alone: the need's vector and the tool's closest view, read together
-component by component (their elementwise product, whose sum is their cosine: which parts of the
-meaning they share, not only how much), the cosine itself, the whole query's best cosine with the
-tool, and how many of the need's words the tool's text holds (`pair_features`). None of them depends
-on the rest of the catalog, so a fit means the same over 14 tools and over 2,000.
+question about the pair: four features of it (`pair_features`), none of which depends on how the
+rest of the catalog ranks, so a fit means the same over 14 tools and over 2,000:
+
+- the need's cosine with the tool's closest view (the first stage's `Hit.match` for that need);
+- the whole query's best cosine with the tool (a task's need read in its context);
+- the share of the need's words (`lexical_tokens`) the tool's text holds;
+- the share of the need's words any tool of the catalog holds: a request for a care plan over a
+  catalog where no tool says "care" or "plan" is not served by the closest tool, whatever it is.
 
 `FitModel` scores them with a small network (one hidden layer) trained on the public training
-corpus to tell a request's right tools from what the first stage offers beside them and from the
-best tools of catalogs that cannot serve it (`toolsearch model train --stage second-stage`), and
-turns the score into the chance the tool serves the need (Platt scaling, fitted on the corpus's
-check part). It runs in numpy: microseconds for an answer's candidates.
+corpus to tell a request's right tools from what the first stage offers beside them, without them
+and over catalogs that cannot serve it (`toolsearch model train --stage second-stage`), and turns
+the score into the chance the tool serves the need (Platt scaling on the corpus's check part). It
+runs in numpy: microseconds for an answer's candidates. Richer features were measured and dropped:
+the elementwise product of the two vectors (384 more) fitted the corpus better and carried worse
+to the shipped sets' tune splits (docs/retrieval.md, "The second stage").
 """
 
 from __future__ import annotations
@@ -28,30 +33,26 @@ from indexer.retrieval.search import Hit, SearchIndex
 from indexer.retrieval.text import lexical_tokens
 
 FloatArray = npt.NDArray[np.float32]
-SCALARS = 3  # features beside the elementwise product: cosine, the whole query's cosine, word coverage
+FEATURES = 4  # cosine, the whole query's cosine, the need's words the tool holds, and the catalog holds
 WEIGHTS = ("hidden.weight", "hidden.bias", "out.weight", "out.bias")
 
 
 def pair_features(index: SearchIndex, query: Query, hits: Sequence[Hit]) -> FloatArray:
-    """One row per hit: its need's vector times the tool's closest view, then the scalars (module doc).
-
-    Each hit is read beside the need it serves best (`Hit.need`).
-    """
-    dimension = query.needs[0].vector.shape[0]
-    out = np.zeros((len(hits), dimension + SCALARS), dtype=np.float32)
+    """One row of `FEATURES` per hit (the module's docstring), each read beside its need (`Hit.need`)."""
+    out = np.zeros((len(hits), FEATURES), dtype=np.float32)
     whole = np.asarray(query.needs[0].vector, dtype=np.float32)
     words: dict[int, set[str]] = {}
+    known: dict[int, float] = {}
     for row, hit in enumerate(hits):
         need = np.asarray(query.needs[hit.need].vector, dtype=np.float32)
         views = index.views(hit.position)
         cosines = views @ need
-        closest = views[int(cosines.argmax())]
         if hit.need not in words:
-            words[hit.need] = set(lexical_tokens([query.needs[hit.need].text]))
+            words[hit.need] = wanted = set(lexical_tokens([query.needs[hit.need].text]))
+            known[hit.need] = index.known(wanted) / len(wanted) if wanted else 0.0
         wanted = words[hit.need]
         held = len(wanted.intersection(index.terms(hit.position))) / len(wanted) if wanted else 0.0
-        out[row, :dimension] = need * closest
-        out[row, dimension:] = (float(cosines.max()), float((views @ whole).max()), held)
+        out[row] = (float(cosines.max()), float((views @ whole).max()), held, known[hit.need])
     return out
 
 

@@ -15,7 +15,7 @@ docs/retrieval.md has the measurements behind the defaults.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -118,6 +118,10 @@ class SearchIndex:
     def terms(self, position: int) -> Sequence[str]:
         """The BM25 terms of the tool at `position`."""
         return self._terms[position]
+
+    def known(self, terms: Iterable[str]) -> int:
+        """How many of `terms` some tool of the index holds."""
+        return sum(term in self._vocabulary for term in terms)
 
     @classmethod
     def build(

@@ -22,7 +22,7 @@ from indexer.embedder import FakeEmbedder
 from indexer.embedder.base import EmbedderError
 from indexer.retrieval.bands import Bands
 from indexer.retrieval.embeddings import Embeddings
-from indexer.retrieval.fit import SCALARS, Calibration, FitModel, pair_features
+from indexer.retrieval.fit import FEATURES, Calibration, FitModel, pair_features
 from indexer.retrieval.query import Query
 from indexer.retrieval.search import Hit, SearchSettings
 from indexer.retrieval.second_stage import STAGE, Judged, SecondStage, first_stage, read_stage, shipped_stage
@@ -44,10 +44,9 @@ def _query(text: str) -> Query:
 
 
 def _cosine_model() -> FitModel:
-    """A network whose score is the pair's cosine (the product's sum, through one ReLU unit), times 10."""
-    features = FAKE.dimension + SCALARS
-    hidden = np.zeros((1, features), dtype=np.float32)
-    hidden[0, FAKE.dimension] = 1.0  # the cosine feature
+    """A network whose score is the pair's cosine (through one ReLU unit) times 10, less 5."""
+    hidden = np.zeros((1, FEATURES), dtype=np.float32)
+    hidden[0, 0] = 1.0  # the cosine feature
     return FitModel(
         hidden, np.zeros(1, np.float32), np.full(1, 10.0, np.float32), -5.0, Calibration(1.0, 0.0)
     )
@@ -57,19 +56,21 @@ def _stage(weight: float = 0.0) -> SecondStage:
     return SecondStage(_cosine_model(), BANDS, depth=10, weight=weight, identity=FAKE.identity, record={})
 
 
-def test_the_features_of_a_pair_are_its_product_cosine_whole_query_cosine_and_word_coverage() -> None:
+def test_the_features_of_a_pair_are_its_cosines_and_the_words_the_tool_and_the_catalog_hold() -> None:
     catalog = _catalog()
     query = _query("convert force from newtons to pound-force")
     hits = catalog.full.search(query, 3)
     rows = pair_features(catalog.full, query, hits)
-    assert rows.shape == (3, FAKE.dimension + SCALARS)
+    assert rows.shape == (3, FEATURES)
     for row, hit in zip(rows, hits, strict=True):
-        need = query.needs[hit.need].vector
         views = catalog.full.views(hit.position)
-        assert row[FAKE.dimension] == pytest.approx(float((views @ need).max()), abs=1e-6)
-        assert row[: FAKE.dimension].sum() == pytest.approx(row[FAKE.dimension], abs=1e-5)
-        assert 0.0 <= row[-1] <= 1.0
-    assert rows[0, -1] > 0  # the best tool holds some of the request's words
+        assert row[0] == pytest.approx(float((views @ query.needs[hit.need].vector).max()), abs=1e-6)
+        assert row[1] == pytest.approx(float((views @ query.needs[0].vector).max()), abs=1e-6)
+        assert 0.0 <= row[2] <= row[3] <= 1.0  # a tool holds no word the catalog lacks
+    assert rows[0, 2] > 0  # the best tool holds some of the request's words
+    unknown = _query("knead zzqx sourdough")
+    (row,) = pair_features(catalog.full, unknown, catalog.full.search(unknown, 1))
+    assert row[3] < 1.0  # words no tool of the catalog holds
 
 
 def test_the_second_stage_bands_by_its_chance_and_keeps_the_first_stages_order_at_weight_zero() -> None:
