@@ -59,6 +59,7 @@ from toolsearch.sections.indexer_settings import BASE_MODEL_NAME, TUNED_MODEL_NA
 Method = Literal["hybrid", "dense", "lexical", "reranked"]
 METHODS: tuple[Method, ...] = get_args(Method)
 FIRST_STAGE: tuple[Method, ...] = ("hybrid", "dense", "lexical")
+ANSWERS = "answers"  # --method answers: find_tool's answers without the second stage and with it
 DATA = EVAL_DATA
 SHIPPED_SETS = {  # name -> (catalog, queries)
     "stabletoolbench": (DATA / "stabletoolbench" / "tools.jsonl", DATA / "stabletoolbench" / "queries.jsonl"),
@@ -246,9 +247,11 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.add_argument("--queries", type=Path, help="the labelled queries (JSON Lines); with --catalog")
     parser.add_argument(
         "--method",
-        choices=[*METHODS, PEER, "all"],
-        help=f"search method (default: hybrid; with --all, every method); {PEER} is a peer's: FastMCP's "
-        "BM25 search transform over the same catalog (the bench extra installs fastmcp)",
+        choices=[*METHODS, PEER, ANSWERS, "all"],
+        help=f"search method (default: hybrid; with --all, every method): hybrid, dense and lexical are the "
+        "first stage's; reranked is hybrid then the second stage shipped for the model; answers runs hybrid "
+        f"and reranked; {PEER} is a peer's: FastMCP's BM25 search transform over the same catalog (the "
+        "bench extra installs fastmcp)",
     )
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument(
@@ -315,14 +318,19 @@ def _peer_reports(
 
 
 def _stage(args: argparse.Namespace, identity: str, methods: Sequence[Method]) -> SecondStage | None:
-    """The second stage the reranked method runs after the first for the embedder `identity`."""
+    """The second stage the reranked method runs after the first for the embedder `identity`; None
+    (and a note) when none ships for it, unless `--stage` names one, which must fit it."""
     if "reranked" not in methods:
         return None
-    stage = read_stage(args.stage) if args.stage is not None else shipped_stage(identity)
-    if stage is None or stage.identity != identity:
+    if args.stage is None:
+        stage = shipped_stage(identity)
+        if stage is None:
+            print(f"toolsearch eval: no second stage ships for {identity}: no reranked row", file=sys.stderr)
+        return stage
+    stage = read_stage(args.stage)
+    if stage.identity != identity:
         raise EvalError(
-            f"no second stage for {identity}: the reranked method needs one trained on its vectors "
-            "(toolsearch model train --stage second-stage --model DIR, then --stage DIR/...)"
+            f"the second stage in {args.stage} reads {stage.identity}'s vectors, not {identity}'s"
         )
     return stage
 
@@ -340,6 +348,8 @@ def run_cli(args: argparse.Namespace) -> int:
         return 2
     chosen = args.method or ("all" if args.all else "hybrid")
     methods = METHODS if chosen == "all" else tuple(m for m in METHODS if m == chosen)
+    if chosen == ANSWERS:
+        methods = ("hybrid", "reranked")
     sets = SHIPPED_SETS if args.all else {args.catalog.parent.name: (args.catalog, args.queries)}
     models = args.model or [Path("models") / TUNED_MODEL_NAME]
     if args.all and not args.model:
@@ -351,12 +361,13 @@ def run_cli(args: argparse.Namespace) -> int:
             embedder = load_embedder(args.embedder, model)
             identities.append(embedder.identity)
             stage = _stage(args, embedder.identity, methods)
+            runs = tuple(m for m in methods if m != "reranked" or stage is not None)
             for name, (catalog, queries_file) in sets.items():
                 made = evaluate_methods(
                     load_catalog(catalog),
                     _queries(queries_file, args),
                     embedder,
-                    methods,
+                    runs,
                     bands=model_bands(model),
                     stage=stage,
                     cache_dir=args.cache_dir,

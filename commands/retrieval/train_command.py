@@ -228,6 +228,7 @@ def run_train(args: argparse.Namespace) -> int:
     from indexer.embedder import EmbedderError
 
     where = destination(args.models_dir, args.out, args.replace)
+    shipped = read_tuning(TUNINGS / TUNED_MODEL_NAME)  # before a replacing run writes over it
     started = time.perf_counter()
     try:
         if args.stage == "second-stage":
@@ -251,7 +252,6 @@ def run_train(args: argparse.Namespace) -> int:
         f"{check['base']} -> {check['tuned']}; bands {tuning.bands}; "
         f"{LOW_RANK} sha256 {tuning.low_rank_sha256}"
     )
-    shipped = read_tuning(TUNINGS / TUNED_MODEL_NAME)
     recorded = shipped.training.get("check_recall_at_5", {}) if shipped is not None else {}
     return _compared({"check R@5": check["tuned"]}, {"check R@5": recorded.get("tuned", check["tuned"])})
 
@@ -269,6 +269,7 @@ def _run_stage(args: argparse.Namespace, where: Destination, started: float) -> 
         model = args.models_dir / TUNED_MODEL_NAME
     settings = StageSettings(seed=args.seed, threads=args.threads)
     stages = STAGES if where.replaces_shipped else where.tunings.parent / "stages"
+    shipped = shipped_figures(model.resolve().name)  # before a replacing run writes over them
 
     def say(line: str) -> None:
         if args.log is not None:
@@ -281,11 +282,14 @@ def _run_stage(args: argparse.Namespace, where: Destination, started: float) -> 
         f"second stage for {stage.identity}: trained in {time.perf_counter() - started:.0f} s into "
         f"{stages}; corpus check part {check}; bands {stage.bands}"
     )
-    return _compared(check, shipped_figures(model.resolve().name))
+    return _compared(check, shipped)
 
 
 def _compared(made: dict[str, float], shipped: dict[str, float]) -> int:
     """Print how a retrain's check-part figures stand against the shipped tuning's; 3 when off."""
+    if not shipped:
+        print("nothing ships to compare it with")
+        return 0
     off = compare_with_shipped(made, shipped)
     if off:
         print(f"differs from the shipped tuning by more than {TOLERANCE} points: {'; '.join(off)}")
