@@ -19,7 +19,7 @@ import json
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Literal, get_args
 
@@ -142,49 +142,66 @@ def evaluate_methods(
     catalog = EvalCatalog(tools, Embeddings(embedder, store), settings)
     show = len(queries) >= PROGRESS_AFTER if progress is None else progress
     asked, embed_seconds = _embedded(embedder, queries, show, name)
-    reports = []
     by_id = {tool.id: tool for tool in tools}
     ids = catalog.ids
-    for method in methods:
-        timings: list[float] = []
-        rankings: dict[str, list[str]] = {}
-        tokens = [0, 0]
-        counts = Abstentions({}, {})
-        answer = answerer(stage if method == "reranked" else None, bands)
-        with progress_bar(len(queries), f"searching {name or ''} ({method})".replace("  ", " "), show) as bar:
-            for query, question in zip(queries, asked, strict=True):
+    runs = {method: _Tally() for method in methods}
+    answers = {method: answerer(stage if method == "reranked" else None, bands) for method in methods}
+    # queries outer, methods inner: a query's catalog without its servers is built once for every method
+    with progress_bar(len(queries), f"searching {name or 'queries'}", show) as bar:
+        for query, question in zip(queries, asked, strict=True):
+            for method, run in runs.items():
                 began = time.perf_counter()
                 if method in ("hybrid", "reranked"):
-                    judged = answer(catalog.full, question, DEPTH)
+                    judged = answers[method](catalog.full, question, DEPTH)
                     hits = [j.hit for j in judged]
                 else:
                     hits = catalog.full.search(question, DEPTH, "dense" if method == "dense" else "lexical")
-                timings.append(time.perf_counter() - began)
-                rankings[query.id] = [ids[hit.position] for hit in hits]
+                run.timings.append(time.perf_counter() - began)
+                run.rankings[query.id] = [ids[hit.position] for hit in hits]
                 if method in ("hybrid", "reranked"):
                     # the answer of find_tool's default limit: the first of these when the second
                     # stage reads at least DEPTH candidates, as the shipped one does
                     shown = judged[:ANSWER_LIMIT]
                     present = verdict(question, shown).nothing_fits
-                    absent = abstains_without(catalog, query, question, answer, ANSWER_LIMIT)
-                    counts.add(split_of(query.id), present, absent)
+                    absent = abstains_without(catalog, query, question, answers[method], ANSWER_LIMIT)
+                    run.counts.add(split_of(query.id), present, absent)
                     full, compact = answer_tokens(shown, by_id, ids)
-                    tokens[0] += full
-                    tokens[1] += compact
-                bar.update(1)
-        report = scored(method, tools, queries, rankings, embed_seconds + sum(timings), timings, name)
-        if method in ("hybrid", "reranked"):
-            count = max(len(queries), 1)
-            tokens_each: dict[str, float] = {
-                "full": round(tokens[0] / count),
-                "compact": round(tokens[1] / count),
-            }
-            abstention, false_abstention = counts.rates()
-            report = replace(
-                report, answer_tokens=tokens_each, abstention=abstention, false_abstention=false_abstention
-            )
-        reports.append(report)
-    return reports
+                    run.tokens[0] += full
+                    run.tokens[1] += compact
+            bar.update(1)
+    return [_report(method, run, tools, queries, embed_seconds, name) for method, run in runs.items()]
+
+
+@dataclass
+class _Tally:
+    """What one method's run over a set gathers, query by query."""
+
+    timings: list[float] = field(default_factory=list)
+    rankings: dict[str, list[str]] = field(default_factory=dict)
+    tokens: list[int] = field(default_factory=lambda: [0, 0])
+    counts: Abstentions = field(default_factory=lambda: Abstentions({}, {}))
+
+
+def _report(
+    method: Method,
+    run: _Tally,
+    tools: Sequence[CatalogTool],
+    queries: Sequence[EvalQuery],
+    embed_seconds: float,
+    name: str,
+) -> EvalReport:
+    report = scored(method, tools, queries, run.rankings, embed_seconds + sum(run.timings), run.timings, name)
+    if method not in ("hybrid", "reranked"):
+        return report
+    count = max(len(queries), 1)
+    tokens_each: dict[str, float] = {
+        "full": round(run.tokens[0] / count),
+        "compact": round(run.tokens[1] / count),
+    }
+    abstention, false_abstention = run.counts.rates()
+    return replace(
+        report, answer_tokens=tokens_each, abstention=abstention, false_abstention=false_abstention
+    )
 
 
 def evaluate(
