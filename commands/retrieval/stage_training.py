@@ -41,9 +41,9 @@ class StageSettings:
     threads: int = 2
     train_per_source: int = 150  # requests of each source's train part mined
     check_per_source: int = 100  # and of its check part
-    # on the check part: where `possible` is cut. Chosen on the shipped sets' tune splits: the most
-    # abstention with no split's false abstention above 10% (docs/retrieval.md, "The second stage")
-    false_abstention: float = 0.01
+    # the chance from which a tool is `possible`, not weak: chosen on the shipped sets' tune splits, the
+    # most abstention with every split's false abstention under 10% (docs/retrieval.md, "The second stage")
+    possible: float = 0.021
     depth: int = 10  # first-stage candidates read for an answer of up to 10 tools
     weight: float = 0.0  # of the fit score beside the fused one in the answer's order (chosen: none)
 
@@ -173,18 +173,13 @@ def best_chance(model: FitModel, block: FloatArray) -> float:
     return float(model.calibration.chance(model.scores(block)).max()) if len(block) else 0.0
 
 
-def calibrate_bands(model: FitModel, check: Sequence[Mined], false_abstention: float) -> Bands:
-    """The bands on the chance, from the check part's answers (best chance among 8 candidates).
-
-    `possible`: the best candidate of an answer over the request's own catalog falls under it for
-    `false_abstention` of the requests; `strong`: the best candidate of another source's catalog
-    reaches it for one request in twenty, never below `possible`.
-    """
-    present = [best_chance(model, m.present[:ANSWER]) for m in check]
+def calibrate_bands(model: FitModel, check: Sequence[Mined], possible: float) -> Bands:
+    """The bands on the chance: `possible` as chosen; `strong` where the best candidate of another
+    source's catalog (8 of them) reaches it for one request in twenty of the check part, never below
+    `possible`."""
     foreign = [best_chance(model, m.foreign[:ANSWER]) for m in check]
-    possible = float(np.quantile(present, false_abstention))
     strong = max(float(np.quantile(foreign, 0.95)), possible)
-    return Bands(strong=round(strong, 3), possible=round(possible, 3))
+    return Bands(strong=round(strong, 3), possible=possible)
 
 
 def check_figures(model: FitModel, bands: Bands, check: Sequence[Mined], weight: float) -> dict[str, float]:

@@ -59,7 +59,7 @@ def train_stage(
     )
     check = [m for m in mined if m.part == "check" and len(m.positives)]
     model = calibrated(model, check)
-    bands = calibrate_bands(model, check, settings.false_abstention)
+    bands = calibrate_bands(model, check, settings.possible)
     record = {
         "format": STAGE_FORMAT,
         "model": model_dir.resolve().name,
