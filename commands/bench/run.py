@@ -355,10 +355,10 @@ class Run:
         warmups = {name: self.warmups[name][1] for name in QUERY_SETS}
         try:
             await stack.start_catalogs()
-            self.progress(f"second stage: indexer start over {self.catalogs.large.tools} tools")
-            await stack.start_indexer()
-            await stack.start_router()
-            self.out["second_stage"] = await second_stage_part(stack, queries, warmups, self.progress)
+            self.progress(f"second stage: indexer starts over {self.catalogs.large.tools} tools")
+            self.out["second_stage"] = await second_stage_part(
+                stack, self.catalogs.large, queries, warmups, self.progress
+            )
         finally:
             stack.close()
 

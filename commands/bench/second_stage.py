@@ -1,6 +1,7 @@
 """Part 11: what find_tool's second stage costs, at one client, with it and without it in one run.
 
-One stack over the large catalog; its indexer runs with the second stage (`indexer.search.second_stage`,
+One stack over the large catalog (the router started once, after the first indexer); its indexer
+runs with the second stage (`indexer.search.second_stage`,
 on by default), then is restarted with it off, and each time one client sends the same queries (the
 single-client run's first ones; a restarted indexer has an empty query cache, so none is answered
 from it). Reported per query set: p50 and p99, and the CPU each process used per find_tool, both ways,
@@ -13,21 +14,29 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from commands.bench.catalogs import advertised_backends
+from commands.bench.catalogs import advertised_backends, started
+from commands.bench.common import CatalogFile
 from commands.bench.latency import find_tool_load
 from commands.bench.stack import Stack
 
 
 async def second_stage_part(
     stack: Stack,
+    catalog: CatalogFile,
     queries: Mapping[str, Sequence[str]],
     warmups: Mapping[str, Sequence[str]],
     progress: Callable[[str], None],
 ) -> dict[str, Any]:
-    """Each query set at one client, the stack's indexer with its second stage, then without it."""
+    """Each query set at one client, the stack's indexer with its second stage, then without it.
+
+    Each start is checked to have listed every tool of `catalog`, so that no answer is measured
+    over a part of it.
+    """
     out: dict[str, Any] = {name: {} for name in queries}
     for label, config in (("on", stack.config_path), ("off", stack.variant("first-stage-only", _off()))):
-        await stack.start_indexer(config=config)
+        started(stack, await stack.start_indexer(config=config), catalog)
+        if "router" not in stack.procs:  # the router after the first indexer: it waits for one
+            await stack.start_router()
         for name, asked in queries.items():
             progress(f"second stage {label}: {name} queries, 1 client")
             pids = stack.pids() | {"bench": os.getpid()}
