@@ -210,6 +210,28 @@ def peer(results: dict[str, Any]) -> list[str]:
     return lines
 
 
+def second_stage(results: dict[str, Any]) -> list[str]:
+    """Part 11: one client with the second stage and without, the same queries."""
+    found = results.get("second_stage")
+    if not found:
+        return []
+    lines = [
+        "## The second stage: one client, on and off (ms, p50 / p99; CPU ms per find_tool)",
+        "",
+        "The large catalog's indexer with `indexer.search.second_stage` on, then restarted with it off; "
+        "the same queries each time.",
+        "",
+        row("queries", "on", "off", "p50 on / off", "indexer CPU on / off", "router CPU on / off"),
+        rule("l", "r", "r", "r", "r", "r"),
+    ]
+    for name, runs in found.items():
+        on, off = runs["on"], runs["off"]
+        indexer = f"{_cpu(on, ('indexer',)):.2f} / {_cpu(off, ('indexer',)):.2f}"
+        router = f"{_cpu(on, ('router',)):.2f} / {_cpu(off, ('router',)):.2f}"
+        lines.append(row(name, ms(on), ms(off), runs["p50_on_over_off"], indexer, router))
+    return [*lines, ""]
+
+
 def _cpu(run: dict[str, Any], processes: tuple[str, ...]) -> float:
     """CPU milliseconds a request of a load run, summed over some of its processes."""
     return float(sum(run["cpu"].get(name, {}).get("ms_per_request", 0) for name in processes))
@@ -367,6 +389,7 @@ def markdown(results: dict[str, Any]) -> str:
         batching,
         embedding_server,
         embedders,
+        second_stage,
         sessions,
         cold_open,
         reindex_memory,

@@ -8,11 +8,13 @@ QUERY_SETS = ("stabletoolbench", "metatool")
 CLIENT_COUNTS = (1, 8, 32)  # clients searching at once: one run each
 # what `toolsearch bench --only` selects: the large stack's parts (1 to 7), queries batched against
 # one at a time, find_tool with the model behind an embedding server, then the other stacks' parts
+# (the second stage's on one of its own)
 PARTS = (
     "large",
     "batching",
     "server",
     "other-embedder",
+    "second-stage",
     "small",
     "kept-sessions",
     "cold",
@@ -53,6 +55,10 @@ class Plan:
     # the peer's queries per client, by number of concurrent clients (commands.bench.peer): its search
     # lists every server for every query, about a second each over the small catalog's 22 servers
     peer_per_client: dict[int, int] = field(default_factory=lambda: {1: 20, 8: 4, 32: 2})
+    # find_tool queries of one client, per query set, with the second stage and again without it
+    second_stage_queries: dict[str, int] = field(
+        default_factory=lambda: {"stabletoolbench": 100, "metatool": 200}
+    )
 
 
 FULL = Plan(
@@ -84,4 +90,5 @@ QUICK = Plan(
     memory_sessions=30,
     first_run=False,
     peer_per_client={1: 2, 8: 1, 32: 1},
+    second_stage_queries={"stabletoolbench": 4, "metatool": 5},
 )

@@ -117,6 +117,19 @@ def _find_tool_targets(results: dict[str, Any], name: str) -> list[dict[str, Any
     return out
 
 
+def _second_stage_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """What the second stage costs one client: p50 and the indexer's CPU per find_tool, on over off."""
+    out = []
+    for name in QUERY_SETS:
+        ratio = _get(results, "second_stage", name, "p50_on_over_off")
+        out.append(_target(f"find_tool p50, 1 client, second stage on / off ({name})", ratio, 1.5, "x"))
+        ratio = _get(results, "second_stage", name, "indexer_cpu_on_over_off")
+        out.append(
+            _target(f"indexer CPU per find_tool, 1 client, second stage on / off ({name})", ratio, 1.5, "x")
+        )
+    return out
+
+
 def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     """The targets, each judged on what this run measured (None where a part failed)."""
 
@@ -126,6 +139,7 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     out = []
     for name in QUERY_SETS:
         out += _find_tool_targets(results, name)
+    out += _second_stage_targets(results)
     large = get("session_open", "warm", "large", "tools")
     out.append(
         _target(

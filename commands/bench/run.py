@@ -35,6 +35,7 @@ from commands.bench.memory import memory
 from commands.bench.peer import peer_part
 from commands.bench.plan import CLIENT_COUNTS, QUERY_SETS, Plan
 from commands.bench.reindex import reindex
+from commands.bench.second_stage import second_stage_part
 from commands.bench.sessions import cold_open, open_many, open_once
 from commands.bench.stack import CatalogSpec, Stack, secret
 from commands.bench.stdio import stdio_part
@@ -409,6 +410,21 @@ class Run:
         warmups = {name: self.warmups[name][1] for name in QUERY_SETS}
         self.out["peer"] = await peer_part(stack, self.catalogs.small, queries, warmups, self.progress)
 
+    async def second_stage(self) -> None:
+        """Part 11 on a large stack of its own: one client, the second stage on, then off."""
+        stack = self._stack("second-stage", [CatalogSpec("main", self.catalogs.large)])
+        counts = self.plan.second_stage_queries
+        queries = {name: self.queries[name][1][0][: counts[name]] for name in QUERY_SETS}
+        warmups = {name: self.warmups[name][1] for name in QUERY_SETS}
+        try:
+            await stack.start_catalogs()
+            self.progress(f"second stage: indexer starts over {self.catalogs.large.tools} tools")
+            self.out["second_stage"] = await second_stage_part(
+                stack, self.catalogs.large, queries, warmups, self.progress
+            )
+        finally:
+            stack.close()
+
     async def cold(self, size: str, steady_queries: int | None) -> None:
         """Part 4, cold: a caller's first session on a catalog nobody has embedded, beside a steady load."""
         catalog = self.catalogs.small if size == "small" else self.catalogs.large
@@ -472,6 +488,7 @@ class Run:
                 for kind in self.embedders
                 if kind != self.kind
             ),
+            ("second-stage", "second stage", self.second_stage),
             ("small", "small stack", self.small),
             ("kept-sessions", "kept sessions", self.kept_sessions),
             ("cold", "cold open, small", functools.partial(self.cold, "small", 2_000)),

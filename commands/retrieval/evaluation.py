@@ -1,11 +1,13 @@
 """`toolsearch eval`: retrieval quality of the indexer's own search over a catalog and labelled queries.
 
 The catalog is named the way the indexer names it (`indexer.tools.advertise`) and indexed in the
-indexer's two steps (`indexer.search.build_tool_index`: `tool_documents`, then `index_documents`,
-which the indexer's `Builder` runs too), each server of the catalog file a backend named by its slug
-(tools without a server form one unnamed backend); queries are embedded in batches and searched
-one by one with `SearchIndex.search`. The metrics and the two splits of each set are
-`commands.retrieval.scoring`'s. A peer's row (`--method fastmcp-bm25`, and with `--all`): FastMCP's BM25
+indexer's two steps (`tool_documents`, then `index_documents`, which the indexer's `Builder` runs
+too; `commands.retrieval.eval_catalog`), each server of the catalog file a backend named by its slug
+(tools without a server form one unnamed backend); queries are embedded in batches and answered one
+by one as find_tool answers: the first stage (`SearchIndex.search`), then, for `reranked`, the
+second (`indexer.retrieval.second_stage`). The metrics and the two splits of each set are
+`commands.retrieval.scoring`'s; abstention, of the answers find_tool gives, is
+`commands.retrieval.abstention`'s. A peer's row (`--method fastmcp-bm25`, and with `--all`): FastMCP's BM25
 search transform over the same catalog and queries (`commands.retrieval.fastmcp_peer`).
 """
 
@@ -17,12 +19,14 @@ import json
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, get_args
+from typing import Literal, get_args
 
 import numpy as np
 
+from commands.retrieval.abstention import Abstentions, abstains_without, answerer
+from commands.retrieval.eval_catalog import EvalCatalog
 from commands.retrieval.scoring import (
     DEPTH,
     METRICS,
@@ -39,12 +43,13 @@ from commands.retrieval.scoring import (
     split_of,
 )
 from indexer.embedder import DEFAULT_EMBEDDER, EVAL_KINDS, Embedder
-from indexer.retrieval.bands import match_band
+from indexer.retrieval.bands import UNTRAINED_BANDS, Bands, model_bands
 from indexer.retrieval.embeddings import Embeddings
 from indexer.retrieval.query import Query
-from indexer.retrieval.search import Hit, Method, SearchIndex, SearchSettings, build_tool_index
+from indexer.retrieval.search import Method, SearchIndex, SearchSettings
+from indexer.retrieval.second_stage import Judged, SecondStage, read_stage, shipped_stage
 from indexer.retrieval.text import query_texts
-from indexer.retrieval.tools import advertise
+from indexer.retrieval.verdict import verdict
 from indexer.state.disk import disk_embeddings
 from toolsearch.answers import compact_definition, estimate_tokens, render_answer
 from toolsearch.catalog import EVAL_DATA, CatalogTool, load_catalog
@@ -52,7 +57,11 @@ from toolsearch.found import Found, FoundTool, TokenMetrics
 from toolsearch.sections.indexer_settings import BASE_MODEL_NAME, TUNED_MODEL_NAME
 from toolsearch.sessions import VersionRef
 
-METHODS: tuple[Method, ...] = get_args(Method)
+# what eval measures: the first stage's methods, and the hybrid one followed by the second stage
+EvalMethod = Method | Literal["reranked"]
+FIRST_STAGE: tuple[Method, ...] = get_args(Method)
+METHODS: tuple[EvalMethod, ...] = (*FIRST_STAGE, "reranked")
+ANSWERS = "answers"  # --method answers: find_tool's answers without the second stage and with it
 SHIPPED_SETS = {  # name -> (catalog, queries)
     name: (EVAL_DATA / folder / "tools.jsonl", EVAL_DATA / folder / queries)
     for name, folder, queries in (
@@ -73,62 +82,31 @@ def build_index(
     tools: Sequence[CatalogTool], embeddings: Embeddings, settings: SearchSettings
 ) -> tuple[SearchIndex, list[str]]:
     """The indexer's index over a catalog, each server a backend; returns it and the tool ids by position."""
-    listings: dict[str, list[dict[str, Any]]] = {}
-    owner: dict[tuple[str, str], str] = {}
-    for tool in tools:
-        backend = tool.server_slug[:64] if tool.server else ""
-        listings.setdefault(backend, []).append(tool.definition())
-        owner[(backend, tool.name)] = tool.id
-    advertised = advertise(listings)
-    embedder = embeddings.embedder
-    index = build_tool_index(
-        definitions=[t.definition for t in advertised],
-        backends=[t.backend_id for t in advertised],
-        names=[t.name for t in advertised],
-        aliases=[
-            sorted({t.original_name, f"{t.backend_id}_{t.original_name}"} - {t.name}) for t in advertised
-        ],
-        embed_documents=embeddings.embed_documents,
-        settings=settings,
-        count_tokens=embedder.count_tokens,
-        max_tokens=embedder.max_tokens,
-    )
-    return index, [owner[(t.backend_id, t.original_name)] for t in advertised]
+    catalog = EvalCatalog(tools, embeddings, settings)
+    return catalog.full, catalog.ids
 
 
 def answer_tokens(
-    hits: Sequence[Hit], by_id: Mapping[str, CatalogTool], ids: Sequence[str]
+    judged: Sequence[Judged], by_id: Mapping[str, CatalogTool], ids: Sequence[str]
 ) -> tuple[int, int]:
-    """Estimated tokens of the find_tool answer these hits make, full and compact (`toolsearch.answers`)."""
+    """Estimated tokens of the find_tool answer of these tools, full and compact (`toolsearch.answers`)."""
     counts = []
     for compact in (False, True):
         entries = []
-        for hit in hits:
-            tool = by_id[ids[hit.position]]
+        for judgement in judged:
+            tool = by_id[ids[judgement.hit.position]]
             definition = compact_definition(tool.definition()) if compact else tool.definition()
             text = json.dumps(definition, ensure_ascii=False, separators=(",", ":"), sort_keys=not compact)
-            entries.append(FoundTool(tool.name, tool.server_slug[:64], text, "", "", match_band(hit.match)))
+            entries.append(FoundTool(tool.name, tool.server_slug[:64], text, "", "", judgement.band))
         _, rendered = render_answer(Found(NO_VERSION, tuple(entries), (), _METRICS), compact)
         counts.append(estimate_tokens(rendered))
     return counts[0], counts[1]
 
 
-def evaluate_methods(
-    tools: Sequence[CatalogTool],
-    queries: Sequence[EvalQuery],
-    embedder: Embedder,
-    methods: Sequence[Method] = METHODS,
-    settings: SearchSettings | None = None,
-    cache_dir: Path | None = None,
-    progress: bool | None = None,
-    name: str = "",
-) -> list[EvalReport]:
-    """One report per method; documents are embedded once (cached in `cache_dir`), queries once."""
-    check_labels(tools, queries)
-    settings = settings or SearchSettings()
-    store = disk_embeddings(cache_dir, embedder.identity, embedder.dimension)
-    index, ids = build_index(tools, Embeddings(embedder, store), settings)
-    show = len(queries) >= PROGRESS_AFTER if progress is None else progress
+def _embedded(
+    embedder: Embedder, queries: Sequence[EvalQuery], show: bool, name: str
+) -> tuple[list[Query], float]:
+    """Each query with its needs' vectors, embedded in batches, and the seconds that took."""
     texts = [query_texts(q.query) for q in queries]
     started = time.perf_counter()
     vectors: list[np.ndarray] = []
@@ -139,41 +117,103 @@ def evaluate_methods(
             offsets = np.cumsum([0, *map(len, batch)])
             vectors.extend(flat[a:b] for a, b in itertools.pairwise(offsets))
             bar.update(len(batch))
-    embed_seconds = time.perf_counter() - started
-    reports = []
+    asked = [Query.embedded(q.query, vector) for q, vector in zip(queries, vectors, strict=True)]
+    return asked, time.perf_counter() - started
+
+
+def evaluate_methods(
+    tools: Sequence[CatalogTool],
+    queries: Sequence[EvalQuery],
+    embedder: Embedder,
+    methods: Sequence[EvalMethod] = FIRST_STAGE,
+    settings: SearchSettings | None = None,
+    cache_dir: Path | None = None,
+    progress: bool | None = None,
+    name: str = "",
+    bands: Bands = UNTRAINED_BANDS,
+    stage: SecondStage | None = None,
+) -> list[EvalReport]:
+    """One report per method; documents are embedded once (cached in `cache_dir`), queries once.
+
+    `hybrid` is the first stage as find_tool runs it without a second stage, its answers banded by
+    the model's `bands`; `reranked` the same with `stage` after it. Both also report abstention
+    (`commands.retrieval.abstention`); their "search ms" is the whole answer's, second stage included.
+    """
+    check_labels(tools, queries)
+    if "reranked" in methods and stage is None:
+        raise EvalError("the reranked method needs a second stage")
+    settings = settings or SearchSettings()
+    store = disk_embeddings(cache_dir, embedder.identity, embedder.dimension)
+    catalog = EvalCatalog(tools, Embeddings(embedder, store), settings)
+    show = len(queries) >= PROGRESS_AFTER if progress is None else progress
+    asked, embed_seconds = _embedded(embedder, queries, show, name)
     by_id = {tool.id: tool for tool in tools}
-    for method in methods:
-        timings: list[float] = []
-        rankings: dict[str, list[str]] = {}
-        tokens = [0, 0]
-        with progress_bar(len(queries), f"searching {name or ''} ({method})".replace("  ", " "), show) as bar:
-            for query, vector in zip(queries, vectors, strict=True):
+    ids = catalog.ids
+    runs = {method: _Tally() for method in methods}
+    answers = {method: answerer(stage if method == "reranked" else None, bands) for method in methods}
+    # queries outer, methods inner: a query's catalog without its servers is built once for every method
+    with progress_bar(len(queries), f"searching {name or 'queries'}", show) as bar:
+        for query, question in zip(queries, asked, strict=True):
+            for method, run in runs.items():
                 began = time.perf_counter()
-                hits = index.search(Query.embedded(query.query, vector), DEPTH, method)
-                timings.append(time.perf_counter() - began)
-                rankings[query.id] = [ids[hit.position] for hit in hits]
-                if method == "hybrid":
-                    full, compact = answer_tokens(hits[:ANSWER_LIMIT], by_id, ids)
-                    tokens[0] += full
-                    tokens[1] += compact
-                bar.update(1)
-        report = scored(method, tools, queries, rankings, embed_seconds + sum(timings), timings, name)
-        if method == "hybrid":
-            count = max(len(queries), 1)
-            tokens_each: dict[str, float] = {
-                "full": round(tokens[0] / count),
-                "compact": round(tokens[1] / count),
-            }
-            report = replace(report, answer_tokens=tokens_each)
-        reports.append(report)
-    return reports
+                if method in ("hybrid", "reranked"):
+                    judged = answers[method](catalog.full, question, DEPTH)
+                    hits = [j.hit for j in judged]
+                else:
+                    hits = catalog.full.search(question, DEPTH, "dense" if method == "dense" else "lexical")
+                run.timings.append(time.perf_counter() - began)
+                run.rankings[query.id] = [ids[hit.position] for hit in hits]
+                if method in ("hybrid", "reranked"):
+                    # the answer of find_tool's default limit: the first of these when the second
+                    # stage reads at least DEPTH candidates, as the shipped one does
+                    shown = judged[:ANSWER_LIMIT]
+                    present = verdict(question, shown).nothing_fits
+                    absent = abstains_without(catalog, query, question, answers[method], ANSWER_LIMIT)
+                    run.counts.add(split_of(query.id), present, absent)
+                    full, compact = answer_tokens(shown, by_id, ids)
+                    run.tokens[0] += full
+                    run.tokens[1] += compact
+            bar.update(1)
+    return [_report(method, run, tools, queries, embed_seconds, name) for method, run in runs.items()]
+
+
+@dataclass
+class _Tally:
+    """What one method's run over a set gathers, query by query."""
+
+    timings: list[float] = field(default_factory=list)
+    rankings: dict[str, list[str]] = field(default_factory=dict)
+    tokens: list[int] = field(default_factory=lambda: [0, 0])
+    counts: Abstentions = field(default_factory=lambda: Abstentions({}, {}))
+
+
+def _report(
+    method: EvalMethod,
+    run: _Tally,
+    tools: Sequence[CatalogTool],
+    queries: Sequence[EvalQuery],
+    embed_seconds: float,
+    name: str,
+) -> EvalReport:
+    report = scored(method, tools, queries, run.rankings, embed_seconds + sum(run.timings), run.timings, name)
+    if method not in ("hybrid", "reranked"):
+        return report
+    count = max(len(queries), 1)
+    tokens_each: dict[str, float] = {
+        "full": round(run.tokens[0] / count),
+        "compact": round(run.tokens[1] / count),
+    }
+    abstention, false_abstention = run.counts.rates()
+    return replace(
+        report, answer_tokens=tokens_each, abstention=abstention, false_abstention=false_abstention
+    )
 
 
 def evaluate(
     tools: Sequence[CatalogTool],
     queries: Sequence[EvalQuery],
     embedder: Embedder,
-    method: Method = "hybrid",
+    method: EvalMethod = "hybrid",
     settings: SearchSettings | None = None,
     cache_dir: Path | None = None,
     progress: bool | None = None,
@@ -183,11 +223,21 @@ def evaluate(
 
 
 def _table(reports: Sequence[EvalReport]) -> str:
-    """One row per set, split and method: the tune split first, then the held-apart one."""
-    header = ["set", "split", "model", "method", "tools", "queries", *METRICS, "q/s", "search ms"]
+    """One row per set, split and method: the tune split first, then the held-apart one.
+
+    "abstain" and "false abst." are of the answers (hybrid, reranked): percent of them that said
+    nothing fits without what serves the query, and with it there.
+    """
+    header = ["set", "split", "model", "method", "tools", "queries", *METRICS, "abstain", "false abst."]
+    header += ["q/s", "search ms"]
+
+    def rate(figures: dict[str, float], split: str) -> str:
+        return f"{figures[split]:.1f}" if split in figures else "-"
+
     rows = [
         [r.name or "-", split, r.model or "-", r.method, str(r.tools), str(r.split_queries[split])]
         + [f"{r.splits[split][m]:.1f}" for m in METRICS]
+        + [rate(r.abstention, split), rate(r.false_abstention, split)]
         + [f"{r.queries_per_second:.0f}", f"{r.search_ms_median:.2f}"]
         for name in dict.fromkeys(r.name for r in reports)
         for split in SPLITS
@@ -219,9 +269,11 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.add_argument("--queries", type=Path, help="the labelled queries (JSON Lines); with --catalog")
     parser.add_argument(
         "--method",
-        choices=[*METHODS, PEER, "all"],
-        help=f"search method (default: hybrid; with --all, every method); {PEER} is a peer's: FastMCP's "
-        "BM25 search transform over the same catalog (the bench extra installs fastmcp)",
+        choices=[*METHODS, PEER, ANSWERS, "all"],
+        help=f"search method (default: hybrid; with --all, every method): hybrid, dense and lexical are the "
+        "first stage's; reranked is hybrid then the second stage shipped for the model; answers runs hybrid "
+        f"and reranked; {PEER} is a peer's: FastMCP's BM25 search transform over the same catalog (the "
+        "bench extra installs fastmcp)",
     )
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument(
@@ -237,6 +289,12 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         default=DEFAULT_EMBEDDER,
         help=f"what embeds the texts, as indexer.embedder (default: {DEFAULT_EMBEDDER}); onnx-int8 "
         "measures the int8 export of `toolsearch model prepare --int8`, which is not served",
+    )
+    parser.add_argument(
+        "--stage",
+        type=Path,
+        help="a second stage's folder (`toolsearch model train --stage second-stage` writes one), for the "
+        "reranked method (default: the one shipped for each model)",
     )
     parser.add_argument("--limit-queries", type=int, metavar="N", help="only the first N queries of each set")
     parser.add_argument(
@@ -281,6 +339,24 @@ def _peer_reports(
     ]
 
 
+def _stage(args: argparse.Namespace, identity: str, methods: Sequence[EvalMethod]) -> SecondStage | None:
+    """The second stage the reranked method runs after the first for the embedder `identity`; None
+    (and a note) when none ships for it, unless `--stage` names one, which must fit it."""
+    if "reranked" not in methods:
+        return None
+    if args.stage is None:
+        stage = shipped_stage(identity)
+        if stage is None:
+            print(f"toolsearch eval: no second stage ships for {identity}: no reranked row", file=sys.stderr)
+        return stage
+    stage = read_stage(args.stage)
+    if stage.identity != identity:
+        raise EvalError(
+            f"the second stage in {args.stage} reads {stage.identity}'s vectors, not {identity}'s"
+        )
+    return stage
+
+
 def run_cli(args: argparse.Namespace) -> int:
     """Run `toolsearch eval`; returns the exit code."""
     from indexer.embedder import EmbedderError, load_embedder
@@ -294,6 +370,8 @@ def run_cli(args: argparse.Namespace) -> int:
         return 2
     chosen = args.method or ("all" if args.all else "hybrid")
     methods = METHODS if chosen == "all" else tuple(m for m in METHODS if m == chosen)
+    if chosen == ANSWERS:
+        methods = ("hybrid", "reranked")
     sets = SHIPPED_SETS if args.all else {args.catalog.parent.name: (args.catalog, args.queries)}
     models = args.model or [Path("models") / TUNED_MODEL_NAME]
     if args.all and not args.model:
@@ -304,12 +382,16 @@ def run_cli(args: argparse.Namespace) -> int:
         for model in models if methods else []:
             embedder = load_embedder(args.embedder, model)
             identities.append(embedder.identity)
+            stage = _stage(args, embedder.identity, methods)
+            runs = tuple(m for m in methods if m != "reranked" or stage is not None)
             for name, (catalog, queries_file) in sets.items():
                 made = evaluate_methods(
                     load_catalog(catalog),
                     _queries(queries_file, args),
                     embedder,
-                    methods,
+                    runs,
+                    bands=model_bands(model),
+                    stage=stage,
                     cache_dir=args.cache_dir,
                     name=name,
                 )
@@ -330,6 +412,8 @@ def run_cli(args: argparse.Namespace) -> int:
             "splits",
             "split_queries",
             "answer_tokens",
+            "abstention",
+            "false_abstention",
             "queries_per_second",
             "search_ms_median",
         )

@@ -74,6 +74,10 @@ class EvalReport:
     # hybrid only: mean estimated tokens of a find_tool answer of ANSWER_LIMIT tools, full and compact
     answer_tokens: dict[str, float] = field(default_factory=dict)
     model: str = ""  # the model folder's name
+    # answers only (hybrid, reranked), per split, percent: answers that said nothing fits over the
+    # catalog without what serves the query, and over the whole catalog (commands.retrieval.abstention)
+    abstention: dict[str, float] = field(default_factory=dict)
+    false_abstention: dict[str, float] = field(default_factory=dict)
 
 
 def load_queries(path: Path) -> list[EvalQuery]:

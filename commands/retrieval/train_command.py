@@ -25,8 +25,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from indexer.embedder.recipe import RECIPES
-from indexer.embedder.tuning import LOW_RANK, TUNING, TUNINGS, TrainSettings, Tuning
+from commands.retrieval.destination import (
+    TOLERANCE,
+    Destination,
+    compare_with_shipped,
+    destination,
+    environment,
+)
+from indexer.embedder.tuning import LOW_RANK, TUNING, TUNINGS, TrainSettings, Tuning, read_tuning
 from toolsearch.catalog import TRAIN_DATA
 from toolsearch.sections.indexer_settings import BASE_MODEL_NAME, TUNED_MODEL_NAME
 
@@ -70,12 +76,12 @@ def train_tuning(
     models_dir: Path,
     corpus_dir: Path,
     settings: TrainSettings,
-    tunings: Path = TUNINGS,
-    recipes: Path = RECIPES,
+    where: Destination,
     keep_changes: bool = False,
 ) -> Tuning:
-    """Train (or, with `keep_changes`, take the tuning's own changes at `settings.merge`), then write
-    the tuning, the tuned model folder and its export's recipe; returns the tuning."""
+    """Train (or, with `keep_changes`, take the shipped tuning's changes at `settings.merge`), then
+    write the tuning, the tuned model folder and its export's recipe where `where` says; returns the
+    tuning."""
     from safetensors.numpy import save_file
 
     from commands.retrieval.corpus import read_corpus
@@ -89,9 +95,12 @@ def train_tuning(
 
     base_dir = prepare_default_model(models_dir)
     corpus = read_corpus(corpus_dir)
-    out = tunings / TUNED_MODEL_NAME
+    out = where.tunings / TUNED_MODEL_NAME
     if keep_changes:
-        settings = kept_settings(out, settings.merge)
+        settings = kept_settings(TUNINGS / TUNED_MODEL_NAME, settings.merge)
+        if out != TUNINGS / TUNED_MODEL_NAME:
+            out.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(TUNINGS / TUNED_MODEL_NAME / LOW_RANK, out / LOW_RANK)
     else:
         base = load_embedder("onnx", base_dir, threads=settings.threads)
         changes = fit_low_rank(base_dir, corpus, settings, base.count_tokens, base.max_tokens)
@@ -113,6 +122,7 @@ def train_tuning(
         training={
             "corpus_sha256": corpus.digest,
             "settings": settings.to_json(),
+            "environment": environment(settings.threads),
             # the corpus's own check part (never trained on), R@5 against each pair's source
             "check_recall_at_5": {"base": before, "tuned": after},
         },
@@ -120,10 +130,10 @@ def train_tuning(
     (out / TUNING).write_text(json.dumps(tuning.to_json(), indent=2) + "\n", encoding="utf-8")
     shipped = read_tuning(out)
     assert shipped is not None  # written a line above
-    tuned_dir = apply_tuning(base_dir, shipped, models_dir / TUNED_MODEL_NAME)
+    tuned_dir = apply_tuning(base_dir, shipped, where.models / TUNED_MODEL_NAME)
     shutil.rmtree(tuned_dir / "onnx", ignore_errors=True)
     export_onnx(tuned_dir)
-    write_recipe(tuned_dir, recipes / TUNED_MODEL_NAME)
+    write_recipe(tuned_dir, where.recipes / TUNED_MODEL_NAME)
     return shipped
 
 
@@ -132,11 +142,25 @@ def add_train_parser(actions: argparse._SubParsersAction[argparse.ArgumentParser
     defaults = TrainSettings()
     train = actions.add_parser(
         "train",
-        help=f"train {TUNED_MODEL_NAME} on the public training corpus again (CPU, about 25 minutes; "
-        "needs the model extra)",
-        description="Fine-tune the default model on the training corpus (low-rank changes) and write the "
-        "tuning, the tuned model folder and its export's recipe: deterministic for a given seed, corpus, "
-        "thread count and torch build.",
+        help=f"train {TUNED_MODEL_NAME}, or find_tool's second stage, on the public training corpus again "
+        "(CPU; needs the model extra)",
+        description="Fine-tune the default model on the training corpus (low-rank changes), or train the "
+        "second stage (a fit model over the first stage's candidates), and write what ships into a new "
+        "folder (--out), or over the shipped files (--replace); then compare what it measures on the "
+        "corpus's check part with the shipped one's figures. Deterministic for a given seed, corpus, "
+        "thread count, CPU and torch build.",
+    )
+    train.add_argument(
+        "--stage",
+        choices=["embedder", "second-stage"],
+        default="embedder",
+        help=f"what to train: the embedding model {TUNED_MODEL_NAME} (default), or the second stage for "
+        "the vectors of --model",
+    )
+    train.add_argument(
+        "--model",
+        type=Path,
+        help=f"the second stage's model: whose vectors it reads (default: <models-dir>/{TUNED_MODEL_NAME})",
     )
     train.add_argument("--models-dir", type=Path, default=Path("models"), help="default: models/")
     train.add_argument(
@@ -145,25 +169,32 @@ def add_train_parser(actions: argparse._SubParsersAction[argparse.ArgumentParser
         default=TRAIN_DATA,
         help="tools.jsonl and pairs.jsonl (default: the packaged corpus)",
     )
-    train.add_argument(
-        "--tunings", type=Path, default=TUNINGS, help="where the tuning goes (default: the shipped one)"
+    where = train.add_mutually_exclusive_group()
+    where.add_argument(
+        "--out",
+        type=Path,
+        help="the folder to write tunings/, recipes/ and models/ (the embedder) or stages/ (the second "
+        "stage) into (default: a new <models-dir>/trained-<UTC time>/)",
     )
-    train.add_argument(
-        "--recipes", type=Path, default=RECIPES, help="where the recipe goes (default: the shipped one)"
+    where.add_argument(
+        "--replace",
+        action="store_true",
+        help="write over the shipped files (and the tuned model folder in --models-dir)",
     )
     train.add_argument("--seed", type=int, default=defaults.seed, help=f"default {defaults.seed}")
-    train.add_argument("--steps", type=int, default=defaults.steps, help=f"default {defaults.steps}")
+    train.add_argument("--steps", type=int, help="the embedder's training steps (default 150)")
     train.add_argument("--rank", type=int, default=defaults.rank, help=f"default {defaults.rank}")
     train.add_argument(
         "--merge",
         type=float,
         default=defaults.merge,
-        help=f"the share of the learned change merged into the published weights (default {defaults.merge})",
+        help=f"the share of the learned change merged into the published weights (default {defaults.merge}; "
+        "the embedder only)",
     )
     train.add_argument(
         "--keep-changes",
         action="store_true",
-        help="train nothing: merge the tuning's own changes again at --merge (its settings otherwise kept)",
+        help="train nothing: merge the shipped tuning's changes again at --merge (its other settings kept)",
     )
     train.add_argument(
         "--threads",
@@ -171,41 +202,97 @@ def add_train_parser(actions: argparse._SubParsersAction[argparse.ArgumentParser
         default=defaults.threads,
         help=f"default {defaults.threads}; the same count gives the same bytes",
     )
+    train.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=Path(".toolsearch") / "cache",
+        help="embedding cache for the corpus's texts (the second stage's mining; default: .toolsearch/cache)",
+    )
+    train.add_argument("--log", type=Path, help="a file to append the second stage's progress to")
 
 
 def run_train(args: argparse.Namespace) -> int:
-    """Run `toolsearch model train`; returns the exit code."""
-    if min(args.steps, args.threads, args.rank) < 1:
+    """Run `toolsearch model train`; returns the exit code (3: trained, but off the shipped figures)."""
+    steps = args.steps if args.steps is not None else 1
+    if min(steps, args.threads, args.rank) < 1:
         print("toolsearch model train: --steps, --rank and --threads must be at least 1", file=sys.stderr)
         return 2
     if not 0 < args.merge <= 1:
         print("toolsearch model train: --merge is a share of the change: above 0, at most 1", file=sys.stderr)
         return 2
-    settings = replace(
-        TrainSettings(),
-        seed=args.seed,
-        steps=args.steps,
-        rank=args.rank,
-        threads=args.threads,
-        merge=args.merge,
-    )
+    if args.stage == "second-stage" and args.keep_changes:
+        print("toolsearch model train: --keep-changes is for the embedder's merge share", file=sys.stderr)
+        return 2
     from commands.retrieval.corpus import CorpusError
     from commands.retrieval.model import ModelError
     from indexer.embedder import EmbedderError
 
+    where = destination(args.models_dir, args.out, args.replace)
+    shipped = read_tuning(TUNINGS / TUNED_MODEL_NAME)  # before a replacing run writes over it
     started = time.perf_counter()
     try:
-        tuning = train_tuning(
-            args.models_dir, args.corpus, settings, args.tunings, args.recipes, args.keep_changes
+        if args.stage == "second-stage":
+            return _run_stage(args, where, started)
+        settings = replace(
+            TrainSettings(),
+            seed=args.seed,
+            steps=args.steps or TrainSettings().steps,
+            rank=args.rank,
+            threads=args.threads,
+            merge=args.merge,
         )
+        tuning = train_tuning(args.models_dir, args.corpus, settings, where, args.keep_changes)
     except (ModelError, EmbedderError, CorpusError, OSError) as exc:
         print(f"toolsearch model train: {exc}", file=sys.stderr)
         return 1
     check = tuning.training["check_recall_at_5"]
     print(
         f"{tuning.name}: {'merged' if args.keep_changes else 'trained'} in "
-        f"{time.perf_counter() - started:.0f} s; corpus check part R@5 "
+        f"{time.perf_counter() - started:.0f} s into {where.tunings.parent}; corpus check part R@5 "
         f"{check['base']} -> {check['tuned']}; bands {tuning.bands}; "
         f"{LOW_RANK} sha256 {tuning.low_rank_sha256}"
     )
+    recorded = shipped.training.get("check_recall_at_5", {}) if shipped is not None else {}
+    return _compared({"check R@5": check["tuned"]}, {"check R@5": recorded.get("tuned", check["tuned"])})
+
+
+def _run_stage(args: argparse.Namespace, where: Destination, started: float) -> int:
+    from commands.retrieval.model import prepare_default_model, prepare_tuned_models
+    from commands.retrieval.stage_training import StageSettings
+    from commands.retrieval.stage_tuning import shipped_figures, train_stage
+    from indexer.retrieval.second_stage import STAGES
+
+    model = args.model
+    if model is None:
+        prepare_default_model(args.models_dir)
+        prepare_tuned_models(args.models_dir)
+        model = args.models_dir / TUNED_MODEL_NAME
+    settings = StageSettings(seed=args.seed, threads=args.threads)
+    stages = STAGES if where.replaces_shipped else where.tunings.parent / "stages"
+    shipped = shipped_figures(model.resolve().name)  # before a replacing run writes over them
+
+    def say(line: str) -> None:
+        if args.log is not None:
+            with args.log.open("a", encoding="utf-8") as handle:
+                handle.write(line + "\n")
+
+    stage = train_stage(model, args.corpus, settings, stages, args.cache_dir, say)
+    check = stage.record["training"]["check"]
+    print(
+        f"second stage for {stage.identity}: trained in {time.perf_counter() - started:.0f} s into "
+        f"{stages}; corpus check part {check}; bands {stage.bands}"
+    )
+    return _compared(check, shipped)
+
+
+def _compared(made: dict[str, float], shipped: dict[str, float]) -> int:
+    """Print how a retrain's check-part figures stand against the shipped tuning's; 3 when off."""
+    if not shipped:
+        print("nothing ships to compare it with")
+        return 0
+    off = compare_with_shipped(made, shipped)
+    if off:
+        print(f"differs from the shipped tuning by more than {TOLERANCE} points: {'; '.join(off)}")
+        return 3
+    print(f"within {TOLERANCE} points of the shipped tuning's check-part figures")
     return 0

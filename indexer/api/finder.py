@@ -1,10 +1,12 @@
 """Answering find_tool: embed the query, search the session's current version, say how well it matched.
 
 Each tool found carries its server (the backend id, and the server's own title and description
-from its initialize result) and a match band. An answer also names the session's backends that are
-down or rejected its credentials, and one whose every match is weak says plainly that nothing here
-fits, so that a model does not keep looking for a tool that cannot be had right now. Empty answers
-say why.
+from its initialize result) and a match band: the second stage's (a trained fit model reading the first
+stage's best candidates again, `indexer.retrieval.second_stage`) when the indexer runs one, else the
+first stage's cosine. An answer also names the session's backends that are down or rejected its
+credentials; one whose every match is weak says plainly that nothing here fits, so that a model
+does not keep looking for a tool that cannot be had right now, and one that serves some needs of a
+task and not others says which (`indexer.retrieval.verdict`). Empty answers say why.
 
 The answer is a `Found` (toolsearch/found.py), the value both sides of the link know:
 indexer/api/messages.py turns it into the wire's `FindToolsResponse`, so the search stays free of
@@ -21,12 +23,13 @@ import numpy as np
 from indexer.backends.registry import Registry
 from indexer.embedder.base import EmbedderUnavailable
 from indexer.errors import InvalidRequest
-from indexer.retrieval.bands import UNTRAINED_BANDS, Bands, match_band
+from indexer.retrieval.bands import UNTRAINED_BANDS, Bands
 from indexer.retrieval.embeddings import Embeddings
 from indexer.retrieval.index import IndexVersion, VersionPool
 from indexer.retrieval.query import Need, Query
-from indexer.retrieval.search import Method
+from indexer.retrieval.second_stage import Judged, SecondStage, first_stage
 from indexer.retrieval.text import query_texts
+from indexer.retrieval.verdict import nothing_fits_note, partial_note, verdict
 from indexer.sessions.views import LiveSession
 from indexer.state.listings import ServerInfo
 from indexer.traces import tracer
@@ -82,9 +85,11 @@ class Finder:
         pool: VersionPool,
         search: Search,
         bands: Bands = UNTRAINED_BANDS,
+        stage: SecondStage | None = None,
     ) -> None:
         self._embeddings = embeddings
         self._bands = bands  # calibrated for the model that embeds the queries: each model has its own
+        self._stage = stage  # the second stage, when the indexer runs one: its chances band the tools
         self._registry = registry
         self._pool = pool
         self._search = search
@@ -120,14 +125,20 @@ class Finder:
             )
         return "the healthy backends of this session offer no tools"
 
-    @staticmethod
-    def _weak_note(unavailable: Sequence[UnavailableBackend]) -> str:
-        note = (
-            "Nothing here fits this task: no tool matches it strongly, or even possibly; the tools "
-            "below are only the closest and probably cannot do it. Do without a tool, or describe the "
-            "task differently."
-        )
-        return note + unavailable_said(unavailable)
+    def _judged(self, version: IndexVersion, query: Query, limit: int, lexical: bool) -> list[Judged]:
+        """The answer's tools: the first stage's best, then the second stage's reading when it runs;
+        `lexical` when the query has no vectors, so only words were matched.
+
+        The second stage reads beyond `limit` (`SecondStage.candidates`): a few numpy products over
+        vectors the version holds, microseconds, so it runs where the first stage does.
+        """
+        if lexical:  # no similarity was measured, for the bands or for the second stage to read
+            found = version.find_hits(query, limit, "lexical")
+            return [Judged(hit, hit.match, lexical_band(hit.match)) for _, hit in found]
+        if self._stage is None or version.search_index is None:
+            return first_stage([hit for _, hit in version.find_hits(query, limit)], self._bands)
+        hits = [hit for _, hit in version.find_hits(query, self._stage.candidates(limit))]
+        return self._stage.judge(version.search_index, query, hits, limit)
 
     def _unavailable(self, session: LiveSession) -> list[UnavailableBackend]:
         """The session's backends whose tools cannot be found now: down, or refusing its credentials."""
@@ -176,7 +187,7 @@ class Finder:
         snapshot = session.current  # read once: the whole answer comes from this version
         version = snapshot.version
         tools: list[FoundTool] = []
-        empty_reason = ""
+        empty_reason = note = ""
         lexical = ""  # why the answer comes from the lexical arm alone, when it does
         if not version.tools:
             empty_reason = self._empty_reason(session)
@@ -186,17 +197,21 @@ class Finder:
             # the whole query, then each sentence of a long one; concurrent queries share model calls
             texts = query_texts(query, keywords)
             needs, lexical = await self._needs(version, texts)
+            asked = Query(query, tuple(keywords), needs)
             with tracer.start_as_current_span("search") as span:
-                method: Method = "lexical" if lexical else "hybrid"
-                hits = version.find_hits(Query(query, tuple(keywords), needs), limit, method)
+                judged = self._judged(version, asked, limit, lexical=bool(lexical))
                 span.set_attributes(
                     {
                         "toolsearch.index_version": f"v{snapshot.number}/{version.fingerprint[:12]}",
-                        "toolsearch.hits": len(hits),
+                        "toolsearch.hits": len(judged),
                         "toolsearch.lexical_only": bool(lexical),
                     }
                 )
-            for tool, hit in hits:
+            found = verdict(asked, judged)
+            note = nothing_fits_note() if found.nothing_fits else partial_note(asked, found)
+            for judgement in judged:
+                hit = judgement.hit
+                tool = version.tools[hit.position]
                 info = version.server(tool.backend_id)
                 definition_json = tool.definition_json
                 if compact:
@@ -213,17 +228,17 @@ class Finder:
                         score=hit.score,
                         server_title=server_title(info),
                         server_description=server_description(info),
-                        match=lexical_band(hit.match) if lexical else match_band(hit.match, self._bands),
-                        relevance=hit.match,
+                        match=judgement.band,
+                        relevance=judgement.fit,
                     )
                 )
-            if not hits:
+            if not judged:
                 empty_reason = "no tool matched the query closely enough: describe the task differently"
         unavailable = self._unavailable(session)
-        weak = tools and all(tool.match == "weak" for tool in tools)
-        note = self._weak_note(unavailable) if weak else ""
         if lexical:
             note = lexical_note(lexical, unavailable)
+        elif note:
+            note += unavailable_said(unavailable)
         baseline = version.baseline_tokens
         returned = sum(estimate_tokens(t.definition_json) for t in tools)
         savings = round(100.0 * (1 - returned / baseline), 2) if baseline else 0.0

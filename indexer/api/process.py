@@ -34,6 +34,7 @@ from indexer.embedder import Embedder
 from indexer.retrieval.embeddings import Embeddings
 from indexer.retrieval.index import Builder, VersionPool
 from indexer.retrieval.search import SearchSettings
+from indexer.retrieval.second_stage import shipped_stage
 from indexer.sessions.manager import SessionManager
 from indexer.sessions.versions import SessionVersions
 from indexer.state import EndedSession, LocalSessions, State, make_state, state_secret
@@ -128,8 +129,12 @@ class IndexerProcess:
             ender=ender,
             leadership=state.leadership,
         )
-        # the served model's bands: a tuned model's own, calibrated with it (docs/retrieval.md)
-        finder = Finder(embeddings, registry, pool, section.search, served_bands(section, embedder))
+        # the served model's bands: a tuned model's own, calibrated with it (docs/retrieval.md); the
+        # second stage shipped for the served model, unless turned off, bands answers with its own
+        stage = shipped_stage(embedder.identity) if section.search.second_stage else None
+        if section.search.second_stage and stage is None:
+            logger.info("no second stage ships for %s: answers are banded by cosine", embedder.identity)
+        finder = Finder(embeddings, registry, pool, section.search, served_bands(section, embedder), stage)
         versions = sessions.versions
         rebuilder = Rebuilder(versions)
         health = section.health

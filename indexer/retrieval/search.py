@@ -15,7 +15,7 @@ docs/retrieval.md has the measurements behind the defaults.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -70,12 +70,16 @@ class Hit:
 
     `match` is the tool's best cosine similarity with the query or any of its needs (the best view):
     it depends on the query and the tool alone, not on the rest of the catalog, so a band means the
-    same over 14 tools and over 2,000. An exact name is always strong (`match` 1).
+    same over 14 tools and over 2,000. An exact name is always strong (`match` 1). `need` is the
+    position in `Query.needs` of the need the tool serves best, so that a second stage reads the
+    tool beside the words it serves, and an answer can say which needs found a tool.
     """
 
     position: int
     score: float
     match: float = 0.0
+    need: int = 0  # the query's need it serves best (`best_needs`; 0: the whole query, of one need)
+    exact: bool = False  # named exactly by the query: first whatever any stage scores
 
 
 class SearchIndex:
@@ -91,6 +95,7 @@ class SearchIndex:
         exact: Mapping[str, tuple[int, ...]],
         backends: BackendLift | None,
         servers: ServerArm | None = None,
+        terms: Sequence[Sequence[str]] = (),
     ) -> None:
         """Use `build`; this only stores what it made."""
         self.settings = settings
@@ -106,6 +111,22 @@ class SearchIndex:
         self._exact = exact
         self._backends = backends
         self._servers = servers
+        self._terms = terms  # each tool's BM25 terms, for the second stage
+
+    def views(self, position: int) -> FloatArray:
+        """The view vectors of the tool at `position` (read-only rows of the index)."""
+        starts = self._view_starts
+        end = int(starts[position + 1]) if position + 1 < len(starts) else self._stored.shape[0]
+        rows: FloatArray = self._stored[int(starts[position]) : end]
+        return rows
+
+    def terms(self, position: int) -> Sequence[str]:
+        """The BM25 terms of the tool at `position`."""
+        return self._terms[position]
+
+    def known(self, terms: Iterable[str]) -> int:
+        """How many of `terms` some tool of the index holds."""
+        return sum(term in self._vocabulary for term in terms)
 
     @classmethod
     def build(
@@ -180,6 +201,7 @@ class SearchIndex:
             {key: tuple(positions) for key, positions in exact.items()},
             grouped,
             units,
+            terms,
         )
 
     def _query_rows(self, query: Query) -> FloatArray:
@@ -201,6 +223,11 @@ class SearchIndex:
         best: FloatArray = self._dense_rows(self._query_rows(query)).max(axis=0)
         return best
 
+    def matches(self, query: Query) -> tuple[FloatArray, npt.NDArray[np.intp]]:
+        """Per tool, its best cosine with any need of the query, and which need it serves (`best_needs`)."""
+        rows = self._dense_rows(self._query_rows(query))
+        return rows.max(axis=0), best_needs(rows)
+
     def dense_scores(self, query: Query) -> FloatArray:
         """Per tool, the best inner product over its views; for a query of several needs a mix of
         the whole query's score and the best need's."""
@@ -219,13 +246,15 @@ class SearchIndex:
             return np.zeros(self.size, dtype=np.float32)
         return np.asarray(self._lexical.get_scores(terms), dtype=np.float32)
 
-    def _fused_rows(self, query: Query, keywords: Sequence[str]) -> tuple[FloatArray, FloatArray]:
+    def _fused_rows(
+        self, query: Query, keywords: Sequence[str]
+    ) -> tuple[FloatArray, tuple[FloatArray, npt.NDArray[np.intp]]]:
         """Per need (the whole query, then each of the others), both arms standardised and weighed.
 
         A need gets a lexical arm of its own, and, with servers, the lift of each tool's server as
         that need reads it; the whole query's lexical arm reads the query as typed, with keywords.
-        Also returns each tool's best cosine over the needs (`Hit.match`), read off the dense rows
-        already computed.
+        Also returns each tool's best cosine over the needs (`Hit.match`) and which need gave it,
+        read off the dense rows already computed.
         """
         queries = self._query_rows(query)
         texts = query.texts
@@ -242,19 +271,21 @@ class SearchIndex:
             texts = [" ".join([query.text, *keywords]), *texts[1:]]
             units = self._servers.scores(queries, texts, settings.server_lexical_share)
             fused += np.float32(settings.server_weight) * units[:, self._servers.of]
-        return fused, dense.max(axis=0)
+        return fused, (dense.max(axis=0), best_needs(dense))
 
     def scores(self, query: Query, method: Method) -> FloatArray:
         """Every tool's score for a query under one method."""
         return self._scored(query, method)[0]
 
-    def _scored(self, query: Query, method: Method) -> tuple[FloatArray, FloatArray]:
-        """Every tool's score under one method, and its best cosine with the query's needs."""
+    def _scored(
+        self, query: Query, method: Method
+    ) -> tuple[FloatArray, tuple[FloatArray, npt.NDArray[np.intp]]]:
+        """Every tool's score under one method, its best cosine with the query's needs, and that need."""
         keywords = [k for k in query.keywords if k.strip()]
         if method == "dense":
-            return standardise(self.dense_scores(query)), self.similarities(query)
+            return standardise(self.dense_scores(query)), self.matches(query)
         if method == "lexical":
-            return standardise(self.lexical_scores(query.text, keywords)), self.similarities(query)
+            return standardise(self.lexical_scores(query.text, keywords)), self.matches(query)
         if method != "hybrid":
             raise ValueError(f"unknown search method {method!r}")
         rows, similarity = self._fused_rows(query, keywords)
@@ -272,7 +303,7 @@ class SearchIndex:
         text = query.text
         if not self.size or limit < 1 or (not text.strip() and not any(k.strip() for k in query.keywords)):
             return []
-        scores, similarity = self._scored(query, method)
+        scores, (similarity, need) = self._scored(query, method)
         named: tuple[int, ...] = ()
         if len(text) <= MAX_NAME_CHARS:
             named = self._exact.get(name_key(text), ())
@@ -285,12 +316,25 @@ class SearchIndex:
             best = np.argpartition(-ranked, wanted - 1)[:wanted]
         best = best[np.lexsort((best, -ranked[best]))][: max(wanted, 0)]
         top = float(scores.max())
-        hits = [Hit(p, top + 1.0, 1.0) for p in named]
-        hits += [Hit(int(p), float(scores[p]), round(float(similarity[p]), 3)) for p in best]
+        hits = [Hit(p, top + 1.0, 1.0, exact=True) for p in named]
+        hits += [Hit(int(p), float(scores[p]), round(float(similarity[p]), 3), int(need[p])) for p in best]
         if self.settings.min_score is not None:
             kept = [h for h in hits if h.score >= self.settings.min_score]
             hits = kept or hits[:1]
         return hits
+
+
+def best_needs(rows: FloatArray) -> npt.NDArray[np.intp]:
+    """Per tool, the need it serves best: of a query of several needs the closest one (1 on), of a
+    query of one need the whole query (0). Rows are (needs, tools) cosines, the whole query first.
+
+    The whole query's vector blends every need, so it names none: a tool closest to it is still
+    told apart by which of the needs it is closest to.
+    """
+    if rows.shape[0] == 1:
+        return np.zeros(rows.shape[1], dtype=np.intp)
+    best: npt.NDArray[np.intp] = rows[1:].argmax(axis=0) + 1
+    return best
 
 
 def index_documents(

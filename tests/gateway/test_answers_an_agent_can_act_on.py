@@ -102,6 +102,17 @@ async def test_when_every_match_is_weak_the_answer_says_nothing_fits_and_names_t
         await wait_for(lambda: _status(stack, WEATHER) == "healthy", within=30, poll=0.2)
 
 
+async def test_a_task_whose_needs_fit_in_part_says_which_have_no_tool_here(stack: Stack) -> None:
+    task = "Find cocktails that contain a given ingredient. Then knead the sourdough and bake the loaf."
+    async with client(stack.mcp_url) as c:
+        answer = await find(c, task)
+    assert answer["found"][0]["server"] == COCKTAILS and answer["found"][0]["match"] != "weak"
+    message = answer["message"]
+    assert "No tool below serves" in message and "knead the sourdough" in message
+    assert "Nothing here fits" not in message
+    assert message.index("knead the sourdough") < message.index("cocktails")
+
+
 async def test_a_misspelt_name_gets_the_closest_names_and_their_servers(stack: Stack) -> None:
     async with client(stack.mcp_url) as c:
         result = await c.call_tool(

@@ -132,5 +132,5 @@ def test_onnx_and_torch_give_the_same_figures(tmp_path: Path, capsys: pytest.Cap
         reports = json.loads(capsys.readouterr().out)
         assert {report["embedder"] for report in reports} == {kind, None}  # None: the peer's row
         figures[kind] = [(report["method"], report["metrics"]) for report in reports]
-    assert {method for method, _ in figures["onnx"]} == {"hybrid", "dense", "lexical", PEER}
+    assert {method for method, _ in figures["onnx"]} == {"hybrid", "dense", "lexical", "reranked", PEER}
     assert figures["onnx"] == figures["torch"]

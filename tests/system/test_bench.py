@@ -109,9 +109,21 @@ def batching_and_server(results: dict[str, Any]) -> None:
     )
 
 
+def second_stage_part(found: dict[str, Any]) -> None:
+    """11: one client with the second stage and without it, the same queries, in one run."""
+    for name in ("stabletoolbench", "metatool"):
+        runs = found[name]
+        for label in ("on", "off"):
+            assert runs[label]["clients"] == 1 and runs[label]["errors"] == 0, runs[label]
+            latency(runs[label])
+            has(runs[label]["cpu"], "indexer", "router")
+        assert runs["on"]["count"] == runs["off"]["count"]
+        assert runs["p50_on_over_off"] > 0 and runs["indexer_cpu_on_over_off"] > 0
+
+
 def targets(judged: list[dict[str, Any]]) -> None:
     """Every target of docs/performance.md, each judged on this run's figures."""
-    assert len(judged) == 21 and all(t["value"] is not None and "pass" in t for t in judged), judged
+    assert len(judged) == 25 and all(t["value"] is not None and "pass" in t for t in judged), judged
     assert sum("server" in t for t in judged) == 6, judged  # the embedding server's column
 
 
@@ -204,10 +216,16 @@ def test_quick_bench_reports_every_part(tmp_path: Path) -> None:
     stdio_part(results["stdio"])
     peer_part(results["peer"])
     batching_and_server(results)
+    second_stage_part(results["second_stage"])
     targets(results["targets"])
     report = (out / "results.md").read_text()
-    assert "## Targets" in report and "bench-latency.png" in report and "## A peer: FastMCP" in report
-    assert (
-        "## Queries batched against one at a time" in report and "## Where a cold open's time goes" in report
-    )
+    for said in (
+        "## Targets",
+        "bench-latency.png",
+        "## A peer: FastMCP",
+        "## Queries batched against one at a time",
+        "## Where a cold open's time goes",
+        "## The second stage: one client, on and off",
+    ):
+        assert said in report, said
     assert (out / "bench-latency.png").read_bytes().startswith(b"\x89PNG")

@@ -122,13 +122,14 @@ def test_a_command_whose_extra_is_missing_says_which_to_install() -> None:
     assert "pip install 'toolsearch[bench]'" in done.stderr and "Traceback" not in done.stderr
 
 
-def test_every_shipped_recipe_tuning_and_corpus_file_is_package_data() -> None:
+def test_every_shipped_recipe_tuning_second_stage_and_corpus_file_is_package_data() -> None:
     patterns = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
     shipped = {
         "indexer.embedder": [
             ROOT / "indexer" / "embedder" / "recipes",
             ROOT / "indexer" / "embedder" / "tunings",
         ],
+        "indexer.retrieval": [ROOT / "indexer" / "retrieval" / "stages"],
         "toolsearch": [ROOT / "toolsearch" / "data" / "train"],
     }
     for package, folders in shipped.items():

@@ -45,6 +45,9 @@ class Search(Section):
     max_query_chars: int = Field(default=4096, ge=16)
     find_tool_description: str = DEFAULT_FIND_TOOL_DESCRIPTION
     compact: bool = False  # find_tool's default for `compact`: trimmed definitions, input schemas whole
+    # the second stage shipped for the served model (docs/retrieval.md, "The second stage"): it reads
+    # the first stage's best candidates again, bands them and says when nothing fits; false: cosine bands
+    second_stage: bool = True
 
     @model_validator(mode="after")
     def _limits(self) -> Search:
