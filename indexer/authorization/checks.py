@@ -134,6 +134,8 @@ class Vocabulary:
         if variable is None and not isinstance(literal, Mapping):
             return None  # a field of a claim, a record, an attribute's value: not the vocabulary's
         kind = variable or literal["type"]  # type: ignore[index]
+        if variable is None and (problem := self._type(kind)):
+            return problem
         families, names, about = self._attributes(kind)
         if name in names or any(name.startswith(prefix) for prefix in families):
             if not name.startswith(CLAIM_SET) or name.removeprefix(CLAIM_SET) in self.claim_sets:

@@ -193,7 +193,7 @@ class Asker:
             if alone:
                 groups = [([n], self._entities([item.entity], [item.uid])) for n, item in enumerate(items)]
             else:
-                groups = [([n for n, item in enumerate(items) if item.uid in uids], e) for uids, e in sets]
+                groups = [([n for n, item in enumerate(items) if item.index in held], e) for held, e in sets]
             for members, entities in groups:
                 if members:
                     asked = self._batch(kind, rule, [items[n] for n in members], entities)
@@ -217,15 +217,19 @@ class Asker:
         answers = cedarpy.is_authorized_batch(requests, self._sets.of([rule]), entities)
         return [YES if rule.id in answer.diagnostics.reasons else NO for answer in answers]
 
-    def _entity_sets(self, items: Sequence[PreparedItem]) -> list[tuple[set[Uid], cedarpy.Entities]]:
-        """As few entity sets as hold these items with each uid once (two URIs may sanitize alike)."""
+    def _entity_sets(self, items: Sequence[PreparedItem]) -> list[tuple[set[int], cedarpy.Entities]]:
+        """As few entity sets as hold these items with each uid once (two URIs may sanitize alike),
+        each with the catalog positions of the items it holds."""
         rounds: list[dict[Uid, PreparedItem]] = []
         for item in items:
             target = next((r for r in rounds if r.get(item.uid, item) is item), None)
             if target is None:
                 rounds.append(target := {})
             target[item.uid] = item
-        return [(set(r), self._entities([i.entity for i in r.values()], list(r))) for r in rounds]
+        return [
+            ({i.index for i in r.values()}, self._entities([i.entity for i in r.values()], list(r)))
+            for r in rounds
+        ]
 
     def _partial(self, kind: Kind, rule: Rule, prepared: PreparedItem) -> int:
         """A rule that reads the arguments, asked with them unknown."""
