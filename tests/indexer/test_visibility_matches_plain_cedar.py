@@ -56,6 +56,7 @@ ATOMS = [
     'resource.name like "*1"',
     'resource.name == "t3"',
     'resource.uri like "file:*"',
+    'resource.uri == "file:///r0.txt"',
     'resource in MCP::"b2"',
     'resource == Tool::"t2"',
     '[Tool::"t0", Tool::"t4"].contains(resource)',
@@ -114,6 +115,8 @@ def _catalog(draw: random.Random) -> Catalog:
         items.append(Item.tool(draw.choice(["t", "get_t"]) + str(n), f"b{draw.randint(0, 3)}", hints))
     items += [Item.prompt(f"p{n}", f"b{draw.randint(0, 3)}") for n in range(draw.randint(0, 3))]
     items += [Item.resource(f"file:///r{n}.txt", f"b{draw.randint(0, 3)}") for n in range(draw.randint(0, 3))]
+    if draw.random() < 0.3:  # a URI that sanitizes as another does
+        items.append(Item.resource("file:///r0?txt", f"b{draw.randint(0, 3)}"))
     return Catalog(items)
 
 
