@@ -95,5 +95,6 @@ class Catalog:
         return hashlib.sha256(json.dumps(listed, separators=(",", ":")).encode()).hexdigest()
 
     @cached_property
-    def kinds(self) -> tuple[Kind, ...]:
-        return tuple(dict.fromkeys(item.kind for item in self.items))
+    def positions(self) -> dict[Item, int]:
+        """Each item's place in the catalog's order."""
+        return {item: index for index, item in enumerate(self.items)}

@@ -30,9 +30,6 @@ class Bounded(Generic[Key, Value]):
         self._entries: OrderedDict[Key, Value] = OrderedDict()
         self._lock = threading.Lock()
 
-    def __len__(self) -> int:
-        return len(self._entries)
-
     def get(self, key: Key) -> Value | None:
         with self._lock:
             value = self._entries.get(key)
@@ -52,10 +49,6 @@ class Bounded(Generic[Key, Value]):
         """The kept value, or one made now (outside the lock: two threads may both make it)."""
         found = self.get(key)
         return found if found is not None else self.put(key, make())
-
-    def clear(self) -> None:
-        with self._lock:
-            self._entries.clear()
 
 
 def rule_set(rules: Sequence[Rule]) -> cedarpy.PolicySet:

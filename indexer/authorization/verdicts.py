@@ -59,14 +59,10 @@ class Visibility:
     policy_fingerprint: str
 
     def of(self, item: Item) -> Seen:
-        return self.seen[self._positions[item]]
+        return self.seen[self.catalog.positions[item]]
 
     def __iter__(self) -> Iterator[tuple[Item, Seen]]:
         return zip(self.catalog.items, self.seen, strict=True)
-
-    @cached_property
-    def _positions(self) -> dict[Item, int]:
-        return {item: index for index, item in enumerate(self.catalog.items)}
 
     @cached_property
     def visible(self) -> tuple[Item, ...]:
