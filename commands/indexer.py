@@ -1,4 +1,8 @@
-"""`toolsearch indexer`: run the indexer's gRPC service until SIGTERM (`indexer.api.server.serve`)."""
+"""`toolsearch indexer`: run the indexer's gRPC service until SIGTERM (`indexer.api.server.serve`).
+
+With an `authorization` section the policy file is checked first: a file that does not parse, or
+names what the vocabulary lacks, stops the start with one line naming the file, line and column.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ import os
 import sys
 from pathlib import Path
 
+from commands.authorization import policy_problem
 from commands.options import add_config, add_logging
 from indexer.api.server import serve
 from indexer.embedder.base import EmbedderError
@@ -21,6 +26,9 @@ from toolsearch.transport import TransportConfigError
 
 def run(args: argparse.Namespace) -> int:
     config = load_config(Path(args.config), os.environ)
+    if problem := policy_problem(config):
+        print(f"indexer: {problem}", file=sys.stderr)
+        return 2
     configure_logging(args.log_level, args.log_format)
     configure_tracing("toolsearch-indexer", os.environ)  # off unless OTEL_* says where spans go
     try:

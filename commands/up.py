@@ -4,8 +4,9 @@ The bridge first when the file has stdio or legacy SSE backends (it serves them)
 servers, then the indexer (which lists them all), then the router (which needs the indexer).
 Before anything starts, every port the file listens on must be free: a port in use is one line
 naming the port, the part and its key, and nothing is started (a process of an earlier run still
-listening would otherwise answer the readiness checks). Each part then runs in a session of its
-own (commands/supervisor.py), so the terminal's signals reach `up` alone, and `up` decides:
+listening would otherwise answer the readiness checks); a policy file the indexer would refuse is
+one line too (commands/authorization.py). Each part then runs in a session of its own
+(commands/supervisor.py), so the terminal's signals reach `up` alone, and `up` decides:
 
 - Ctrl-C or SIGTERM: every part is stopped, newest first; exit 0.
 - SIGHUP (`kill -HUP`): a reload. The indexer rereads the file (its backends, docs/health.md); the
@@ -14,7 +15,8 @@ own (commands/supervisor.py), so the terminal's signals reach `up` alone, and `u
   ignored when `up` started) every SIGHUP is a reload.
 - A part that exits: reported with its exit code, the others stopped; exit 1.
 
-`toolsearch is up` is printed once every part answers its readiness check. `--log-level` and
+`toolsearch is up` is printed once every part answers its readiness check, with what callers may use
+(without an `authorization` section: every tool, docs/authorization.md). `--log-level` and
 `--log-format` reach the bridge, the indexer and the router; the catalog servers (demo backends)
 log warnings only, unless the level is debug.
 """
@@ -27,6 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
+from commands.authorization import policy_problem
 from commands.options import LEVELS, add_config, add_logging
 from commands.supervisor import StartError, Stopped, Supervisor, port_problem, say
 from toolsearch.config import Config, load_config
@@ -34,6 +37,8 @@ from toolsearch.transport import ChannelSecurity, TransportConfigError, channel_
 
 WILDCARDS = {"0.0.0.0", "::", "[::]", ""}
 READY_TIMEOUT = 180.0  # the indexer loads a model and embeds every tool on a cold cache
+# what the banner says of authorization: only a stack without a policy starts (commands/authorization.py)
+OPEN_TO_EVERY_CALLER = "authorization: none, every caller may use every tool (docs/authorization.md)"
 RELOAD_NOTE = (
     "reloading: the indexer rereads {path} (its backends); the router and the catalog servers have "
     "no reload: restart toolsearch up to change their settings"
@@ -126,7 +131,7 @@ DEFAULT_LOGS = LogSettings()
 
 def run(config: Config, config_path: Path, logs: LogSettings = DEFAULT_LOGS) -> int:
     """Start the stack of a configuration and supervise it in the foreground."""
-    if problem := ports_problem(config):
+    if problem := ports_problem(config) or policy_problem(config):
         say(problem)
         return 1
     supervisor = Supervisor(READY_TIMEOUT, reload_note=RELOAD_NOTE.format(path=config_path))
@@ -154,7 +159,8 @@ def run(config: Config, config_path: Path, logs: LogSettings = DEFAULT_LOGS) -> 
             router_ready = _http_ready(f"http://{config.router.listen}/readyz")
             supervisor.start("router", ["router", "--config", str(config_path), *logs.args()], router_ready)
             print(
-                f"\ntoolsearch is up: MCP endpoint http://{config.router.listen}/mcp  (Ctrl-C stops it)\n",
+                f"\ntoolsearch is up: MCP endpoint http://{config.router.listen}/mcp  (Ctrl-C stops it)\n"
+                f"{OPEN_TO_EVERY_CALLER}\n",
                 flush=True,
             )
             return supervisor.supervise()

@@ -16,6 +16,7 @@ import yaml
 from pydantic import ValidationError, field_validator, model_validator
 
 from toolsearch.catalog import CatalogError, group_by_server, load_catalog
+from toolsearch.sections.authorization_settings import Authorization
 from toolsearch.sections.backend_settings import Backend, BackendAuth, Bridge, CatalogServer, bridge_url
 from toolsearch.sections.indexer_settings import Indexer, IndexerClientTls, IndexerTls
 from toolsearch.sections.mcp_servers import ServersFileError, read_servers_file
@@ -40,6 +41,7 @@ class Config(Section):
     # mcpServers JSON files (Claude Desktop, Cursor, VS Code) whose servers become backends too
     backends_from: list[Path] = []
     catalog_servers: list[CatalogServer] = []
+    authorization: Authorization | None = None  # who may use which tool (docs/authorization.md)
 
     @field_validator("backends_from", mode="before")
     @classmethod
@@ -138,6 +140,18 @@ def _resolve_ca_file(base: Path, backend: Backend) -> Backend:
     return backend.model_copy(update={"auth": auth})
 
 
+def _resolve_authorization(base: Path, authorization: Authorization | None) -> Authorization | None:
+    """The authorization section with its files resolved against the configuration file's folder."""
+    if authorization is None:
+        return None
+    entities = authorization.entities_file
+    paths = {
+        "policies": _resolve(base, authorization.policies.expanduser()),
+        "entities_file": None if entities is None else _resolve(base, entities.expanduser()),
+    }
+    return authorization.model_copy(update=paths)
+
+
 def parse_config(raw: object, path: Path, env: Mapping[str, str] | None = None) -> Config:
     """Validate a parsed YAML document; paths resolve against `path`'s folder."""
     if raw is None:
@@ -164,6 +178,7 @@ def parse_config(raw: object, path: Path, env: Mapping[str, str] | None = None) 
         keys = _resolve(base, router.auth.jwks_file)
         router = router.model_copy(update={"auth": router.auth.model_copy(update={"jwks_file": keys})})
     backends = [_resolve_ca_file(base, backend) for backend in config.backends]
+    authorization = _resolve_authorization(base, config.authorization)
     for index, server in enumerate(servers):
         if not server.register_backends:
             continue
@@ -191,6 +206,7 @@ def parse_config(raw: object, path: Path, env: Mapping[str, str] | None = None) 
                 "backends": [b.model_dump() for b in backends],
                 "backends_from": [_resolve(base, file.expanduser()) for file in config.backends_from],
                 "catalog_servers": [s.model_dump() for s in servers],
+                "authorization": None if authorization is None else authorization.model_dump(),
             }
         )
     except ValidationError as exc:
