@@ -211,7 +211,7 @@ def peer(results: dict[str, Any]) -> list[str]:
 
 
 def second_stage(results: dict[str, Any]) -> list[str]:
-    """Part 11: one client with the second stage and without, the same queries."""
+    """Part 13: one client with the second stage and without, the same queries."""
     found = results.get("second_stage")
     if not found:
         return []

@@ -411,7 +411,7 @@ class Run:
         self.out["peer"] = await peer_part(stack, self.catalogs.small, queries, warmups, self.progress)
 
     async def second_stage(self) -> None:
-        """Part 11 on a large stack of its own: one client, the second stage on, then off."""
+        """Part 13 on a large stack of its own: one client, the second stage on, then off."""
         stack = self._stack("second-stage", [CatalogSpec("main", self.catalogs.large)])
         counts = self.plan.second_stage_queries
         queries = {name: self.queries[name][1][0][: counts[name]] for name in QUERY_SETS}

@@ -1,4 +1,4 @@
-"""Part 11: what find_tool's second stage costs, at one client, with it and without it in one run.
+"""Part 13: what find_tool's second stage costs, at one client, with it and without it in one run.
 
 One stack over the large catalog (the router started once, after the first indexer); its indexer
 runs with the second stage (`indexer.search.second_stage`,

@@ -110,7 +110,7 @@ def batching_and_server(results: dict[str, Any]) -> None:
 
 
 def second_stage_part(found: dict[str, Any]) -> None:
-    """11: one client with the second stage and without it, the same queries, in one run."""
+    """13: one client with the second stage and without it, the same queries, in one run."""
     for name in ("stabletoolbench", "metatool"):
         runs = found[name]
         for label in ("on", "off"):
