@@ -112,7 +112,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "results.md and bench-latency.png to --out.",
     )
     parser.add_argument(
-        "--quick", action="store_true", help="every part with small counts (about two minutes)"
+        "--quick", action="store_true", help="every part with small counts (4 to 5 minutes on 2 cores)"
     )
     parser.add_argument(
         "--out", type=Path, default=Path("bench-results"), help="output folder (default: bench-results)"
