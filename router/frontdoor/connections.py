@@ -123,7 +123,7 @@ class GuardedProtocol(HttpToolsProtocol):
             transport.write(_raw_response("503 Service Unavailable", message, retry_after=True))
             self._linger(LINGER)
             return
-        super().connection_made(LingeringTransport(transport, self))
+        super().connection_made(LingeringTransport(transport, self, self.loop))
         self._enter("head")
 
     def data_received(self, data: bytes) -> None:

@@ -18,6 +18,7 @@ from uvicorn.server import ServerState
 
 from router.frontdoor.bounds import FrontDoor
 from router.frontdoor.connections import GuardedProtocol, protocol_for
+from router.frontdoor.lingering import LingeringTransport
 from tests.support.waits import WAIT, wait_for
 
 HEAD = b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 1000\r\n\r\n"
@@ -198,3 +199,40 @@ async def test_a_head_begun_while_the_answer_before_it_runs_has_its_deadline_fro
         await served.send(b"ond HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         answers = first + await served.answers(1)
     assert b'"path": "/first"' in answers and b'"path": "/second"' in answers
+
+
+class _Sent(asyncio.Transport):
+    """A socket's transport that records each write it is asked for."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[bytes] = []
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self.writes.append(bytes(data))
+
+    def is_closing(self) -> bool:
+        return False
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+
+class _Closer:
+    def close_transport(self) -> None: ...
+
+    def lingers(self) -> bool:
+        return False
+
+
+async def test_what_uvicorn_writes_in_one_turn_leaves_in_one_write() -> None:
+    sent = _Sent()
+    transport = LingeringTransport(sent, _Closer(), asyncio.get_running_loop())
+    transport.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n")  # an answer's head, then its body
+    transport.write(b"{}")
+    assert transport.get_write_buffer_size() == 40 and sent.writes == []
+    await wait_for(lambda: bool(sent.writes))  # the next turn of the loop
+    assert sent.writes == [b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}"]
+    transport.write(b"later")
+    transport.close()  # a close sends what is pending first
+    assert sent.writes[-1] == b"later"
