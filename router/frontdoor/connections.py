@@ -37,7 +37,6 @@ requests would otherwise turn into a flood of lines.
 from __future__ import annotations
 
 import asyncio
-import logging
 from typing import Any, ClassVar
 
 from mcp_types import INTERNAL_ERROR
@@ -46,7 +45,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
 
 from router.error_answers import jsonrpc_error_body
-from router.frontdoor.bounds import FrontDoor
+from router.frontdoor.bounds import ConnectionLog, FrontDoor
 from router.frontdoor.lingering import LingeringTransport
 
 LINGER = 1.0  # seconds a refused connection is read (and dropped) so its client reads the 503
@@ -61,20 +60,6 @@ def _raw_response(status: str, message: str, retry_after: bool = False) -> bytes
     head = f"HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {len(body)}\r\n"
     head += "retry-after: 1\r\n" if retry_after else ""
     return (head + "connection: close\r\n\r\n" + body).encode()
-
-
-class _ProtocolLog:
-    """uvicorn's logger for one connection, its per-request warnings logged once per burst."""
-
-    def __init__(self, inner: logging.Logger, front: FrontDoor) -> None:
-        self._inner = inner
-        self._front = front
-
-    def warning(self, message: str, *args: Any) -> None:
-        self._front.warnings(message % args if args else message).note()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
 
 
 class InvalidHead(Exception):
@@ -97,7 +82,7 @@ class GuardedProtocol(HttpToolsProtocol):
     ) -> None:
         super().__init__(config, server_state, app_state, _loop)
         self.timeout_keep_alive = self.front.keep_alive_timeout  # type: ignore[assignment]  # a float works
-        self.logger = _ProtocolLog(self.logger, self.front)  # type: ignore[assignment]
+        self.logger = ConnectionLog(self.logger, self.front)  # type: ignore[assignment]
         # head, idle (between requests), body, app (the request arrived), refused, or lingering
         self._phase = "head"
         # the parser's last message: "" (none begun yet), "head", "body" (its head complete) or "done"
