@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import datetime
 import os
 import shlex
@@ -44,6 +45,8 @@ async def _main(args: argparse.Namespace) -> int:
 
     progress = Progress()
     plan = QUICK if args.quick else FULL
+    if args.calls is not None:
+        plan = dataclasses.replace(plan, call_tool_calls=args.calls)
     model = args.model.resolve()
     info = machine()
     progress(
@@ -131,6 +134,14 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         f"with {BOTH[0]}, and the floor and find_tool again with {BOTH[1]}, side by side",
     )
     parser.add_argument(
+        "--calls",
+        type=_positive,
+        default=None,
+        metavar="N",
+        help="call_tool calls of each kind measured (parts 3 and 8; default: 200, 10 with --quick): "
+        "a quick run with more calls gives steadier medians of the hop",
+    )
+    parser.add_argument(
         "--only",
         type=_parts,
         default=None,
@@ -138,6 +149,16 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="run only these parts: " + ", ".join(PARTS) + " (default: all of them)",
     )
     parser.set_defaults(func=run_cli)
+
+
+def _positive(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {value!r}") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"at least 1, not {number}")
+    return number
 
 
 def _parts(value: str) -> str:

@@ -14,7 +14,7 @@ import platform
 import random
 import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,6 +49,23 @@ def summarize(samples: Sequence[float]) -> dict[str, float]:
         "mean_ms": round(float(array.mean()), 3),
         "max_ms": round(float(array.max()), 3),
     }
+
+
+async def interleaved(
+    first: Callable[[], Awaitable[object]], second: Callable[[], Awaitable[object]], calls: int
+) -> tuple[list[float], list[float]]:
+    """Seconds each of `calls` runs of `first` and of `second` took, called in turns (which goes first
+    alternating), after two of each that warm the path. On a shared machine whose load comes and
+    goes, two series measured one after the other compare two different moments; in turns, the
+    ratio of their medians compares the same ones."""
+    took: tuple[list[float], list[float]] = ([], [])
+    for turn in range(calls + 2):
+        order = ((0, first), (1, second)) if turn % 2 == 0 else ((1, second), (0, first))
+        for which, call in order:
+            started = time.perf_counter()
+            await call()
+            took[which].append(time.perf_counter() - started)
+    return took[0][2:], took[1][2:]
 
 
 class Progress:

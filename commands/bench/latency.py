@@ -20,7 +20,7 @@ import mcp_types as types
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from commands.bench.common import CpuMeter, summarize
+from commands.bench.common import CpuMeter, interleaved, summarize
 from indexer.embedder import Embedder
 from indexer.retrieval.index import IndexVersion
 from indexer.retrieval.query import Query
@@ -207,33 +207,29 @@ def call_arguments(schema: dict[str, Any]) -> dict[str, Any]:
 async def call_tool_latency(
     router_url: str, backend_url: str, advertised: str, original: str, arguments: dict[str, Any], calls: int
 ) -> dict[str, Any]:
-    """call_tool through the router, and the same tool called on its backend directly.
+    """call_tool through the router, and the same tool called on its backend directly, in turns.
 
     `backend_direct` is one SDK client session kept open, one `tools/call` per call: the backend's own
     time. `backend_fresh_client` opens a client per call, as the router does for every call_tool.
     """
     request = types.CallToolRequest(params=types.CallToolRequestParams(name=original, arguments=arguments))
+    through_router = {"tool_name": advertised, "parameters": arguments}
 
     async def direct(client: Client) -> None:
         result = await client.session.send_request(request, types.CallToolResult)
         if result.is_error:
             raise RuntimeError(f"the backend refused the call: {result.content}")
 
-    routed: list[float] = []
-    async with connect(router_url) as client:
-        await client.list_tools()
-        for _ in range(calls + 2):  # the first two warm the path and are not counted
-            started = time.perf_counter()
-            result = await client.call_tool("call_tool", {"tool_name": advertised, "parameters": arguments})
+    async with connect(router_url) as routed_client, connect(backend_url, mode="auto") as client:
+        await routed_client.list_tools()
+
+        async def routed() -> None:
+            result = await routed_client.call_tool("call_tool", through_router)
             if result.is_error:
                 raise RuntimeError(f"call_tool failed: {json.dumps(result.model_dump(mode='json'))[:300]}")
-            routed.append(time.perf_counter() - started)
-    kept: list[float] = []
-    async with connect(backend_url, mode="auto") as client:
-        for _ in range(calls + 2):
-            started = time.perf_counter()
-            await direct(client)
-            kept.append(time.perf_counter() - started)
+
+        # in turns, so that both medians are of the same moments of a shared machine's load
+        through, kept = await interleaved(routed, lambda: direct(client), calls)
         mode = client.protocol_version
     fresh: list[float] = []
     for _ in range(calls + 2):
@@ -243,8 +239,8 @@ async def call_tool_latency(
         fresh.append(time.perf_counter() - started)
     return {
         "tool": advertised,
-        "router": summarize(routed[2:]),
-        "backend_direct": summarize(kept[2:]),
+        "router": summarize(through),
+        "backend_direct": summarize(kept),
         "backend_fresh_client": summarize(fresh[2:]),
         "backend_protocol": mode,
     }

@@ -143,7 +143,18 @@ def kept_session(results: dict[str, Any]) -> list[str]:
         row("the backend directly, one client session kept open: its own time", ms(kept["backend_direct"])),
         "",
         f"Through the router / the backend's own time, p50: {kept['router_over_backend_p50']}x.",
+        *_hop_cpu(kept.get("cpu")),
     ]
+
+
+def _hop_cpu(cpu: dict[str, Any] | None) -> list[str]:
+    """The router's and the indexer's CPU per routed call, when the run measured it."""
+    if not cpu:
+        return []
+    per_call = ", ".join(
+        f"{name} {cpu[name]['ms_per_request']} ms" for name in ("router", "indexer") if name in cpu
+    )
+    return [f"CPU per call through the router: {per_call}."]
 
 
 def stdio(results: dict[str, Any]) -> list[str]:

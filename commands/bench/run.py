@@ -282,9 +282,13 @@ class Run:
                 f"call_tool over a kept backend session: {advertised}, {self.plan.call_tool_calls} calls"
             )
             backend_url = f"{stack.catalogs['kept'].url}/servers/{backend}/mcp"
+            # the router and the indexer work only for the routed calls: their CPU per call is the
+            # hop's own work, which a loaded machine's latencies hide
+            meter = CpuMeter({name: stack.procs[name].pid for name in ("router", "indexer")})
             figures = await call_tool_latency(
                 stack.mcp_url, backend_url, advertised, original, arguments, self.plan.call_tool_calls
             )
+            figures["cpu"] = meter.stop(requests=self.plan.call_tool_calls + 2)
             own = figures["backend_direct"]["p50_ms"]
             figures["router_over_backend_p50"] = round(figures["router"]["p50_ms"] / own, 2) if own else None
             self.out["call_tool_kept_session"] = figures

@@ -1,8 +1,8 @@
 """Part 8: stdio servers, through the bridge.
 
 - **The hop.** A stdio server's tool called through toolsearch (the router, then the bridge, then
-  the pipe), beside the same server called over stdio directly by one SDK client session kept open:
-  the server's own time with nothing between. Twice: the bridge speaking the handshake era to the
+  the pipe), beside the same server called over stdio directly by one SDK client session kept open,
+  in turns: the server's own time with nothing between. Twice: the bridge speaking the handshake era to the
   server (the SDK's server and client session in front of the pipe), and speaking 2026-07-28 to
   another process of it (`protocol: "2026-07-28"`: requests framed to the pipe as they came), each
   beside the server called directly in the same era.
@@ -25,7 +25,7 @@ import yaml
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
-from commands.bench.common import summarize
+from commands.bench.common import interleaved, summarize
 from commands.bench.latency import connect
 from commands.bench.stack import CLI, Stack
 from commands.ports import free_port
@@ -73,33 +73,26 @@ async def gateway_start(stack: Stack, silent: bool) -> float:
     return time.perf_counter() - started
 
 
-async def _routed(router_url: str, tool: str, calls: int) -> list[float]:
-    """call_tool of `tool` through the router, `calls` times after two that warm the path."""
-    took: list[float] = []
-    async with connect(router_url) as client:
-        await client.list_tools()
-        for _ in range(calls + 2):
-            started = time.perf_counter()
-            result = await client.call_tool("call_tool", {"tool_name": tool, "parameters": ARGUMENTS})
+async def _hop(router_url: str, tool: str, mode: str, calls: int) -> tuple[list[float], list[float]]:
+    """call_tool of `tool` through the router, and `tool` called over stdio by one SDK client session
+    kept open (`mode`: its era), `calls` times each, in turns (commands/bench/common.py)."""
+    request = types.CallToolRequest(params=types.CallToolRequestParams(name=tool, arguments=ARGUMENTS))
+    args = ECHO[1:] if tool == "echo" else [*ECHO[1:], tool]
+    server = StdioServerParameters(command=ECHO[0], args=args)
+    async with connect(router_url) as routed, Client(stdio_client(server), mode=mode) as direct:
+        await routed.list_tools()
+
+        async def through() -> None:
+            result = await routed.call_tool("call_tool", {"tool_name": tool, "parameters": ARGUMENTS})
             if result.is_error:
                 raise RuntimeError(f"call_tool failed: {result.content}")
-            took.append(time.perf_counter() - started)
-    return took[2:]
 
-
-async def _direct(tool: str, mode: str, calls: int) -> list[float]:
-    """`tool` called over stdio by one SDK client session (`mode`: its era), as `_routed`."""
-    request = types.CallToolRequest(params=types.CallToolRequestParams(name=tool, arguments=ARGUMENTS))
-    took: list[float] = []
-    args = ECHO[1:] if tool == "echo" else [*ECHO[1:], tool]
-    async with Client(stdio_client(StdioServerParameters(command=ECHO[0], args=args)), mode=mode) as client:
-        for _ in range(calls + 2):
-            started = time.perf_counter()
-            answer = await client.session.send_request(request, types.CallToolResult)
+        async def own() -> None:
+            answer = await direct.session.send_request(request, types.CallToolResult)
             if answer.is_error:
                 raise RuntimeError(f"the stdio server refused the call: {answer.content}")
-            took.append(time.perf_counter() - started)
-    return took[2:]
+
+        return await interleaved(through, own, calls)
 
 
 def _ratio(through: dict[str, Any], direct: dict[str, Any]) -> float | None:
@@ -108,11 +101,13 @@ def _ratio(through: dict[str, Any], direct: dict[str, Any]) -> float | None:
 
 async def stdio_hop(router_url: str, calls: int) -> dict[str, Any]:
     """call_tool of each echo tool through the router, beside the server called over stdio directly."""
+    through, own = await _hop(router_url, "echo", "legacy", calls)
+    through_modern, own_modern = await _hop(router_url, MODERN_TOOL, MODERN, calls)
     figures: dict[str, Any] = {
-        "router": summarize(await _routed(router_url, "echo", calls)),
-        "stdio_direct": summarize(await _direct("echo", "legacy", calls)),
-        "router_modern": summarize(await _routed(router_url, MODERN_TOOL, calls)),
-        "stdio_direct_modern": summarize(await _direct(MODERN_TOOL, MODERN, calls)),
+        "router": summarize(through),
+        "stdio_direct": summarize(own),
+        "router_modern": summarize(through_modern),
+        "stdio_direct_modern": summarize(own_modern),
     }
     figures["router_over_stdio_p50"] = _ratio(figures["router"], figures["stdio_direct"])
     figures["modern_router_over_stdio_p50"] = _ratio(figures["router_modern"], figures["stdio_direct_modern"])

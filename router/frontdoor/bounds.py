@@ -1,7 +1,8 @@
 """The bounds one router's client connections share (router/frontdoor/connections.py applies them).
 
 `FrontDoor` holds the settings, what they share at run time (the connections lingering, the idle
-ones, the longest idle first) and the burst logs of what they refuse. `raise_fd_limit` makes room
+ones, the longest idle first) and the burst logs of what they refuse; `ConnectionLog` is uvicorn's
+logger of one connection, writing its per-request warnings to those burst logs. `raise_fd_limit` makes room
 for `max_connections` in the process's file-descriptor limit at start.
 """
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 import logging
 import resource
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from router.frontdoor.bursts import BurstLog
 from toolsearch.sections.router_settings import Router
@@ -82,6 +83,20 @@ class FrontDoor:
     def close(self) -> None:
         for log in (self.refused, self.cut, *self.uvicorn_warnings.values()):
             log.close()
+
+
+class ConnectionLog:
+    """uvicorn's logger for one connection, its per-request warnings logged once per burst."""
+
+    def __init__(self, inner: logging.Logger, front: FrontDoor) -> None:
+        self._inner = inner
+        self._front = front
+
+    def warning(self, message: str, *args: Any) -> None:
+        self._front.warnings(message % args if args else message).note()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
 
 
 def raise_fd_limit(max_connections: int) -> int:

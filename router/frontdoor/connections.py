@@ -4,8 +4,8 @@ uvicorn bounds neither the time a request's head may take nor the connections it
 `limit_concurrency` answers 503 only once a request has arrived, and logs a warning for each), so
 a client that opens connections and sends nothing, or sends its headers a byte at a time
 (slowloris), holds a file descriptor for ever; at the process's descriptor limit every other client
-times out. `GuardedProtocol`, uvicorn's h11 protocol extended, adds (the values in `FrontDoor`,
-router/frontdoor/bounds.py):
+times out. `GuardedProtocol`, uvicorn's httptools protocol (the C parser llhttp) extended, adds (the
+values in `FrontDoor`, router/frontdoor/bounds.py):
 
 - `router.max_connections` (1000): a new connection beyond it takes the place of the longest idle
   one, which is closed; with none idle, it is answered `503` at once, with a JSON-RPC error,
@@ -20,33 +20,39 @@ router/frontdoor/bounds.py):
   head; otherwise the app sees the client gone and the client gets `408`.
 - `router.keep_alive_timeout` (120 s): an idle connection between requests is closed; each answer
   says so in `Keep-Alive: timeout=N` (docs/reliability.md says why it is longer than clients').
+- a request head over `MAX_HEAD_BYTES` (16 KiB) is refused with `400`: llhttp sets no bound of its
+  own, and buffers a header line however long it grows; so is an HTTP/1.1 head without `Host`.
 - a close while the client is still sending its request lingers (router/frontdoor/lingering.py).
+
+Where a request is (its head, its body, answered) is followed from the parser's callbacks: llhttp
+parses whatever arrives, a pipelined request's head included, while h11 would hold it unread until
+the answer before it is complete; so a head that begins while an answer is still running has its
+deadline from that answer's end, as it would have had.
 
 Refusals and cut connections are logged once per burst (router/frontdoor/bursts.py), and so are uvicorn's own
 warnings about one request each (an invalid request, an unsupported upgrade), which a flood of bad
-requests would otherwise turn into a flood of lines. Heads over h11's 16 KiB are refused by h11 with
-400.
+requests would otherwise turn into a flood of lines.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
 from typing import Any, ClassVar
 
-import h11
 from mcp_types import INTERNAL_ERROR
 from uvicorn.config import Config
-from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
 
 from router.error_answers import jsonrpc_error_body
-from router.frontdoor.bounds import FrontDoor
+from router.frontdoor.bounds import ConnectionLog, FrontDoor
 from router.frontdoor.lingering import LingeringTransport
 
 LINGER = 1.0  # seconds a refused connection is read (and dropped) so its client reads the 503
 MAX_LINGERING = 256  # connections lingering at once (router/frontdoor/lingering.py); more are closed
 LINGER_BYTES = 64 * 1024 * 1024  # bytes one lingering connection may send before it is closed anyway
+MAX_HEAD_BYTES = 16 * 1024  # a request's line and headers, at most (h11's bound, kept)
+INVALID = "Invalid HTTP request received."  # uvicorn's words for a request it refuses with 400
 
 
 def _raw_response(status: str, message: str, retry_after: bool = False) -> bytes:
@@ -56,22 +62,13 @@ def _raw_response(status: str, message: str, retry_after: bool = False) -> bytes
     return (head + "connection: close\r\n\r\n" + body).encode()
 
 
-class _ProtocolLog:
-    """uvicorn's logger for one connection, its per-request warnings logged once per burst."""
-
-    def __init__(self, inner: logging.Logger, front: FrontDoor) -> None:
-        self._inner = inner
-        self._front = front
-
-    def warning(self, message: str, *args: Any) -> None:
-        self._front.warnings(message % args if args else message).note()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
+class InvalidHead(Exception):
+    """Raised from a parser callback (a head too large, an HTTP/1.1 head without Host): llhttp
+    stops, and uvicorn answers 400 as for any request it cannot parse."""
 
 
-class GuardedProtocol(H11Protocol):
-    """uvicorn's h11 protocol with a connection limit, deadlines on a request's arrival, idle
+class GuardedProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with a connection limit, deadlines on a request's arrival, idle
     connections given up at the limit, and closes that linger while the client still sends."""
 
     front: ClassVar[FrontDoor]  # set on the subclass `protocol_for` makes
@@ -85,11 +82,15 @@ class GuardedProtocol(H11Protocol):
     ) -> None:
         super().__init__(config, server_state, app_state, _loop)
         self.timeout_keep_alive = self.front.keep_alive_timeout  # type: ignore[assignment]  # a float works
-        self.logger = _ProtocolLog(self.logger, self.front)  # type: ignore[assignment]
+        self.logger = ConnectionLog(self.logger, self.front)  # type: ignore[assignment]
         # head, idle (between requests), body, app (the request arrived), refused, or lingering
         self._phase = "head"
+        # the parser's last message: "" (none begun yet), "head", "body" (its head complete) or "done"
+        self._message = ""
         self._deadline: asyncio.TimerHandle | None = None
-        self._head_bytes = 0
+        self._head_bytes = 0  # bytes received while in the head phase
+        self._head_size = 0  # the parsed message's line and headers
+        self._broken = False  # refused as invalid: what the client still sends is never read
         self._lingering = False
         self._dropped = 0  # bytes read and dropped while lingering
         self._socket: asyncio.Transport | None = None
@@ -107,7 +108,7 @@ class GuardedProtocol(H11Protocol):
             transport.write(_raw_response("503 Service Unavailable", message, retry_after=True))
             self._linger(LINGER)
             return
-        super().connection_made(LingeringTransport(transport, self))
+        super().connection_made(LingeringTransport(transport, self, self.loop))
         self._enter("head")
 
     def data_received(self, data: bytes) -> None:
@@ -121,7 +122,45 @@ class GuardedProtocol(H11Protocol):
         if self._phase == "head":
             self._head_bytes += len(data)
         super().data_received(data)
+        if self._phase == "head" and self._message in ("", "head") and self._head_bytes > MAX_HEAD_BYTES:
+            # a head still arriving past the bound: llhttp would buffer a header line without end
+            self.logger.warning(INVALID)
+            self.send_400_response(INVALID)
+            return
         self._follow()
+
+    # the parser's callbacks: where the request is
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._message, self._head_size = "head", 0
+
+    def on_url(self, url: bytes) -> None:
+        self._count_head(len(url))
+        super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._count_head(len(name) + len(value) + 4)
+        super().on_header(name, value)
+
+    def on_headers_complete(self) -> None:
+        if self.parser.get_http_version() == "1.1" and not any(n == b"host" for n, _ in self.headers):
+            raise InvalidHead  # HTTP/1.1 requires Host (RFC 9112, 3.2), as h11 did
+        self._message = "body"
+        super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        self._message = "done"
+        super().on_message_complete()
+
+    def _count_head(self, size: int) -> None:
+        self._head_size += size
+        if self._head_size > MAX_HEAD_BYTES:
+            raise InvalidHead  # llhttp stops; uvicorn answers 400 (`send_400_response`)
+
+    def send_400_response(self, msg: str) -> None:
+        self._broken = True  # before its close, which then lingers
+        super().send_400_response(msg)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel()
@@ -148,8 +187,7 @@ class GuardedProtocol(H11Protocol):
 
     def close_transport(self) -> None:
         """uvicorn's close: lingering while the client may still be sending its request, else at once."""
-        state = self.conn.their_state
-        if state is h11.SEND_BODY or state is h11.ERROR:
+        if self._broken or self._message == "body":
             self._linger(self.front.body_timeout)
         elif self._socket is not None:
             self._socket.close()
@@ -189,22 +227,27 @@ class GuardedProtocol(H11Protocol):
         if self.transport.is_closing():
             self._cancel()
             return
-        state = self.conn.their_state
-        if state is h11.IDLE and self.conn.our_state is h11.IDLE:
-            if self._phase not in ("head", "idle"):
-                # between requests: idle until keep_alive_timeout (uvicorn's timer), unless the
-                # next head has begun already (pipelined)
-                self._head_bytes = len(self.conn.trailing_data[0])
-                if self._head_bytes:
-                    self._enter("head")
-                else:
-                    self._cancel()
-                    self._phase = "idle"
-                    self.front.idle[self] = None
-        elif state is h11.SEND_BODY:
-            if self._phase != "body":
-                self._enter("body")
-        elif self._phase != "app":
+        answering = self.cycle is not None and not self.cycle.response_complete
+        if self.pipeline or (self._message == "head" and answering):
+            phase = "app"  # an answer still running: a request behind it waits, unread or queued
+        elif self._message in ("head", "body"):
+            phase = self._message
+        elif self._message == "done":
+            phase = "app" if answering else "idle"
+        else:
+            return  # no request begun yet: the first head's deadline runs from the connection's opening
+        if phase == self._phase:
+            return
+        if phase == "head":  # a pipelined head begun during the answer before it: timed from its end
+            self._enter("head")
+            self._head_bytes = 1
+        elif phase == "body":
+            self._enter("body")
+        elif phase == "idle":  # between requests: idle until keep_alive_timeout (uvicorn's timer)
+            self._cancel()
+            self._phase, self._head_bytes = "idle", 0
+            self.front.idle[self] = None
+        else:
             self._phase = "app"  # the request is in: the app's own bounds apply from here
             self._cancel()
 
@@ -212,6 +255,8 @@ class GuardedProtocol(H11Protocol):
         self._cancel()
         self.front.idle.pop(self, None)
         self._phase = phase
+        if phase == "head":
+            self._head_bytes = 0
         seconds = self.front.header_timeout if phase == "head" else self.front.body_timeout
         self._deadline = self.loop.call_later(seconds, self._expire)
 

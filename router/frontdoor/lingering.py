@@ -12,6 +12,10 @@ How many connections linger at once is bounded too (router/frontdoor/connections
 `LingeringTransport` stands between uvicorn and the socket's transport so that each of uvicorn's
 closes asks the connection first (`Closer`); the connection's own deadlines close the socket at
 once, through `inner`.
+
+It also joins what uvicorn writes in one turn of the event loop into one write: an answer's head
+and its body (uvicorn writes each as the app sends it) then leave in one send, so the client
+wakes once for them and reads them in one piece, not twice.
 """
 
 from __future__ import annotations
@@ -31,12 +35,24 @@ class Closer(Protocol):
 class LingeringTransport(asyncio.Transport):
     """The socket's transport, whose `close` the connection decides: at once, or lingering."""
 
-    def __init__(self, inner: asyncio.Transport, closer: Closer) -> None:
+    def __init__(self, inner: asyncio.Transport, closer: Closer, loop: asyncio.AbstractEventLoop) -> None:
         super().__init__()
         self.inner = inner
         self._closer = closer
+        self._loop = loop
+        self._pending: list[bytes | bytearray | memoryview] = []  # written in this turn, not yet sent
+
+    def flush(self) -> None:
+        """Send what was written in this turn of the loop, as one write."""
+        if not self._pending:
+            return
+        data = self._pending[0] if len(self._pending) == 1 else b"".join(self._pending)
+        self._pending = []
+        if not self.inner.is_closing():
+            self.inner.write(data)
 
     def close(self) -> None:
+        self.flush()
         if self.inner.is_closing():
             return
         self._closer.close_transport()
@@ -45,18 +61,23 @@ class LingeringTransport(asyncio.Transport):
         return self.inner.is_closing() or self._closer.lingers()
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
-        self.inner.write(data)
+        if not self._pending:
+            self._loop.call_soon(self.flush)
+        self._pending.append(data)
 
     def writelines(self, list_of_data: Any) -> None:
-        self.inner.writelines(list_of_data)
+        for data in list_of_data:
+            self.write(data)
 
     def can_write_eof(self) -> bool:
         return self.inner.can_write_eof()
 
     def write_eof(self) -> None:
+        self.flush()
         self.inner.write_eof()
 
     def abort(self) -> None:
+        self._pending = []
         self.inner.abort()
 
     def pause_reading(self) -> None:
@@ -78,7 +99,7 @@ class LingeringTransport(asyncio.Transport):
         return self.inner.get_protocol()
 
     def get_write_buffer_size(self) -> int:
-        return self.inner.get_write_buffer_size()
+        return self.inner.get_write_buffer_size() + sum(len(data) for data in self._pending)
 
     def get_write_buffer_limits(self) -> tuple[int, int]:
         return self.inner.get_write_buffer_limits()

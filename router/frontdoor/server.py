@@ -1,10 +1,12 @@
 """The server the router runs under: uvicorn with the front door's bounds, and a clean stop.
 
-`uvicorn_config` builds uvicorn's settings from `router.*`: the listen address, the connection
-protocol of router/frontdoor/connections.py (connection limit, header and body deadlines, keep-alive expiry),
-and `router.shutdown_grace` as uvicorn's graceful-shutdown timeout. `RouterServer` says where it
-listens once it does and exits 0 after a drained SIGTERM. With `router.health_listen` it serves two
-listeners, bound beforehand by `bind_all`: the MCP port and the health port.
+`router_server` builds uvicorn's settings from `router.*`: the listen address, the connection
+protocol of router/frontdoor/connections.py (uvicorn's httptools protocol under the connection limit,
+header and body deadlines, keep-alive expiry), uvloop's event loop, and `router.shutdown_grace` as
+uvicorn's graceful-shutdown timeout. httptools (the C parser llhttp) and uvloop (libuv) in place
+of h11 and asyncio's own loop: docs/performance.md, section 6, has what they save. `RouterServer`
+says where it listens once it does and exits 0 after a drained SIGTERM. With `router.health_listen`
+it serves two listeners, bound beforehand by `bind_all`: the MCP port and the health port.
 
 When the grace period ends, uvicorn cancels the requests still running; without more, each would
 end in a bare 500 and a traceback in the log. `ShutdownGuard` answers such a request itself, with a
@@ -152,6 +154,7 @@ def router_server(
         host=host,
         port=int(port),
         http=protocol_for(front),
+        loop="uvloop",
         log_level=log_level,
         # how long an idle connection is kept, for clients that read it (Node's fetch, for one)
         headers=[("keep-alive", f"timeout={max(1, int(settings.keep_alive_timeout))}")],
