@@ -46,6 +46,8 @@ class ResolvedTool:
     input_schema_json: str
     target: BackendTarget
     version: VersionRef
+    # the authorization policy decides a call of it by the call's arguments: asked before calling
+    conditional: bool = False
 
     @property
     def backend_id(self) -> str:

@@ -102,6 +102,9 @@ class SessionRecord:
     # initialize (JSON, "" for none) and the log level it set last ("" for none)
     client_capabilities: str = ""
     log_level: str = ""
+    # the claims of the token the session was opened with (JSON, "" for none): what the
+    # authorization policy reads of its caller, on every replica (indexer/sessions/access.py)
+    claims: str = field(default="", repr=False)
     # resources the client subscribed to at backends that keep no subscriptions (2026-07-28 ones):
     # the replica holding its standalone stream asks those backends for their updates
     subscriptions: frozenset[Subscription] = frozenset()

@@ -149,6 +149,7 @@ class RedisSessions:
             "catalog": json.dumps(record.catalog),
             "created_at": repr(record.created_at),
             "capabilities": record.client_capabilities,
+            "claims": record.claims,
             **await self._backend_fields(record),
         }
         if record.token:
@@ -249,6 +250,7 @@ class RedisSessions:
                 created_at=float(fields.get("created_at") or 0.0),
                 backend_sessions=_backend_sessions(backends),
                 client_capabilities=fields.get("capabilities", ""),
+                claims=fields.get("claims", ""),
                 log_level=fields.get("log_level", ""),
                 subscriptions=_subscriptions(fields.get("subscriptions")),
             )
