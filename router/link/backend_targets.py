@@ -58,7 +58,9 @@ def _target(found: pb.ResolveToolResponse | pb.ReachableBackend) -> BackendTarge
 def resolved_tool(tool: pb.ResolveToolResponse) -> ResolvedTool:
     """A tool's resolution, its backend read into a target."""
     version = VersionRef(tool.version.number, tool.version.fingerprint)
-    return ResolvedTool(tool.name, tool.original_name, tool.input_schema_json, _target(tool), version)
+    return ResolvedTool(
+        tool.name, tool.original_name, tool.input_schema_json, _target(tool), version, tool.conditional
+    )
 
 
 class SessionAnswer(NamedTuple):
