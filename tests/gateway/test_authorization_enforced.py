@@ -154,6 +154,10 @@ async def test_a_denied_call_answers_as_an_unknown_tool_and_names_no_tool_the_ca
     fan = await Caller(stack.mcp_url, "alice", groups=["nba"]).open()
     allowed = await fan.call("Get_All_Teams", {"page": "1"})
     assert not allowed.get("isError"), allowed
+    not_found_text(await fan.call("Get_All_Stats", {"page": "1"}), "Get_All_Stats")
+    # counted by the policy that decided (the metric's source): no permit for bob, the forbid for alice
+    denials = stack.indexer.sessions.access.denials
+    assert denials[("call_tool", "")] == 1 and denials[("call_tool", "no-stats")] == 1
 
 
 async def test_an_argument_condition_is_decided_when_the_tool_is_called(stack: LightStack) -> None:
