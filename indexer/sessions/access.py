@@ -19,8 +19,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import threading
+import weakref
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from opentelemetry import trace
@@ -66,6 +68,11 @@ class Access:
         self.authorizer = authorizer  # None: no authorization section, every caller may use every tool
         self._catalogs: Bounded[str, Catalog] = Bounded(CATALOGS_KEPT)
         self._allowed: Bounded[tuple[str, str], Allowed] = Bounded(ALLOWED_KEPT)
+        # one Scoped per version and allowed set while a session is on it, shared by all that are:
+        # a pass over ten thousand sessions makes no object per session (nor does one without a
+        # policy). Held weakly: a version no session is on is freed, as before.
+        self._scoped: weakref.WeakValueDictionary[tuple[str, str], Scoped] = weakref.WeakValueDictionary()
+        self._scoped_lock = threading.Lock()
         self._principals: Bounded[tuple[str, str, str], PolicyPrincipal] = Bounded(PRINCIPALS_KEPT)
         # denials since start, by (action, policy label; "" when no policy permits): the metric
         self.denials: Counter[tuple[str, str]] = Counter()
@@ -102,27 +109,39 @@ class Access:
             return None
         return self.authorizer.visibility(self.principal(record), self.catalog(version))
 
+    def whole(self, version: IndexVersion) -> Scoped:
+        """The version unscoped (every tool: no policy), one object per version."""
+        return self._kept((version.fingerprint, ""), version, lambda: Scoped(version))
+
+    def _kept(self, key: tuple[str, str], version: IndexVersion, make: Callable[[], Scoped]) -> Scoped:
+        with self._scoped_lock:
+            kept = self._scoped.get(key)
+            if kept is None or kept.version is not version:  # the same catalog built anew: the new one
+                kept = self._scoped[key] = make()
+            return kept
+
     def scope(self, record: SessionRecord, version: IndexVersion) -> Scoped:
         """The version as the session's caller may use it (blocking: run it off the loop)."""
         seen = self.visibility(record, version)
         if seen is None:
-            return Scoped(version)
+            return self.whole(version)
         names = seen.names("tool")
         conditional = frozenset(i.name for i, s in seen if s.verdict is Verdict.CONDITIONAL)
         key = (version.fingerprint, seen.fingerprint + "/" + ",".join(sorted(conditional)))
         allowed = self._allowed.get_or_make(key, lambda: Allowed.of(version, names, conditional))
-        return Scoped(version, allowed)
+        return self._kept(key, version, lambda: Scoped(version, allowed))
 
     async def scoped(self, record: SessionRecord, version: IndexVersion) -> Scoped:
         """`scope`, off the event loop when a policy has to be asked."""
         if self.authorizer is None:
-            return Scoped(version)
+            return self.whole(version)
         return await asyncio.to_thread(self.scope, record, version)
 
     async def scoped_all(self, pairs: Sequence[tuple[SessionRecord, IndexVersion]]) -> list[Scoped]:
         """`scope` of each (session, version), in one trip off the event loop (a rebuild's many)."""
         if self.authorizer is None:
-            return [Scoped(version) for _, version in pairs]
+            wholes: dict[int, Scoped] = {}  # by the version object: sessions share a few
+            return [wholes.get(id(v)) or wholes.setdefault(id(v), self.whole(v)) for _, v in pairs]
         return await asyncio.to_thread(lambda: [self.scope(record, version) for record, version in pairs])
 
     def decide(self, record: SessionRecord, item: Item, arguments: Mapping[str, Any] | None) -> Decision:
