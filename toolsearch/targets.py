@@ -76,6 +76,7 @@ class ReachableTargets:
     backends: tuple[ReachableTarget, ...] = ()
     prefix: Prefix = "on_collision"
     separator: str = "_"
+    authorized: bool = False  # a policy decides which of their prompts and resources the caller may use
 
 
 @dataclass(frozen=True, slots=True)

@@ -185,6 +185,7 @@ def reachable_backends_response(reachable: ReachableTargets) -> pb.ReachableBack
     return pb.ReachableBackendsResponse(
         prefix=reachable.prefix,
         separator=reachable.separator,
+        authorized=reachable.authorized,
         backends=[
             pb.ReachableBackend(
                 backend_id=entry.backend_id,

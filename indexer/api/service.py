@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import replace
 
 import grpc
 
@@ -256,7 +257,9 @@ class IndexerService(pb_grpc.IndexerServicer):
         self, request: pb.ReachableBackendsRequest, context: grpc.aio.ServicerContext
     ) -> pb.ReachableBackendsResponse:
         session = await self._sessions.get(request.session_id, principal_of(request.principal))
-        return messages.reachable_backends_response(reachable_targets(session, self._registry, self._naming))
+        found = reachable_targets(session, self._registry, self._naming)
+        authorized = self._sessions.access.authorizer is not None
+        return messages.reachable_backends_response(replace(found, authorized=authorized))
 
     @with_status_codes
     async def ExchangeToken(

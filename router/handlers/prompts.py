@@ -11,6 +11,7 @@ did not gets no request, and the client an empty completion, as from a server wi
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from mcp.server.context import ServerRequestContext
@@ -21,9 +22,10 @@ from router.error_answers import mcp_error
 from router.errors import RouterError
 from router.handlers.offerings import Ambiguous, Offering, Target, ambiguity, namespaced, resolve
 from router.handlers.passthrough import PassedThrough
-from router.handlers.resources import RESOURCE_NOT_FOUND, catalogue
+from router.handlers.resources import RESOURCE_NOT_FOUND, advertised, catalogue, permitted
 from router.upstream.session_wide.backend_requests import BackendRequests, Reach, complete
 from router.upstream.session_wide.broadcast import ask_each
+from toolsearch.sessions import Offered
 from toolsearch.targets import ReachableTarget
 
 NO_COMPLETION: dict[str, Any] = {"completion": {"values": [], "hasMore": False}}
@@ -36,7 +38,10 @@ async def prompt_catalogue(reach: Reach) -> list[Offering]:
         return await reach.list_all(backend, "prompts/list", "prompts")
 
     answers = await ask_each(reach.offering("prompts"), ask, "prompts/list")
-    return namespaced({a.backend.backend_id: a.value for a in answers}, "name", reach.prefix, reach.separator)
+    named = namespaced(
+        {a.backend.backend_id: a.value for a in answers}, "name", reach.prefix, reach.separator
+    )
+    return await permitted(reach, "prompt", named)
 
 
 def _prompt_not_found(name: str) -> MCPError:
@@ -60,13 +65,18 @@ class Prompts:
             {"prompts": [dict(o.entry) for o in await prompt_catalogue(await self.requests.reach_from(ctx))]}
         )
 
-    async def _prompt(self, reach: Reach, name: str) -> Target:
-        """The backend and own name of a prompt the client named; raises the JSON-RPC error."""
+    async def _prompt(self, reach: Reach, name: str, arguments: Mapping[str, Any] | None = None) -> Target:
+        """The backend and own name of a prompt the client named; raises the JSON-RPC error (a prompt
+        the policy denies the caller, with these arguments, as an unknown one)."""
         backends = [b.backend_id for b in reach.offering("prompts")]
-        where = resolve(name, await prompt_catalogue(reach), backends, reach.separator)
+        prompts = await prompt_catalogue(reach)
+        where = resolve(name, prompts, backends, reach.separator)
         if isinstance(where, Ambiguous):
             raise MCPError(INVALID_PARAMS, ambiguity("the prompt", name, where.choices))
         if where is None:
+            raise _prompt_not_found(name)
+        asked = Offered("prompt", advertised(where, prompts, name), where.backend_id)
+        if arguments is not None and not await reach.permits(asked, arguments):  # a get: with its arguments
             raise _prompt_not_found(name)
         return where
 
@@ -104,7 +114,7 @@ class Prompts:
         wire = params.model_dump(mode="json", by_alias=True, exclude_none=True)
         if (resumed := await reach.resumed(wire)) is not None:  # the retry of a round the router made
             return PassedThrough(complete(resumed))
-        target = await self._prompt(reach, params.name)
+        target = await self._prompt(reach, params.name, params.arguments or {})
         return PassedThrough(
             await self._forward(reach, target, "prompts/get", {**wire, "name": target.original})
         )

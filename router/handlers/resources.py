@@ -12,6 +12,7 @@ reachable backend offers resources and nothing is prefixed, the read goes to it 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from mcp.server.context import ServerRequestContext
@@ -31,7 +32,7 @@ from router.handlers.passthrough import PassedThrough
 from router.upstream.session_wide.backend_requests import BackendRequests, Reach, complete
 from router.upstream.session_wide.broadcast import ask_each
 from toolsearch.naming import prefixed
-from toolsearch.sessions import Subscription
+from toolsearch.sessions import Offered, OfferedKind, Subscription
 from toolsearch.targets import ReachableTarget
 
 RESOURCE_NOT_FOUND = -32002  # MCP's code for a resource that does not exist
@@ -66,18 +67,37 @@ async def catalogue(reach: Reach, resources: bool = True, templates: bool = True
 
     what = "resources/list" if resources else "resources/templates/list"
     answers = await ask_each(reach.offering("resources"), ask, what, requests=2)
-    return Catalogue(
-        namespaced(
-            {a.backend.backend_id: a.value.resources for a in answers}, "uri", reach.prefix, reach.separator
-        ),
-        namespaced(
-            {a.backend.backend_id: a.value.templates for a in answers},
-            "uriTemplate",
-            reach.prefix,
-            reach.separator,
-            template=True,
-        ),
+    found = namespaced(
+        {a.backend.backend_id: a.value.resources for a in answers}, "uri", reach.prefix, reach.separator
     )
+    shapes = namespaced(
+        {a.backend.backend_id: a.value.templates for a in answers},
+        "uriTemplate",
+        reach.prefix,
+        reach.separator,
+        template=True,
+    )
+    both = await permitted(reach, "resource", [*found, *shapes])
+    return Catalogue([o for o in both if not o.template], [o for o in both if o.template])
+
+
+async def permitted(reach: Reach, kind: OfferedKind, offerings: list[Offering]) -> list[Offering]:
+    """The offerings the caller may see, under the names the session lists them (a template by its
+    URI template): with a policy, what it may not use is left out, so that no listing, read,
+    completion or subscription reaches it, by any of its names."""
+    if not reach.authorized or not offerings:
+        return offerings
+    seen = await reach.visible([Offered(kind, o.name, o.backend_id) for o in offerings])
+    return [offering for offering, visible in zip(offerings, seen, strict=True) if visible]
+
+
+def advertised(target: Target, offerings: Sequence[Offering], asked: str) -> str:
+    """The name the session lists a target under, which the policy reads; a URI a template expands
+    to, as the client asked for it."""
+    for offering in offerings:
+        if (offering.backend_id, offering.original) == target and not offering.template:
+            return offering.name
+    return asked
 
 
 async def _listing(reach: Reach, backend: ReachableTarget, method: str, field: str) -> list[dict[str, Any]]:
@@ -102,10 +122,11 @@ def _not_found(uri: str) -> MCPError:
 
 def _shortcut(reach: Reach, uri: str) -> Target | None:
     """The backend a URI goes to without a listing: the one reachable backend offering resources,
-    when nothing can collide. A URI that starts with the backend's prefix is left to `resolve`: it
-    may be the prefixed form (`always` naming, or a collision that went away) or the backend's own."""
+    when nothing can collide and no policy decides what the caller may read. A URI that starts with
+    the backend's prefix is left to `resolve`: it may be the prefixed form (`always` naming, or a
+    collision that went away) or the backend's own."""
     offering = reach.offering("resources")
-    if len(offering) != 1:
+    if len(offering) != 1 or reach.authorized:  # with a policy, what the caller may read is listed
         return None
     backend_id = offering[0].backend_id
     head = prefixed(backend_id, "", reach.separator)
@@ -171,7 +192,8 @@ class Resources:
 
 
 async def target_of(reach: Reach, uri: str) -> Target:
-    """The backend a client's URI belongs to and the backend's own URI; raises the MCP errors."""
+    """The backend a client's URI belongs to and the backend's own URI; raises the MCP errors (a
+    resource the policy denies the caller as an unknown one)."""
     target = _shortcut(reach, uri)
     if target is not None:
         return target
@@ -181,6 +203,11 @@ async def target_of(reach: Reach, uri: str) -> Target:
     if isinstance(where, Ambiguous):
         raise MCPError(RESOURCE_NOT_FOUND, ambiguity("the resource", uri, where.choices))
     if where is None:
+        raise _not_found(uri)
+    # a URI a visible template expands to is read only when the policy permits that URI
+    if not await reach.permits(
+        Offered("resource", advertised(where, found.resources, uri), where.backend_id)
+    ):
         raise _not_found(uri)
     return where
 

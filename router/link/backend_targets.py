@@ -95,7 +95,7 @@ def reachable_targets(found: pb.ReachableBackendsResponse) -> ReachableTargets:
     # the indexer's naming of tools; an indexer that says none names them on collision with "_"
     prefix: Prefix = "always" if found.prefix == "always" else "on_collision"
     separator = found.separator if found.prefix else "_"
-    return ReachableTargets(backends, prefix, separator)
+    return ReachableTargets(backends, prefix, separator, found.authorized)
 
 
 def session_targets(found: pb.BackendSessionsResponse | pb.SetLogLevelResponse) -> list[BackendTarget]:

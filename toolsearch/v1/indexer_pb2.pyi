@@ -1296,11 +1296,17 @@ class ReachableBackendsResponse(_message.Message):
     BACKENDS_FIELD_NUMBER: _builtins.int
     PREFIX_FIELD_NUMBER: _builtins.int
     SEPARATOR_FIELD_NUMBER: _builtins.int
+    AUTHORIZED_FIELD_NUMBER: _builtins.int
     prefix: _builtins.str
     """The indexer's naming of tools (indexer.naming), which resources and prompts follow too.
     on_collision | always
     """
     separator: _builtins.str
+    authorized: _builtins.bool
+    """An authorization policy decides what the caller may see: the router shows only the prompts,
+    resources and templates VisibleItems says it may, and asks AuthorizeCall before a prompts/get
+    or resources/read (false: no policy, every caller may use everything).
+    """
     @_builtins.property
     def backends(self) -> _containers.RepeatedCompositeFieldContainer[Global___ReachableBackend]:
         """in backend id order"""
@@ -1311,10 +1317,11 @@ class ReachableBackendsResponse(_message.Message):
         backends: _abc.Iterable[Global___ReachableBackend] | None = ...,
         prefix: _builtins.str = ...,
         separator: _builtins.str = ...,
+        authorized: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["backends", b"backends", "prefix", b"prefix", "separator", b"separator"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["authorized", b"authorized", "backends", b"backends", "prefix", b"prefix", "separator", b"separator"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
