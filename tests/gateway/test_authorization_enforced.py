@@ -8,6 +8,7 @@ whose indexer enforces a Cedar policy over the catalog server's three backends.
 
 from __future__ import annotations
 
+import logging
 import re
 import time
 from collections.abc import AsyncIterator
@@ -166,6 +167,42 @@ async def test_an_argument_condition_is_decided_when_the_tool_is_called(stack: L
     allowed = await bartender.call("Search_by_name", {"name": "margarita"})
     assert not allowed.get("isError"), allowed
     not_found_text(await bartender.call("Search_by_name", {"name": "mojito"}), "Search_by_name")
+
+
+async def test_a_denial_is_recorded_by_the_router_with_the_policy_that_decided_never_told_the_client(
+    stack: LightStack, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="router.access_log")
+    guest = await Caller(stack.mcp_url, "bob").open()
+    fan = await Caller(stack.mcp_url, "alice", groups=["nba"]).open()
+    bartender = await Caller(stack.mcp_url, "carol", groups=["bar"]).open()
+    answers = [
+        await guest.call("Get_All_Teams", {"page": "1"}),  # no policy permits it
+        await fan.call("Get_All_Stats", {"page": "1"}),  # a forbid overrides the group's permit
+        await bartender.call("Search_by_name", {"name": "mojito"}),  # its arguments decide: no permit
+    ]
+    assert all(answer["isError"] for answer in answers)
+    assert not any("no-stats" in str(answer) or "margaritas" in str(answer) for answer in answers)
+
+    def lines() -> list[logging.LogRecord]:
+        return [r for r in caplog.records if r.name == "router.access_log" and r.fields["denied"] != "-"]  # type: ignore[attr-defined]
+
+    async def three() -> list[logging.LogRecord]:  # each line is written once its answer has gone
+        return lines() if len(lines()) == 3 else []
+
+    denied = await until(three, "the three denials' access lines", timeout=WAIT)
+    assert {r.fields["subject"]: r.fields["denied"] for r in denied} == {  # type: ignore[attr-defined]
+        "bob": "call_tool:-",
+        "alice": "call_tool:no-stats",
+        "carol": "call_tool:-",
+    }
+    assert any(r.getMessage().endswith(" subject=alice denied=call_tool:no-stats") for r in denied)
+    async with httpx2.AsyncClient(timeout=WAIT) as http:
+        metrics = (await http.get(f"{stack.router_url}/metrics")).text
+    assert 'toolsearch_router_authorization_denials_total{action="call_tool",policy=""} 2.0' in metrics
+    assert (
+        'toolsearch_router_authorization_denials_total{action="call_tool",policy="no-stats"} 1.0' in metrics
+    )
 
 
 async def test_a_policy_written_anew_grants_and_revokes_while_sessions_stay_open(stack: LightStack) -> None:

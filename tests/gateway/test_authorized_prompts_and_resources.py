@@ -8,6 +8,7 @@ conformance test server (its prompts, resources and template) beside the catalog
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -99,6 +100,14 @@ def same_error(denied: dict[str, Any], unknown: dict[str, Any], names: tuple[str
     assert denied.get("data") == unknown.get("data")
 
 
+async def denials(stack: LightStack) -> dict[tuple[str, str], float]:
+    """The router's denials counter, by action and policy."""
+    async with httpx2.AsyncClient(timeout=30) as http:
+        text = (await http.get(f"{stack.router_url}/metrics")).text
+    pattern = r'toolsearch_router_authorization_denials_total\{action="([^"]*)",policy="([^"]*)"\} (\S+)'
+    return {(action, policy): float(value) for action, policy, value in re.findall(pattern, text)}
+
+
 @pytest.fixture
 async def stack(tmp_path: Path) -> AsyncIterator[LightStack]:
     (tmp_path / "policies.cedar").write_text(POLICY, encoding="utf-8")
@@ -146,6 +155,7 @@ async def test_a_denied_prompt_answers_as_an_unknown_one_and_arguments_decide_a_
     assert got["result"]["messages"], got
     refused = await writer.error("prompts/get", {"name": names[0], "arguments": {**arguments, "arg1": "no"}})
     same_error(refused, await writer.error("prompts/get", {"name": names[1], "arguments": {}}), names)
+    assert await denials(stack) == {("get_prompt", ""): 1.0}  # the one the indexer was asked to decide
     assert (await guest.rpc("prompts/get", {"name": "test_simple_prompt"}))["result"]["messages"]
 
 
@@ -170,6 +180,7 @@ async def test_a_denied_resource_answers_as_an_unknown_one_whichever_way_it_is_r
     secret = "test://template/secret1/data"
     denied = await writer.error("resources/read", {"uri": secret})
     same_error(denied, await writer.error("resources/read", {"uri": unknown_uri}), (secret, unknown_uri))
+    assert await denials(stack) == {("read_resource", "no-secrets"): 1.0}
 
 
 async def test_completions_reach_only_the_prompts_and_templates_the_caller_may_use(stack: LightStack) -> None:
