@@ -121,7 +121,7 @@ class SessionManager:
         authorization policy reads: its version is scoped to what they may use.
         """
         self._views.forget_idle(self._store.ttl)
-        if implied and (existing := await self._implied(principal)) is not None:
+        if implied and (existing := await self._implied(principal, claims)) is not None:
             return existing
         if session_id and not implied and (existing := await self._proposed(principal, session_id)):
             return existing
@@ -185,8 +185,8 @@ class SessionManager:
             raise InvalidRequest("session_id is taken: propose another (a fresh random one)")
         return await self._views.of(stored, self._recover)
 
-    async def _implied(self, principal: Principal) -> LiveSession | None:
-        session_id = await self._store.implied(principal)
+    async def _implied(self, principal: Principal, claims: str) -> LiveSession | None:
+        session_id = await self._store.implied(principal, claims)
         stored = await self._store.load(session_id) if session_id else None
         return await self._views.of(stored, self._recover) if stored is not None else None
 

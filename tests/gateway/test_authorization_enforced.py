@@ -18,6 +18,8 @@ from typing import Any
 import httpx2
 import jwt
 import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 
 from tests.support.clients import until
 from tests.support.routers import LightStack, light_stack
@@ -167,6 +169,24 @@ async def test_an_argument_condition_is_decided_when_the_tool_is_called(stack: L
     allowed = await bartender.call("Search_by_name", {"name": "margarita"})
     assert not allowed.get("isError"), allowed
     not_found_text(await bartender.call("Search_by_name", {"name": "mojito"}), "Search_by_name")
+
+
+async def test_a_2026_07_28_caller_is_scoped_by_the_claims_of_each_token_it_sends(stack: LightStack) -> None:
+    seen: dict[str, set[str]] = {}
+    for label, claims in (("guest", {}), ("fan", {"groups": ["nba"]}), ("guest again", {})):
+        bearer = {"Authorization": f"Bearer {mint('dora', **claims)}"}  # one subject, other groups
+        async with (
+            httpx2.AsyncClient(timeout=WAIT, headers=bearer) as http,
+            Client(streamable_http_client(stack.mcp_url, http_client=http), mode="auto") as client,
+        ):
+            assert client.protocol_version == "2026-07-28"
+            result = await client.call_tool(
+                "find_tool", {"tool_description": "nba basketball weather", "limit": 50}
+            )
+            assert result.structured_content is not None
+            seen[label] = {tool["name"] for tool in result.structured_content["tools"]}
+    assert seen["guest"] and not seen["guest"] & NBA_TOOLS and seen["fan"] & NBA_TOOLS
+    assert seen["guest again"] == seen["guest"]
 
 
 async def test_a_denial_is_recorded_by_the_router_with_the_policy_that_decided_never_told_the_client(
