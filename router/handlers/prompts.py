@@ -7,6 +7,9 @@ finds the backend a name belongs to and forwards it under the backend's own name
 a prompt or a resource template: the router finds its backend the same way and forwards the
 request with the backend's own name or template, to a backend that declared completions; one that
 did not gets no request, and the client an empty completion, as from a server with nothing to offer.
+Under an authorization policy, prompts and templates are those the caller may see
+(router/handlers/resources.py), and a `prompts/get` is decided with its arguments; a denied one
+answers exactly as a prompt no backend has.
 """
 
 from __future__ import annotations

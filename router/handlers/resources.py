@@ -8,6 +8,12 @@ cursor between requests, so a listing is whole, up to `MAX_ENTRIES` per backend.
 backend a URI belongs to the same way, and forwards it under the backend's own URI; when only one
 reachable backend offers resources and nothing is prefixed, the read goes to it without a listing.
 `resources/subscribe` and `resources/unsubscribe` go to the URI's backend the same way.
+
+Under an authorization policy (the indexer says so with the reachable backends) a listing keeps what
+the caller may see (`VisibleItems`, one question for the whole listing), a read or a subscription
+resolves among those alone, never by the shortcut, and the URI it reads is asked of the policy
+(`AuthorizeCall`: a URI a visible template expands to may still be denied). What the caller may not
+use answers exactly as a URI no backend has. Without a policy none of this asks the indexer anything.
 """
 
 from __future__ import annotations
