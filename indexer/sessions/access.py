@@ -137,11 +137,14 @@ class Access:
             return self.whole(version)
         return await asyncio.to_thread(self.scope, record, version)
 
-    async def scoped_all(self, pairs: Sequence[tuple[SessionRecord, IndexVersion]]) -> list[Scoped]:
-        """`scope` of each (session, version), in one trip off the event loop (a rebuild's many)."""
+    async def scoped_all(
+        self, records: Sequence[SessionRecord], versions: Sequence[IndexVersion]
+    ) -> list[Scoped]:
+        """`scope` of each session on its version, in one trip off the event loop (a rebuild's many)."""
         if self.authorizer is None:
             wholes: dict[int, Scoped] = {}  # by the version object: sessions share a few
-            return [wholes.get(id(v)) or wholes.setdefault(id(v), self.whole(v)) for _, v in pairs]
+            return [wholes.get(id(v)) or wholes.setdefault(id(v), self.whole(v)) for v in versions]
+        pairs = zip(records, versions, strict=True)
         return await asyncio.to_thread(lambda: [self.scope(record, version) for record, version in pairs])
 
     def decide(self, record: SessionRecord, item: Item, arguments: Mapping[str, Any] | None) -> Decision:

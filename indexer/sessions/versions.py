@@ -123,10 +123,10 @@ class SessionVersions:
         at = time.time()
         access = self._views.access
         policy = access.policy  # read before the policy is asked: a newer one in force makes these stale
-        live = [
-            (session, catalog, version) for session, catalog, version in new_versions if not session.ending
-        ]
-        scopes = await access.scoped_all([(session, version) for session, _, version in live])
+        # lists of what exists already: a pass over ten thousand sessions makes no object per session
+        # here, so it adds nothing for the garbage collector to walk
+        live = [change for change in new_versions if not change[0].ending]
+        scopes = await access.scoped_all([change[0] for change in live], [change[2] for change in live])
         wanted = [
             (SwapChange(session, scoped.fingerprint, catalog.refs, reason, at), scoped)
             for (session, catalog, _), scoped in zip(live, scopes, strict=True)
