@@ -118,9 +118,12 @@ class SessionManager:
         opens one session); when the principal already holds a session of that id, that one is the
         answer. Empty: a fresh id. `capabilities` is what the client declared at initialize (JSON),
         kept with a new session; `claims` the caller's verified claims (JSON), which the
-        authorization policy reads: its version is scoped to what they may use.
+        authorization policy reads: its version is scoped to what they may use (without a policy they
+        are not kept). A principal's implied session is one per set of claims (`caller_digest`).
         """
         self._views.forget_idle(self._store.ttl)
+        if self._views.access.authorizer is None:
+            claims = ""  # only a policy reads them: without one, not kept (nor telling sessions apart)
         if implied and (existing := await self._implied(principal, claims)) is not None:
             return existing
         if session_id and not implied and (existing := await self._proposed(principal, session_id)):
