@@ -55,6 +55,7 @@ permit(principal, action == Action::"call_tool", resource in MCP::"{NBA}");
 """
 WAIT = 30.0  # seconds any condition may take at most
 PROPAGATION = 20.0  # seconds a policy change may take to reach every router
+KEPT = "(the policy in force, "  # how an indexer says a file that fails the check changes nothing
 QUERY = "nba basketball teams players games weather forecast"
 
 
@@ -200,3 +201,25 @@ async def test_a_policy_file_written_in_place_grants_and_revokes_on_every_router
     finally:
         replicas.policy.write_text(POLICY, encoding="utf-8")
     await until(lambda: everywhere(False), "the first policy back on both routers", PROPAGATION)
+
+
+async def test_a_broken_file_written_while_running_keeps_the_policy_in_force_on_every_replica(
+    replicas: Replicas,
+) -> None:
+    nba = replicas.tools[NBA]
+    indexers = [proc for name, proc in replicas.procs.items() if name.startswith("indexer")]
+    told = [proc.output().count(KEPT) for proc in indexers]
+    fan = await Caller("alice", groups=["nba"]).open(replicas.routers[0])
+    replicas.policy.write_text(POLICY.replace("resource in", "resource inn", 1), encoding="utf-8")
+    try:
+
+        async def logged() -> bool:  # each replica read the broken file and said what stays in force
+            return all(proc.output().count(KEPT) > seen for proc, seen in zip(indexers, told, strict=True))
+
+        await until(logged, "each indexer's line on the broken file", PROPAGATION)
+        for url in replicas.routers:  # never open: what the last good policy grants, and no more
+            assert await fan.found(url) & nba
+            guest = await Caller("bob").open(url)  # opened under it, too
+            assert not await guest.found(url) & nba
+    finally:
+        replicas.policy.write_text(POLICY, encoding="utf-8")
