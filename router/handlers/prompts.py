@@ -23,9 +23,16 @@ from mcp_types import INVALID_PARAMS, CompleteRequestParams, GetPromptRequestPar
 
 from router.error_answers import mcp_error
 from router.errors import RouterError
-from router.handlers.offerings import Ambiguous, Offering, Target, ambiguity, namespaced, resolve
+from router.handlers.offerings import Ambiguous, Target, ambiguity, namespaced, resolve
 from router.handlers.passthrough import PassedThrough
-from router.handlers.resources import RESOURCE_NOT_FOUND, advertised, catalogue, permitted
+from router.handlers.resources import (
+    RESOURCE_NOT_FOUND,
+    Permitted,
+    advertised,
+    catalogue,
+    permitted,
+    record_hidden,
+)
 from router.upstream.session_wide.backend_requests import BackendRequests, Reach, complete
 from router.upstream.session_wide.broadcast import ask_each
 from toolsearch.sessions import Offered
@@ -34,8 +41,9 @@ from toolsearch.targets import ReachableTarget
 NO_COMPLETION: dict[str, Any] = {"completion": {"values": [], "hasMore": False}}
 
 
-async def prompt_catalogue(reach: Reach) -> list[Offering]:
-    """The prompts of every reachable backend that offers them, under their advertised names."""
+async def prompt_catalogue(reach: Reach) -> Permitted:
+    """The prompts of every reachable backend that offers them, under their advertised names: those
+    the caller may see, and apart those it may not."""
 
     async def ask(backend: ReachableTarget) -> list[dict[str, Any]]:
         return await reach.list_all(backend, "prompts/list", "prompts")
@@ -65,18 +73,25 @@ class Prompts:
         self, ctx: ServerRequestContext[Any, Any], params: PaginatedRequestParams
     ) -> dict[str, Any]:
         return complete(
-            {"prompts": [dict(o.entry) for o in await prompt_catalogue(await self.requests.reach_from(ctx))]}
+            {
+                "prompts": [
+                    dict(o.entry) for o in (await prompt_catalogue(await self.requests.reach_from(ctx))).kept
+                ]
+            }
         )
 
     async def _prompt(self, reach: Reach, name: str, arguments: Mapping[str, Any] | None = None) -> Target:
         """The backend and own name of a prompt the client named; raises the JSON-RPC error (a prompt
         the policy denies the caller, with these arguments, as an unknown one)."""
         backends = [b.backend_id for b in reach.offering("prompts")]
-        prompts = await prompt_catalogue(reach)
+        listed = await prompt_catalogue(reach)
+        prompts = listed.kept
         where = resolve(name, prompts, backends, reach.separator)
         if isinstance(where, Ambiguous):
             raise MCPError(INVALID_PARAMS, ambiguity("the prompt", name, where.choices))
         if where is None:
+            if arguments is not None:  # a get (not a completion): a denial is recorded as such
+                await record_hidden(reach, "prompt", name, listed.hidden)
             raise _prompt_not_found(name)
         asked = Offered("prompt", advertised(where, prompts, name), where.backend_id)
         if arguments is not None and not await reach.permits(asked, arguments):  # a get: with its arguments

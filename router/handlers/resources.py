@@ -13,7 +13,8 @@ Under an authorization policy (the indexer says so with the reachable backends) 
 the caller may see (`VisibleItems`, one question for the whole listing), a read or a subscription
 resolves among those alone, never by the shortcut, and the URI it reads is asked of the policy
 (`AuthorizeCall`: a URI a visible template expands to may still be denied). What the caller may not
-use answers exactly as a URI no backend has. Without a policy none of this asks the indexer anything.
+use answers exactly as a URI no backend has, its read asked of the policy all the same so that the
+denial is recorded. Without a policy none of this asks the indexer anything.
 """
 
 from __future__ import annotations
@@ -52,10 +53,19 @@ class Listed(NamedTuple):
 
 
 class Catalogue(NamedTuple):
-    """The reachable backends' resources and templates under their advertised URIs."""
+    """The reachable backends' resources and templates under their advertised URIs; under a policy,
+    those the caller may see, and apart those it may not (`hidden`)."""
 
     resources: list[Offering]
     templates: list[Offering]
+    hidden: list[Offering]
+
+
+class Permitted(NamedTuple):
+    """Offerings split by what the caller may see: all of them `kept` without a policy."""
+
+    kept: list[Offering]
+    hidden: list[Offering]
 
 
 async def catalogue(reach: Reach, resources: bool = True, templates: bool = True) -> Catalogue:
@@ -84,17 +94,31 @@ async def catalogue(reach: Reach, resources: bool = True, templates: bool = True
         template=True,
     )
     both = await permitted(reach, "resource", [*found, *shapes])
-    return Catalogue([o for o in both if not o.template], [o for o in both if o.template])
+    kept = both.kept
+    return Catalogue([o for o in kept if not o.template], [o for o in kept if o.template], both.hidden)
 
 
-async def permitted(reach: Reach, kind: OfferedKind, offerings: list[Offering]) -> list[Offering]:
+async def permitted(reach: Reach, kind: OfferedKind, offerings: list[Offering]) -> Permitted:
     """The offerings the caller may see, under the names the session lists them (a template by its
-    URI template): with a policy, what it may not use is left out, so that no listing, read,
+    URI template): with a policy, what it may not use is kept apart, so that no listing, read,
     completion or subscription reaches it, by any of its names."""
     if not reach.authorized or not offerings:
-        return offerings
+        return Permitted(offerings, [])
     seen = await reach.visible([Offered(kind, o.name, o.backend_id) for o in offerings])
-    return [offering for offering, visible in zip(offerings, seen, strict=True) if visible]
+    kept = [offering for offering, visible in zip(offerings, seen, strict=True) if visible]
+    return Permitted(
+        kept, [offering for offering, visible in zip(offerings, seen, strict=True) if not visible]
+    )
+
+
+async def record_hidden(reach: Reach, kind: OfferedKind, asked: str, hidden: Sequence[Offering]) -> None:
+    """Ask the policy about a name that means only what the caller may not see, so that the denial is
+    recorded with the policies that decided (the indexer's line, both counters, the access line);
+    the caller's answer is an unknown name's either way."""
+    backends = sorted({offering.backend_id for offering in hidden})
+    where = resolve(asked, hidden, backends, reach.separator)
+    if isinstance(where, Target):
+        await reach.permits(Offered(kind, advertised(where, hidden, asked), where.backend_id))
 
 
 def advertised(target: Target, offerings: Sequence[Offering], asked: str) -> str:
@@ -209,6 +233,7 @@ async def target_of(reach: Reach, uri: str) -> Target:
     if isinstance(where, Ambiguous):
         raise MCPError(RESOURCE_NOT_FOUND, ambiguity("the resource", uri, where.choices))
     if where is None:
+        await record_hidden(reach, "resource", uri, found.hidden)
         raise _not_found(uri)
     # a URI a visible template expands to is read only when the policy permits that URI
     if not await reach.permits(

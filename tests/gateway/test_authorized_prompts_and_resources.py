@@ -155,7 +155,9 @@ async def test_a_denied_prompt_answers_as_an_unknown_one_and_arguments_decide_a_
     assert got["result"]["messages"], got
     refused = await writer.error("prompts/get", {"name": names[0], "arguments": {**arguments, "arg1": "no"}})
     same_error(refused, await writer.error("prompts/get", {"name": names[1], "arguments": {}}), names)
-    assert await denials(stack) == {("get_prompt", ""): 1.0}  # the one the indexer was asked to decide
+    # each get the policy denied is counted, by what decided: hidden from the guest, refused by its
+    # arguments to the writer (no permit either time); the unknown names are not denials
+    assert await denials(stack) == {("get_prompt", ""): 2.0}
     assert (await guest.rpc("prompts/get", {"name": "test_simple_prompt"}))["result"]["messages"]
 
 
@@ -180,7 +182,13 @@ async def test_a_denied_resource_answers_as_an_unknown_one_whichever_way_it_is_r
     secret = "test://template/secret1/data"
     denied = await writer.error("resources/read", {"uri": secret})
     same_error(denied, await writer.error("resources/read", {"uri": unknown_uri}), (secret, unknown_uri))
-    assert await denials(stack) == {("read_resource", "no-secrets"): 1.0}
+    # a read or subscription of a hidden resource is a denial of its read: none permits the guest's,
+    # a forbid the writer's; the secret URI a visible template expands to, another forbid
+    assert await denials(stack) == {
+        ("read_resource", ""): 2.0,
+        ("read_resource", "no-binary"): 2.0,
+        ("read_resource", "no-secrets"): 1.0,
+    }
 
 
 async def test_completions_reach_only_the_prompts_and_templates_the_caller_may_use(stack: LightStack) -> None:
