@@ -29,7 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
-from commands.authorization import policy_problem
+from commands.authorization import policy_checked
 from commands.options import LEVELS, add_config, add_logging
 from commands.supervisor import StartError, Stopped, Supervisor, port_problem, say
 from toolsearch.config import Config, load_config
@@ -37,8 +37,6 @@ from toolsearch.transport import ChannelSecurity, TransportConfigError, channel_
 
 WILDCARDS = {"0.0.0.0", "::", "[::]", ""}
 READY_TIMEOUT = 180.0  # the indexer loads a model and embeds every tool on a cold cache
-# what the banner says of authorization: only a stack without a policy starts (commands/authorization.py)
-OPEN_TO_EVERY_CALLER = "authorization: none, every caller may use every tool (docs/authorization.md)"
 RELOAD_NOTE = (
     "reloading: the indexer rereads {path} (its backends); the router and the catalog servers have "
     "no reload: restart toolsearch up to change their settings"
@@ -131,7 +129,8 @@ DEFAULT_LOGS = LogSettings()
 
 def run(config: Config, config_path: Path, logs: LogSettings = DEFAULT_LOGS) -> int:
     """Start the stack of a configuration and supervise it in the foreground."""
-    if problem := ports_problem(config) or policy_problem(config):
+    refused, authorization = policy_checked(config)  # the banner says what is in force
+    if problem := ports_problem(config) or refused:
         say(problem)
         return 1
     supervisor = Supervisor(READY_TIMEOUT, reload_note=RELOAD_NOTE.format(path=config_path))
@@ -160,7 +159,7 @@ def run(config: Config, config_path: Path, logs: LogSettings = DEFAULT_LOGS) -> 
             supervisor.start("router", ["router", "--config", str(config_path), *logs.args()], router_ready)
             print(
                 f"\ntoolsearch is up: MCP endpoint http://{config.router.listen}/mcp  (Ctrl-C stops it)\n"
-                f"{OPEN_TO_EVERY_CALLER}\n",
+                f"{authorization}\n",
                 flush=True,
             )
             return supervisor.supervise()

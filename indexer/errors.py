@@ -53,6 +53,27 @@ class ToolNotFound(IndexerError):
         self.reason = reason
 
 
+class CallDenied(ToolNotFound):
+    """A call of a tool the authorization policy denies its caller: it answers exactly as an unknown
+    tool does (suggestions from what the caller may use). `policies` name what decided (the forbids;
+    none when no policy permits it), for the router's log and metrics, never for the client."""
+
+    def __init__(
+        self, name: str, suggestions: Sequence[tuple[str, str, str]] = (), policies: Sequence[str] = ()
+    ) -> None:
+        super().__init__(name, suggestions)
+        self.policies = tuple(policies)
+
+
+class ItemDenied(IndexerError):
+    """A prompt get or resource read the authorization policy denies its caller; `policies` as for
+    `CallDenied`. The router answers it as it answers an item no backend has."""
+
+    def __init__(self, kind: str, name: str, policies: Sequence[str] = ()) -> None:
+        super().__init__(f"{kind} not found: {name}")
+        self.policies = tuple(policies)
+
+
 class InvalidRequest(IndexerError):
     """Raised when a request breaks a limit or has a malformed field; the message says which."""
 

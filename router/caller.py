@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 from starlette.datastructures import Headers
 
-from toolsearch.sessions import Principal
+from toolsearch.sessions import Claims, Principal
 from toolsearch.targets import ResolvedTool
 
 # where the session layer leaves a request's `Exchange` (router/exchange.py) in scope["state"]
@@ -28,10 +28,13 @@ ANSWERABLE = {
 
 @dataclass(frozen=True, slots=True)
 class Identity:
-    """An authenticated caller: the principal sessions are bound to, and the token it presented."""
+    """An authenticated caller: the principal sessions are bound to, the token it presented, and the
+    claims of that token as the router verified them (none when it verified nobody), which the
+    indexer's authorization policy reads."""
 
     principal: Principal
     bearer_token: str | None = field(repr=False)  # a credential: kept out of every repr and log
+    claims: Claims = field(default_factory=dict, repr=False, compare=False)
 
 
 class Authenticator(Protocol):

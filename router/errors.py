@@ -93,12 +93,29 @@ class ToolNotFound(RouterError):
     """
 
     def __init__(
-        self, name: str, suggestions: tuple[tuple[str, str, str], ...] = (), reason: str = ""
+        self,
+        name: str,
+        suggestions: tuple[tuple[str, str, str], ...] = (),
+        reason: str = "",
+        denied_by: tuple[str, ...] = (),
     ) -> None:
         super().__init__(f"tool not found: {name}")
         self.name = name
         self.suggestions = suggestions
         self.reason = reason
+        # the authorization policies that denied the call ("-": none permits it), for the access log
+        # and metrics: the client's answer is that of an unknown tool, word for word
+        self.denied_by = denied_by
+
+
+class ItemDenied(RouterError):
+    """The authorization policy denies the caller a prompt or a resource: answered as an unknown one
+    is; `denied_by` as for `ToolNotFound`."""
+
+    def __init__(self, name: str, denied_by: tuple[str, ...] = ()) -> None:
+        super().__init__(f"not found: {name}")
+        self.name = name
+        self.denied_by = denied_by
 
 
 class InvalidRequest(RouterError):

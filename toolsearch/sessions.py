@@ -4,7 +4,9 @@ The router sends its caller's `Principal` with every request and the indexer bin
 it; the indexer says which index version a session is on (`VersionRef`), and keeps for every
 router replica the session's backend sessions (`BackendSession`), its client's subscriptions at
 backends that keep none (`Subscription`), its client's log level (one of `LOG_LEVELS`), and what
-the router keeps under an id of its own (`KEPT_ID`). The router's link (router/link/) reads the
+the router keeps under an id of its own (`KEPT_ID`). A session is opened with the claims of its
+caller's verified token (`Claims`), which the authorization policy reads; what the router lists from
+backends is asked of the policy item by item (`Offered`). The router's link (router/link/) reads the
 wire into these values and the indexer's api (indexer/api/messages.py) writes them to it: a field
 added crosses the proto, the value here and those two translators, nothing else.
 """
@@ -12,7 +14,8 @@ added crosses the proto, the value here and those two translators, nothing else.
 from __future__ import annotations
 
 import re
-from typing import NamedTuple, get_args
+from collections.abc import Mapping
+from typing import Any, Literal, NamedTuple, get_args
 
 from mcp_types import LoggingLevel
 
@@ -27,6 +30,21 @@ class Principal(NamedTuple):
 
     issuer: str = ""  # empty when the router verified nobody (anonymous, or an unverified token holder)
     subject: str = ""
+
+
+# the claims of a caller's verified token, as the router verified them (empty: it verified nobody)
+Claims = Mapping[str, Any]
+MAX_CLAIMS_BYTES = 64 * 1024  # a token's claims as JSON, at most: a token is a header, not a document
+
+OfferedKind = Literal["tool", "prompt", "resource"]
+
+
+class Offered(NamedTuple):
+    """A tool, prompt or resource of a backend, as the session names it (a resource by its URI)."""
+
+    kind: OfferedKind
+    name: str
+    backend_id: str
 
 
 class VersionRef(NamedTuple):

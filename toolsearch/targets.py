@@ -46,6 +46,8 @@ class ResolvedTool:
     input_schema_json: str
     target: BackendTarget
     version: VersionRef
+    # the authorization policy decides a call of it by the call's arguments: asked before calling
+    conditional: bool = False
 
     @property
     def backend_id(self) -> str:
@@ -74,6 +76,7 @@ class ReachableTargets:
     backends: tuple[ReachableTarget, ...] = ()
     prefix: Prefix = "on_collision"
     separator: str = "_"
+    authorized: bool = False  # a policy decides which of their prompts and resources the caller may use
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,6 +17,10 @@ from enum import StrEnum
 ERROR_KEY = "toolsearch-error"  # the error's kind (`ErrorKind`)
 RETRY_AFTER_KEY = "toolsearch-retry-after"  # whole seconds until a session cap has room again
 SUGGESTIONS_KEY = "toolsearch-suggestions-bin"  # a tool-not-found's close names (pb.ToolSuggestions)
+# the policies that denied a call (comma-separated labels; "-" when no policy permits it): for the
+# router's access log and metrics, never shown to the client
+DENIED_BY_KEY = "toolsearch-denied-by"
+NO_PERMIT = "-"
 
 
 class ErrorKind(StrEnum):
@@ -24,6 +28,7 @@ class ErrorKind(StrEnum):
 
     SESSION_NOT_FOUND = "session-not-found"
     TOOL_NOT_FOUND = "tool-not-found"
+    ITEM_NOT_FOUND = "item-not-found"  # a prompt or resource the policy denies the caller
     INVALID_REQUEST = "invalid-request"
     SESSIONS_FULL = "sessions-full"  # the cap on every session
     TOO_MANY_SESSIONS = "too-many-sessions"  # the principal's own cap

@@ -5,13 +5,15 @@ with the model of `models/`) and measures: the in-process floor of a find_tool (
 search), find_tool through the router at 1, 8 and 32 concurrent clients, call_tool beside the
 backend's own time, session opens warm and cold, re-indexing after a health change, the indexer's
 memory, embedding throughput with a restart that embeds nothing, and a peer (FastMCP's proxy with
-its BM25 search) with the same queries over the same catalog. It writes results.json,
+its BM25 search) with the same queries over the same catalog, and what an authorization policy of
+100 rules costs session opens, find_tool, call_tool and memory against none. It writes results.json,
 results.md (every target with pass or miss) and a chart to `--out`. `--quick` measures every part
 with small counts and catalogs, for tests; the full run is what docs/performance.md reports.
 
 Modules: `plan` (counts), `common` (statistics, queries, catalog slices, CPU), `catalogs` (a run's
 catalogs and checks), `stack` (processes), `latency` (floor, find_tool, call_tool), `sessions`
-(session open), `reindex`, `memory`, `embedding` (throughput, restart), `stdio`, `peer`, `run` (the
+(session open), `reindex`, `memory`, `embedding` (throughput, restart), `stdio`, `peer`,
+`authorized` (a policy against none; `authorization` is the engine alone, in process), `run` (the
 order of the parts), `report` (targets, JSON, chart) and `markdown` (the report).
 """
 

@@ -37,10 +37,12 @@ SEED = 20240607
 TEAMS = 20
 
 
-def stabletoolbench_catalog(seed: int = SEED) -> tuple[Catalog, dict[str, list[str]]]:
-    """Every tool of the catalog under the name find_tool gives it, with annotations drawn at random;
-    and each backend's advertised tool names."""
-    servers = group_by_server(load_catalog(STABLETOOLBENCH / "tools.jsonl"))
+def stabletoolbench_catalog(
+    seed: int = SEED, path: Path = STABLETOOLBENCH / "tools.jsonl"
+) -> tuple[Catalog, dict[str, list[str]]]:
+    """Every tool of the catalog (at `path`: the whole of StableToolBench's by default) under the name
+    find_tool gives it, with annotations drawn at random; and each backend's advertised tool names."""
+    servers = group_by_server(load_catalog(path))
     names = advertised_names({slug: [tool.name for tool in tools] for slug, tools in servers.items()})
     draw = random.Random(seed)
     items: list[Item] = []
@@ -67,7 +69,8 @@ class _Picks:
 
     def backends(self, count: int) -> str:
         """`count` backends as a list of MCP entities."""
-        return ", ".join(f'MCP::"{backend}"' for backend in self._draw.sample(self._backends, count))
+        drawn = self._draw.sample(self._backends, min(count, len(self._backends)))  # a small catalog: all
+        return ", ".join(f'MCP::"{backend}"' for backend in drawn)
 
     def backend(self) -> str:
         return self._draw.choice(self._backends)
@@ -142,25 +145,32 @@ def realistic_policy(by_backend: dict[str, list[str]], seed: int = SEED) -> str:
     return "\n".join(rules) + "\n"
 
 
-def principals(settings: Authorization, count: int, seed: int = SEED) -> list[PolicyPrincipal]:
-    """Callers of different teams, groups and claims: as many allowed sets as callers, or nearly."""
+def caller_claims(count: int, seed: int = SEED) -> list[dict[str, Any]]:
+    """The verified claims of callers of different teams, groups and claims: as many allowed sets as
+    callers, or nearly."""
     draw = random.Random(seed)
     made = []
     for k in range(count):
         groups = [f"team-{k % TEAMS}", *draw.sample(["support", "auditors-1", "contractors", "group-2"], 2)]
         if k % 25 == 0:
             groups.append("admins")
-        claims: dict[str, Any] = {
-            "sub": f"user-{k}",
-            "groups": groups,
-            "department": f"d{k % 15}",
-            "email": f"user-{k}@{'ops.' if k % 4 == 0 else ''}example.com",
-            "level": k % 6,
-            "customer": f"c{k % 7}",
-            "exp": 1_900_000_000 + k,
-        }
-        made.append(PolicyPrincipal.of(f"user-{k}", claims, settings))
+        made.append(
+            {
+                "sub": f"user-{k}",
+                "groups": groups,
+                "department": f"d{k % 15}",
+                "email": f"user-{k}@{'ops.' if k % 4 == 0 else ''}example.com",
+                "level": k % 6,
+                "customer": f"c{k % 7}",
+                "exp": 1_900_000_000 + k,
+            }
+        )
     return made
+
+
+def principals(settings: Authorization, count: int, seed: int = SEED) -> list[PolicyPrincipal]:
+    """`caller_claims` as the policy sees them."""
+    return [PolicyPrincipal.of(str(claims["sub"]), claims, settings) for claims in caller_claims(count, seed)]
 
 
 def _timed(call: Callable[[], object]) -> tuple[float, float]:

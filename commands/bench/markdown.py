@@ -243,6 +243,44 @@ def second_stage(results: dict[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
+def authorization(results: dict[str, Any]) -> list[str]:
+    """A policy of 100 rules against none, on one stack: opens, find_tool, call_tool, memory."""
+    found = results.get("authorization")
+    if not found:
+        return []
+    memory = found["memory"]
+    return [
+        f"## Authorization: a policy of {found['policy_rules']} rules over {found['tools']} tools "
+        "(ms, p50 / p99)",
+        "",
+        f"One stack, its indexer without an `authorization` section, then with one; {found['callers']} "
+        "callers of different groups and claims (commands/bench/authorized.py).",
+        "",
+        row("what", "without a policy", "with the policy"),
+        rule("l", "r", "r"),
+        row("session open (initialize to the first find_tool)", ms(found["session_open_without_policy"]), ""),
+        row("  a caller's first under the policy (cold)", "", ms(found["session_open_cold"])),
+        row("  the very first (the catalog prepared too)", "", f"{found['session_open_first_caller_ms']}"),
+        row("  the same callers again (warm)", "", ms(found["session_open_warm"])),
+        row(
+            "find_tool, one session",
+            ms(found["find_tool_without_policy"]),
+            ms(found["find_tool_with_policy"]),
+        ),
+        row(
+            "call_tool, one session",
+            ms(found["call_tool_without_policy"]),
+            ms(found["call_tool_with_policy"]),
+        ),
+        "",
+        f"Indexer memory (RSS, MB): idle {memory['idle']['rss_mb']}; {memory['one_caller']['sessions']} "
+        f"sessions of one caller {memory['one_caller']['rss_mb']} ({memory['one_caller']['versions']} "
+        f"version); then as many of {found['callers']} callers {memory['every_caller']['rss_mb']} "
+        f"({memory['every_caller']['versions']} scoped versions, +{memory['every_caller_delta_mb']} MB).",
+        "",
+    ]
+
+
 def _cpu(run: dict[str, Any], processes: tuple[str, ...]) -> float:
     """CPU milliseconds a request of a load run, summed over some of its processes."""
     return float(sum(run["cpu"].get(name, {}).get("ms_per_request", 0) for name in processes))
@@ -401,6 +439,7 @@ def markdown(results: dict[str, Any]) -> str:
         embedding_server,
         embedders,
         second_stage,
+        authorization,
         sessions,
         cold_open,
         reindex_memory,

@@ -20,6 +20,7 @@ PARTS = (
     "cold",
     "cold-large",
     "stdio",
+    "authorization",
     "first-run",
 )
 
@@ -59,6 +60,8 @@ class Plan:
     second_stage_queries: dict[str, int] = field(
         default_factory=lambda: {"stabletoolbench": 100, "metatool": 200}
     )
+    # callers of different allowed sets under the authorization part's policy (commands.bench.authorized)
+    authorization_callers: int = 50
 
 
 FULL = Plan(
@@ -91,4 +94,5 @@ QUICK = Plan(
     first_run=False,
     peer_per_client={1: 2, 8: 1, 32: 1},
     second_stage_queries={"stabletoolbench": 4, "metatool": 5},
+    authorization_callers=3,
 )

@@ -130,6 +130,30 @@ def _second_stage_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+def _authorization_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """What a policy of 100 rules costs over the large catalog, against the same stack without one."""
+    found = results.get("authorization") or {}
+    tools, callers = found.get("tools"), found.get("callers")
+    warm = _get(results, "authorization", "session_open_warm", "p50_ms")
+    memory = _get(results, "authorization", "memory", "every_caller_delta_mb")
+    return [
+        _target(
+            f"find_tool p50 with a policy of 100 rules / without, {tools} tools",
+            found.get("find_tool_p50_ratio"),
+            1.2,
+            "x",
+        ),
+        _target("call_tool p50 with the policy / without", found.get("call_tool_p50_ratio"), 1.2, "x"),
+        _target(f"session open warm with the policy, {tools} tools, p50", warm, 50, "ms"),
+        _target(
+            f"indexer RSS: {callers} callers' sessions of different allowed sets above one caller's",
+            memory,
+            50,
+            "MB",
+        ),
+    ]
+
+
 def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     """The targets, each judged on what this run measured (None where a part failed)."""
 
@@ -140,6 +164,7 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     for name in QUERY_SETS:
         out += _find_tool_targets(results, name)
     out += _second_stage_targets(results)
+    out += _authorization_targets(results)
     large = get("session_open", "warm", "large", "tools")
     out.append(
         _target(

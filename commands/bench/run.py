@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from commands.bench.authorized import authorization_part
 from commands.bench.batching import InfinityServer, batching, find_tool_runs
 from commands.bench.catalogs import RunCatalogs, advertised_backends, call_target, started
 from commands.bench.common import CatalogFile, CpuMeter, QueryPool
@@ -301,6 +302,18 @@ class Run:
             lambda name: self._stack(name, []), self.plan.call_tool_calls, self.progress
         )
 
+    async def authorization(self) -> None:
+        """The large catalog under a policy of 100 rules against without one (bench/authorized.py)."""
+        count = self.plan.authorization_callers
+        self.out["authorization"] = await authorization_part(
+            self._stack,
+            self.catalogs.large,
+            self.pools["metatool"].take(4 * count),
+            count,
+            self.plan.call_tool_calls,
+            self.progress,
+        )
+
     async def first_run(self) -> None:
         """Part 9: `make run` from a clean clone of the checkout the benchmark runs in."""
         self.progress("first run: make run from a clean clone")
@@ -498,6 +511,7 @@ class Run:
             ("cold", "cold open, small", functools.partial(self.cold, "small", 2_000)),
             ("cold-large", "cold open, large", functools.partial(self.cold, "large", None)),
             ("stdio", "stdio servers", self.stdio),
+            ("authorization", "authorization", self.authorization),
         ]
         for selector, part, step in steps:
             if self.wants(selector) or (selector == "large" and self.wants("batching")):

@@ -23,6 +23,7 @@ import numpy as np
 from indexer.backends.registry import Registry
 from indexer.embedder.base import EmbedderUnavailable
 from indexer.errors import InvalidRequest
+from indexer.retrieval.allowed import Scoped
 from indexer.retrieval.bands import UNTRAINED_BANDS, Bands
 from indexer.retrieval.embeddings import Embeddings
 from indexer.retrieval.index import IndexVersion, VersionPool
@@ -125,7 +126,7 @@ class Finder:
             )
         return "the healthy backends of this session offer no tools"
 
-    def _judged(self, version: IndexVersion, query: Query, limit: int, lexical: bool) -> list[Judged]:
+    def _judged(self, version: Scoped, query: Query, limit: int, lexical: bool) -> list[Judged]:
         """The answer's tools: the first stage's best, then the second stage's reading when it runs;
         `lexical` when the query has no vectors, so only words were matched.
 
@@ -135,10 +136,11 @@ class Finder:
         if lexical:  # no similarity was measured, for the bands or for the second stage to read
             found = version.find_hits(query, limit, "lexical")
             return [Judged(hit, hit.match, lexical_band(hit.match)) for _, hit in found]
-        if self._stage is None or version.search_index is None:
+        index = version.version.search_index
+        if self._stage is None or index is None:
             return first_stage([hit for _, hit in version.find_hits(query, limit)], self._bands)
         hits = [hit for _, hit in version.find_hits(query, self._stage.candidates(limit))]
-        return self._stage.judge(version.search_index, query, hits, limit)
+        return self._stage.judge(index, query, hits, limit)
 
     def _unavailable(self, session: LiveSession) -> list[UnavailableBackend]:
         """The session's backends whose tools cannot be found now: down, or refusing its credentials."""
@@ -185,11 +187,12 @@ class Finder:
         """The best tools of the session's current version for a query; `compact` trims definitions."""
         limit = self._check(query, keywords, limit)
         snapshot = session.current  # read once: the whole answer comes from this version
+        scoped = snapshot.scoped  # the shared version, cut to what the caller may use inside the search
         version = snapshot.version
         tools: list[FoundTool] = []
         empty_reason = note = ""
         lexical = ""  # why the answer comes from the lexical arm alone, when it does
-        if not version.tools:
+        if not scoped.tools:
             empty_reason = self._empty_reason(session)
         elif not query.strip() and not any(k.strip() for k in keywords):
             empty_reason = "the query is empty: describe the task in tool_description"
@@ -199,10 +202,10 @@ class Finder:
             needs, lexical = await self._needs(version, texts)
             asked = Query(query, tuple(keywords), needs)
             with tracer.start_as_current_span("search") as span:
-                judged = self._judged(version, asked, limit, lexical=bool(lexical))
+                judged = self._judged(scoped, asked, limit, lexical=bool(lexical))
                 span.set_attributes(
                     {
-                        "toolsearch.index_version": f"v{snapshot.number}/{version.fingerprint[:12]}",
+                        "toolsearch.index_version": f"v{snapshot.number}/{snapshot.fingerprint[:12]}",
                         "toolsearch.hits": len(judged),
                         "toolsearch.lexical_only": bool(lexical),
                     }
@@ -239,11 +242,11 @@ class Finder:
             note = lexical_note(lexical, unavailable)
         elif note:
             note += unavailable_said(unavailable)
-        baseline = version.baseline_tokens
+        baseline = scoped.baseline_tokens
         returned = sum(estimate_tokens(t.definition_json) for t in tools)
         savings = round(100.0 * (1 - returned / baseline), 2) if baseline else 0.0
         return Found(
-            version=VersionRef(snapshot.number, version.fingerprint),
+            version=VersionRef(snapshot.number, snapshot.fingerprint),
             tools=tuple(tools),
             unavailable=tuple(unavailable),
             token_metrics=TokenMetrics(baseline, returned, savings),

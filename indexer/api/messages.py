@@ -12,9 +12,11 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from typing import Any, cast, get_args
 
 from indexer.backends.registry import BackendState
 from indexer.errors import InvalidRequest, ToolNotFound
+from indexer.retrieval.allowed import catalog_fingerprint
 from indexer.retrieval.embeddings import Embeddings
 from indexer.retrieval.index import IndexVersion
 from indexer.retrieval.tools import Tool
@@ -24,11 +26,19 @@ from indexer.state.stream_events import check_keep
 from toolsearch.found import Found
 from toolsearch.kept_streams import EventsToKeep, KeptEvents, StreamEnd
 from toolsearch.outgoing import OutgoingAuth
-from toolsearch.sessions import BackendSession, Principal, VersionRef
+from toolsearch.sessions import (
+    MAX_CLAIMS_BYTES,
+    BackendSession,
+    Offered,
+    OfferedKind,
+    Principal,
+    VersionRef,
+)
 from toolsearch.targets import BackendTarget, KeptSessions, ReachableTargets, ResolvedTool
 from toolsearch.v1 import indexer_pb2 as pb
 
 MAX_CAPABILITIES = 65_536  # characters of a client's declared capabilities a session keeps
+OFFERED_KINDS: tuple[str, ...] = get_args(OfferedKind)
 
 
 def checked_capabilities(declared: str) -> str:
@@ -46,6 +56,42 @@ def checked_capabilities(declared: str) -> str:
     if not isinstance(decoded, dict):
         raise InvalidRequest("a client's capabilities must be a JSON object")
     return declared
+
+
+def checked_claims(principal: Principal, claims: str) -> str:
+    """A verified caller's claims as a session keeps them: a JSON object (canonical, so that equal
+    claims are equal text), or "" for a caller nobody verified, whatever it sent."""
+    if not claims or not principal.issuer:
+        return ""
+    if len(claims.encode()) > MAX_CLAIMS_BYTES:
+        raise InvalidRequest(f"a caller's claims are at most {MAX_CLAIMS_BYTES} bytes of JSON")
+    try:
+        decoded = json.loads(claims)
+    except ValueError:
+        raise InvalidRequest("a caller's claims must be a JSON object") from None
+    if not isinstance(decoded, dict):
+        raise InvalidRequest("a caller's claims must be a JSON object")
+    return json.dumps(decoded, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def checked_arguments(arguments: str) -> dict[str, Any]:
+    """A call's arguments as the policy reads them: a JSON object ({} for none)."""
+    if not arguments:
+        return {}
+    try:
+        decoded = json.loads(arguments)
+    except ValueError:
+        raise InvalidRequest("a call's arguments must be a JSON object") from None
+    if not isinstance(decoded, dict):
+        raise InvalidRequest("a call's arguments must be a JSON object")
+    return decoded
+
+
+def offered_of(message: pb.Offered) -> Offered:
+    """An item the router asks about; raises `InvalidRequest` for a kind the policy has no action for."""
+    if message.kind not in OFFERED_KINDS:
+        raise InvalidRequest(f"an item is a tool, a prompt or a resource, not {message.kind[:40]!r}")
+    return Offered(cast("OfferedKind", message.kind), message.name, message.backend_id)
 
 
 def suggestions(exc: ToolNotFound) -> pb.ToolSuggestions:
@@ -78,7 +124,7 @@ def ref(version: VersionRef) -> pb.IndexVersionRef:
 
 def version_ref(session: LiveSession) -> pb.IndexVersionRef:
     current = session.current
-    return pb.IndexVersionRef(number=current.number, fingerprint=current.version.fingerprint)
+    return pb.IndexVersionRef(number=current.number, fingerprint=current.fingerprint)
 
 
 def find_tools_response(found: Found) -> pb.FindToolsResponse:
@@ -130,6 +176,7 @@ def resolve_tool_response(resolved: ResolvedTool) -> pb.ResolveToolResponse:
         timeout_seconds=target.timeout_seconds,
         max_response_bytes=target.max_response_bytes,
         backend_session=backend_session(target.session),
+        conditional=resolved.conditional,
     )
 
 
@@ -138,6 +185,7 @@ def reachable_backends_response(reachable: ReachableTargets) -> pb.ReachableBack
     return pb.ReachableBackendsResponse(
         prefix=reachable.prefix,
         separator=reachable.separator,
+        authorized=reachable.authorized,
         backends=[
             pb.ReachableBackend(
                 backend_id=entry.backend_id,
@@ -279,7 +327,7 @@ def status(
     )
     response.backends.extend(backend_status(state) for state in backends)
     response.sessions.extend(session_status(session) for session in sessions)
-    shared = Counter(session.ref.fingerprint for session in sessions)
+    shared = Counter(catalog_fingerprint(session.ref.fingerprint) for session in sessions)
     response.versions.extend(
         pb.VersionStatus(fingerprint=v.fingerprint, tool_count=len(v.tools), sessions=shared[v.fingerprint])
         for v in versions

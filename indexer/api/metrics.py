@@ -56,6 +56,7 @@ class MetricsReading:
     backends: dict[str, str]  # backend id -> status
     embedding_unavailable: bool = False  # an inference server down: find_tool answers lexically
     lexical_answers: int = 0
+    denials: dict[tuple[str, str], int] | None = None  # (action, policy label) -> calls denied
 
 
 def take_reading(
@@ -64,7 +65,7 @@ def take_reading(
     """Copy the numbers; call it on the event loop that owns the parts."""
     held: dict[str, int] = {version.fingerprint: 0 for version in pool.versions()}
     for session in sessions.sessions():
-        key = session.current.version.fingerprint
+        key = session.current.version.fingerprint  # the shared index: allowed sets are masks over it
         held[key] = held.get(key, 0) + 1
     return MetricsReading(
         sessions=len(sessions),
@@ -77,6 +78,7 @@ def take_reading(
         backends={backend_id: state.status for backend_id, state in registry.states.items()},
         embedding_unavailable=embeddings.outage is not None and embeddings.outage.down,
         lexical_answers=embeddings.outage.lexical_answers if embeddings.outage is not None else 0,
+        denials=dict(sessions.access.denials),
     )
 
 
@@ -146,6 +148,15 @@ class _ReadingCollector(Collector):
             "1 while the embedder (an inference server) cannot embed",
             value=1.0 if now.embedding_unavailable else 0.0,
         )
+        denied = CounterMetricFamily(
+            "toolsearch_indexer_authorization_denials",
+            "Calls the authorization policy denied, by action and the policy that decided "
+            '("" when no policy permits it)',
+            labels=["action", "policy"],
+        )
+        for (action, policy), count in sorted((now.denials or {}).items()):
+            denied.add_metric([action, policy], count)
+        yield denied
         health = GaugeMetricFamily(
             "toolsearch_indexer_backend_status",
             "1 for each backend's current health status, 0 for the others",

@@ -24,6 +24,8 @@ import httpx2
 
 from indexer.api.embedding import embeddings_for, served_bands
 from indexer.api.finder import Finder
+from indexer.authorization.authorizer import Authorizer
+from indexer.authorization.policies import load_policy
 from indexer.backends.backend_sessions import BackendSessionEnder
 from indexer.backends.backend_tokens import BackendTokens
 from indexer.backends.follower import HealthFollower
@@ -39,6 +41,7 @@ from indexer.sessions.manager import SessionManager
 from indexer.sessions.versions import SessionVersions
 from indexer.state import EndedSession, LocalSessions, State, make_state, state_secret
 from indexer.upkeep.health import HealthMonitor
+from indexer.upkeep.policy_reload import PolicyWatcher
 from indexer.upkeep.rebuilds import Rebuilder
 from indexer.upkeep.reload import apply_changes, backend_changes
 from indexer.upkeep.replica import Replica
@@ -76,6 +79,7 @@ class IndexerProcess:
     state: State = field(default_factory=lambda: State(LocalSessions(), None))
     replica: Replica | None = None  # with a shared state: the lease, publishing, events, the sweep
     ender: BackendSessionEnder | None = None  # ends the backend sessions of ended sessions
+    policies: PolicyWatcher | None = None  # with an authorization section: the policy file read again
     _reloading: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
     _started: contextlib.AsyncExitStack = field(default_factory=contextlib.AsyncExitStack, repr=False)
 
@@ -137,6 +141,13 @@ class IndexerProcess:
         finder = Finder(embeddings, registry, pool, section.search, served_bands(section, embedder), stage)
         versions = sessions.versions
         rebuilder = Rebuilder(versions)
+        watcher = None
+        if config.authorization is not None:
+            # checked before the process started (commands/authorization.py): a bad file stops it there
+            authorizer = Authorizer(load_policy(config.authorization))
+            sessions.access.enforce(authorizer)
+            # a policy that decides differently rebuilds sessions as a health change does
+            watcher = PolicyWatcher(config.authorization, authorizer, rebuilder.request)
         health = section.health
         replica = None
         if shared is not None and follower is not None:
@@ -162,6 +173,7 @@ class IndexerProcess:
             state,
             replica,
             ender,
+            watcher,
         )
 
     async def start(self) -> None:
@@ -213,6 +225,10 @@ class IndexerProcess:
             if self.monitor is not None:
                 stack.push_async_callback(self.monitor.close)
                 self.monitor.start()
+            if self.policies is not None:
+                stack.push_async_callback(self.policies.close)
+                await self.policies.check()  # the file as it is now: its bytes are what later reads compare
+                self.policies.start()
             self._started = stack.pop_all()  # started: the parts now live until `close`
 
     async def _dense_back(self) -> None:

@@ -9,7 +9,9 @@ flows and models inside stay free of the wire format.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import replace
 
 import grpc
 
@@ -17,7 +19,10 @@ from indexer.api import messages
 from indexer.api.finder import Finder
 from indexer.api.messages import (
     backend_session,
+    checked_arguments,
     checked_capabilities,
+    checked_claims,
+    offered_of,
     principal_of,
     resolve_tool_response,
     version_ref,
@@ -45,6 +50,7 @@ _MAX_ROUND_BYTES = 1 << 20  # an input round's record: the backend's requests of
 _MAX_ROUND_TTL = 3600.0  # seconds an input round may be kept: a call's timeout, and some
 _MAX_SESSION_ID = 1024  # characters of a backend session id or protocol version the state keeps
 _MAX_URI = 2048  # characters of a subscribed resource's URI
+_MAX_ITEMS = 10_000  # items VisibleItems asks about at once
 
 
 def _check_round(token: str, record: str, ttl: float) -> None:
@@ -82,18 +88,20 @@ class IndexerService(pb_grpc.IndexerServicer):
         self._finder = finder
         self._embeddings = embeddings
         self._naming = naming or Naming()  # how tool names are made unique; resources and prompts follow it
-        self._resolver = ToolResolver(registry)
+        self._resolver = ToolResolver(registry, sessions.access)
 
     @with_status_codes
     async def OpenSession(
         self, request: pb.OpenSessionRequest, context: grpc.aio.ServicerContext
     ) -> pb.OpenSessionResponse:
+        principal = principal_of(request.principal)
         session = await self._sessions.open(
-            principal_of(request.principal),
+            principal,
             request.credentials.bearer_token or None,
             implied=request.implied,
             session_id=request.session_id,
             capabilities=checked_capabilities(request.client_capabilities_json),
+            claims=checked_claims(principal, request.claims_json),
         )
         tool = self._resolver.resolved(session, request.resolve) if request.resolve else None
         return pb.OpenSessionResponse(
@@ -249,7 +257,9 @@ class IndexerService(pb_grpc.IndexerServicer):
         self, request: pb.ReachableBackendsRequest, context: grpc.aio.ServicerContext
     ) -> pb.ReachableBackendsResponse:
         session = await self._sessions.get(request.session_id, principal_of(request.principal))
-        return messages.reachable_backends_response(reachable_targets(session, self._registry, self._naming))
+        found = reachable_targets(session, self._registry, self._naming)
+        authorized = self._sessions.access.authorizer is not None
+        return messages.reachable_backends_response(replace(found, authorized=authorized))
 
     @with_status_codes
     async def ExchangeToken(
@@ -289,7 +299,34 @@ class IndexerService(pb_grpc.IndexerServicer):
     ) -> pb.PinnedToolsResponse:
         session = await self._sessions.get(request.session_id, principal_of(request.principal))
         tools = pinned(session, self._registry, request.patterns, self._naming)
+        access = self._sessions.access
+        if access.authorizer is not None:  # only what the caller may use
+            shown = await asyncio.to_thread(access.visible_tools, session.record, tools)
+            tools = [tool for tool, visible in zip(tools, shown, strict=True) if visible]
         return messages.pinned_tools(tools)
+
+    @with_status_codes
+    async def AuthorizeCall(
+        self, request: pb.AuthorizeCallRequest, context: grpc.aio.ServicerContext
+    ) -> pb.AuthorizeCallResponse:
+        session = await self._sessions.get(request.session_id, principal_of(request.principal))
+        item = offered_of(request.item)
+        arguments = checked_arguments(request.arguments_json)
+        if self._sessions.access.authorizer is None and item.kind != "tool":
+            return pb.AuthorizeCallResponse()  # no policy: nothing to decide (a tool still resolves)
+        policies = await asyncio.to_thread(self._resolver.authorize, session, item, arguments)
+        return pb.AuthorizeCallResponse(policies=policies)
+
+    @with_status_codes
+    async def VisibleItems(
+        self, request: pb.VisibleItemsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.VisibleItemsResponse:
+        session = await self._sessions.get(request.session_id, principal_of(request.principal))
+        if len(request.items) > _MAX_ITEMS:
+            raise InvalidRequest(f"at most {_MAX_ITEMS} items are asked about at once")
+        items = [offered_of(item) for item in request.items]
+        visible = await asyncio.to_thread(self._sessions.access.visible, session.record, items)
+        return pb.VisibleItemsResponse(visible=visible)
 
     @with_status_codes
     async def Status(self, request: pb.StatusRequest, context: grpc.aio.ServicerContext) -> pb.StatusResponse:

@@ -18,10 +18,12 @@ import grpc
 
 from indexer.api.messages import suggestions
 from indexer.errors import (
+    CallDenied,
     ExchangeFailed,
     ExchangeRefused,
     IndexerError,
     InvalidRequest,
+    ItemDenied,
     NotReady,
     SessionNotFound,
     SessionsFull,
@@ -29,7 +31,14 @@ from indexer.errors import (
     TooManySessions,
 )
 from indexer.state import StateUnavailable
-from toolsearch.trailers import ERROR_KEY, RETRY_AFTER_KEY, SUGGESTIONS_KEY, ErrorKind
+from toolsearch.trailers import (
+    DENIED_BY_KEY,
+    ERROR_KEY,
+    NO_PERMIT,
+    RETRY_AFTER_KEY,
+    SUGGESTIONS_KEY,
+    ErrorKind,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -39,6 +48,7 @@ _Resp = TypeVar("_Resp")
 _STATUS: dict[type, tuple[grpc.StatusCode, ErrorKind]] = {
     SessionNotFound: (grpc.StatusCode.NOT_FOUND, ErrorKind.SESSION_NOT_FOUND),
     ToolNotFound: (grpc.StatusCode.NOT_FOUND, ErrorKind.TOOL_NOT_FOUND),
+    ItemDenied: (grpc.StatusCode.NOT_FOUND, ErrorKind.ITEM_NOT_FOUND),
     InvalidRequest: (grpc.StatusCode.INVALID_ARGUMENT, ErrorKind.INVALID_REQUEST),
     SessionsFull: (grpc.StatusCode.RESOURCE_EXHAUSTED, ErrorKind.SESSIONS_FULL),
     TooManySessions: (grpc.StatusCode.RESOURCE_EXHAUSTED, ErrorKind.TOO_MANY_SESSIONS),
@@ -73,6 +83,8 @@ def with_status_codes(
                 trailers.append((RETRY_AFTER_KEY, str(exc.retry_after)))  # seconds
             if isinstance(exc, ToolNotFound):
                 trailers.append((SUGGESTIONS_KEY, suggestions(exc).SerializeToString()))  # type: ignore[arg-type]
+            if isinstance(exc, CallDenied | ItemDenied):
+                trailers.append((DENIED_BY_KEY, ",".join(exc.policies) or NO_PERMIT))
             context.set_trailing_metadata(tuple(trailers))
             await context.abort(code, str(exc))
         except grpc.aio.AbortError:

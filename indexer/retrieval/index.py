@@ -14,6 +14,7 @@ import threading
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import cast
 
 import numpy as np
@@ -98,6 +99,14 @@ class IndexVersion:
     def resolve(self, name: str) -> Tool | None:
         """The tool advertised under `name`, if this version holds it."""
         return self.by_name.get(name)
+
+    @cached_property
+    def positions(self) -> dict[str, int]:
+        """Each tool's place in `tools` (and in the search index), by advertised name."""
+        return {tool.name: position for position, tool in enumerate(self.tools)}
+
+    def position(self, name: str) -> int:
+        return self.positions[name]
 
 
 def _aliases(tool: Tool, separator: str) -> list[str]:

@@ -18,11 +18,19 @@ import numpy.typing as npt
 from indexer.retrieval.documents import FloatArray, ServerDocument
 from indexer.retrieval.text import lexical_tokens
 
+Mask = npt.NDArray[np.bool_]  # one entry per item: True for one that counts
+
 BLOCK_VIEWS = 512  # vectors per block (768 kB at 384 dimensions): small enough to stay in cache
 
 
-def standardise(scores: FloatArray) -> FloatArray:
-    """Scores as z-scores over the catalog; all zeros when they do not vary (nothing to tell apart)."""
+def standardise(scores: FloatArray, among: Mask | None = None) -> FloatArray:
+    """Scores as z-scores over the catalog; all zeros when they do not vary (nothing to tell apart).
+
+    `among`: over those items alone (mean and spread theirs), the others 0 (to be masked by the caller).
+    """
+    if among is not None:
+        row: FloatArray = standardise_rows(scores[np.newaxis, :], among)[0]
+        return row
     std = float(scores.std())
     if not np.isfinite(std) or std < 1e-9:
         return np.zeros_like(scores)
@@ -30,8 +38,12 @@ def standardise(scores: FloatArray) -> FloatArray:
     return standard
 
 
-def standardise_rows(scores: FloatArray) -> FloatArray:
+def standardise_rows(scores: FloatArray, among: Mask | None = None) -> FloatArray:
     """`standardise` applied to each row of a (rows, items) matrix at once."""
+    if among is not None:
+        some: FloatArray = np.zeros(scores.shape, dtype=np.float32)
+        some[:, among] = standardise_rows(scores[:, among])
+        return some
     mean = scores.mean(axis=1, keepdims=True)
     std = scores.std(axis=1, keepdims=True)
     flat = ~np.isfinite(std) | (std < 1e-9)
@@ -101,16 +113,25 @@ class ServerArm:
             self.vocabulary = dict(self.lexical.vocab_dict)
         self.count = len(self.starts)
 
-    def scores(self, queries: FloatArray, texts: Sequence[str], lexical_share: float) -> FloatArray:
-        """Per query row, each server's standardised score: dense (best view) and BM25, mixed."""
+    def holding(self, tools: Mask) -> Mask:
+        """The servers that hold at least one of `tools`."""
+        held = np.zeros(self.count, dtype=np.bool_)
+        held[self.of[tools]] = True
+        return held
+
+    def scores(
+        self, queries: FloatArray, texts: Sequence[str], lexical_share: float, among: Mask | None = None
+    ) -> FloatArray:
+        """Per query row, each server's standardised score: dense (best view) and BM25, mixed;
+        `among`: standardised over those servers alone (the others 0)."""
         dense = np.maximum.reduceat(inner_products(self.vectors, queries), self.starts, axis=1)
         lexical = np.zeros_like(dense)
         for row, text in enumerate(texts):
             terms = [self.vocabulary[t] for t in lexical_tokens([text]) if t in self.vocabulary]
             if terms and self.lexical is not None:
                 lexical[row] = self.lexical.get_scores(terms)
-        mixed: FloatArray = (1 - lexical_share) * standardise_rows(dense)
-        return mixed + lexical_share * standardise_rows(lexical)
+        mixed: FloatArray = (1 - lexical_share) * standardise_rows(dense, among)
+        return mixed + lexical_share * standardise_rows(lexical, among)
 
 
 def server_arm(backends: Sequence[str], servers: Sequence[ServerDocument]) -> ServerArm:

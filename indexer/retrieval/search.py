@@ -6,6 +6,11 @@ plus any keywords. Each arm's scores are standardised over the catalog (z-scores
 the configured weights, so a tool far ahead in one arm stays ahead after fusion whatever the other
 arm says, and every tool gets a score: the answer is always filled to `limit`. Exact names go first.
 
+A caller's allowed set (`Allowed`, a mask over the tools) acts inside both arms, before anything is
+standardised: the z-scores, the backend and server lifts, the exact names and the `limit` are all
+over the tools it may use, as an index of its own over them would rank them, while the index itself
+stays the catalog's, shared by every caller (docs/authorization.md, "Enforced inside the search").
+
 A query that states several needs is scored need by need as well as whole: each need gets both arms
 of its own, and a tool's score mixes the whole query's with its best need's. Where the catalog has
 several backends, each server is also scored as a unit (its own text: name, what it says of itself,
@@ -33,6 +38,7 @@ from indexer.retrieval.documents import (
 )
 from indexer.retrieval.lifts import (
     BackendLift,
+    Mask,
     ServerArm,
     inner_products,
     run_starts,
@@ -247,7 +253,7 @@ class SearchIndex:
         return np.asarray(self._lexical.get_scores(terms), dtype=np.float32)
 
     def _fused_rows(
-        self, query: Query, keywords: Sequence[str]
+        self, query: Query, keywords: Sequence[str], allowed: Mask | None = None
     ) -> tuple[FloatArray, tuple[FloatArray, npt.NDArray[np.intp]]]:
         """Per need (the whole query, then each of the others), both arms standardised and weighed.
 
@@ -265,11 +271,12 @@ class SearchIndex:
             lexical[row] = (
                 self.lexical_scores(query.text, keywords) if row == 0 else self.lexical_scores(text, ())
             )
-        fused: FloatArray = settings.dense_weight * standardise_rows(dense)
-        fused += settings.lexical_weight * standardise_rows(lexical)
+        fused: FloatArray = settings.dense_weight * standardise_rows(dense, allowed)
+        fused += settings.lexical_weight * standardise_rows(lexical, allowed)
         if self._servers is not None:
             texts = [" ".join([query.text, *keywords]), *texts[1:]]
-            units = self._servers.scores(queries, texts, settings.server_lexical_share)
+            servers = None if allowed is None else self._servers.holding(allowed)
+            units = self._servers.scores(queries, texts, settings.server_lexical_share, servers)
             fused += np.float32(settings.server_weight) * units[:, self._servers.of]
         return fused, (dense.max(axis=0), best_needs(dense))
 
@@ -278,50 +285,68 @@ class SearchIndex:
         return self._scored(query, method)[0]
 
     def _scored(
-        self, query: Query, method: Method
+        self, query: Query, method: Method, allowed: Mask | None = None
     ) -> tuple[FloatArray, tuple[FloatArray, npt.NDArray[np.intp]]]:
-        """Every tool's score under one method, its best cosine with the query's needs, and that need."""
+        """Every tool's score under one method, its best cosine with the query's needs, and that need;
+        with `allowed`, scored over those tools alone (the others -inf)."""
         keywords = [k for k in query.keywords if k.strip()]
         if method == "dense":
-            return standardise(self.dense_scores(query)), self.matches(query)
+            return _only(standardise(self.dense_scores(query), allowed), allowed), self.matches(query)
         if method == "lexical":
-            return standardise(self.lexical_scores(query.text, keywords)), self.matches(query)
+            lexical = standardise(self.lexical_scores(query.text, keywords), allowed)
+            return _only(lexical, allowed), self.matches(query)
         if method != "hybrid":
             raise ValueError(f"unknown search method {method!r}")
-        rows, similarity = self._fused_rows(query, keywords)
+        rows, similarity = self._fused_rows(query, keywords, allowed)
         fused: FloatArray = rows[0]
         if rows.shape[0] > 1:
             share = np.float32(self.settings.sentence_weight)
             fused = (np.float32(1.0) - share) * rows[0] + share * rows[1:].max(axis=0)
+        fused = _only(fused, allowed)  # before the lift: it reads a backend's allowed tools alone
         return (fused if self._backends is None else self._backends.lift(fused)), similarity
 
-    def search(self, query: Query, limit: int, method: Method = "hybrid") -> list[Hit]:
+    def search(
+        self, query: Query, limit: int, method: Method = "hybrid", allowed: Mask | None = None
+    ) -> list[Hit]:
         """The best `limit` tools, best first: tools named exactly by the query, then by score.
 
-        Empty only for an empty catalog, an empty query (no words and no keywords) or `limit < 1`.
+        `allowed`, when given, is the only tools the search sees (one entry per tool): the others are
+        neither scored into the rest's standing nor named nor returned. Empty only for an empty
+        catalog (or allowed set), an empty query (no words and no keywords) or `limit < 1`.
         """
         text = query.text
-        if not self.size or limit < 1 or (not text.strip() and not any(k.strip() for k in query.keywords)):
+        size = self.size if allowed is None else int(np.count_nonzero(allowed))
+        if not size or limit < 1 or (not text.strip() and not any(k.strip() for k in query.keywords)):
             return []
-        scores, (similarity, need) = self._scored(query, method)
+        scores, (similarity, need) = self._scored(query, method, allowed)
         named: tuple[int, ...] = ()
         if len(text) <= MAX_NAME_CHARS:
             named = self._exact.get(name_key(text), ())
+            if allowed is not None:
+                named = tuple(p for p in named if allowed[p])
         named = tuple(sorted(named, key=lambda p: (-scores[p], p)))[:limit]
         ranked = scores.copy()
         ranked[list(named)] = -np.inf
-        wanted = min(limit, self.size) - len(named)
+        wanted = min(limit, size) - len(named)
         best = np.arange(self.size)
         if 0 < wanted < self.size:
             best = np.argpartition(-ranked, wanted - 1)[:wanted]
         best = best[np.lexsort((best, -ranked[best]))][: max(wanted, 0)]
-        top = float(scores.max())
+        top = float(scores.max())  # an allowed tool's: the others are -inf
         hits = [Hit(p, top + 1.0, 1.0, exact=True) for p in named]
         hits += [Hit(int(p), float(scores[p]), round(float(similarity[p]), 3), int(need[p])) for p in best]
         if self.settings.min_score is not None:
             kept = [h for h in hits if h.score >= self.settings.min_score]
             hits = kept or hits[:1]
         return hits
+
+
+def _only(scores: FloatArray, allowed: Mask | None) -> FloatArray:
+    """The scores of the allowed tools, the others -inf: never ranked, never a backend's best."""
+    if allowed is None:
+        return scores
+    kept: FloatArray = np.where(allowed, scores, np.float32(-np.inf))
+    return kept
 
 
 def best_needs(rows: FloatArray) -> npt.NDArray[np.intp]:

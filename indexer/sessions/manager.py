@@ -29,6 +29,7 @@ from indexer.backends.follower import HealthFollower
 from indexer.backends.lister import BackendLister
 from indexer.errors import InvalidRequest, SessionNotFound
 from indexer.retrieval.index import IndexVersion, VersionPool
+from indexer.sessions.access import Access
 from indexer.sessions.backend_session_waits import MAX_WAIT, BackendSessionWaits, stamp_of
 from indexer.sessions.catalogs import Catalogs
 from indexer.sessions.limits import SessionLimits
@@ -77,7 +78,7 @@ class SessionManager:
         self._store: SessionStore = store if store is not None else LocalSessions()
         self._pool = pool
         self._catalogs = Catalogs(self._registry, pool, naming, shared.catalogs if shared else None)
-        self._views = Views(self._catalogs, self._store.shared)
+        self._views = Views(self._catalogs, self._store.shared, Access())
         self._warm: IndexVersion | None = None
         # with a shared state: brings the backends up to the leader's verdicts
         self._follower = follower
@@ -109,16 +110,21 @@ class SessionManager:
         implied: bool = False,
         session_id: str = "",
         capabilities: str = "",
+        claims: str = "",
     ) -> LiveSession:
         """A new session (or, with `implied`, the principal's implied one), listed with its credentials.
 
         `session_id` is the id a new session takes (a router's choice, so that an open sent twice
         opens one session); when the principal already holds a session of that id, that one is the
         answer. Empty: a fresh id. `capabilities` is what the client declared at initialize (JSON),
-        kept with a new session.
+        kept with a new session; `claims` the caller's verified claims (JSON), which the
+        authorization policy reads: its version is scoped to what they may use (without a policy they
+        are not kept). A principal's implied session is one per set of claims (`caller_digest`).
         """
         self._views.forget_idle(self._store.ttl)
-        if implied and (existing := await self._implied(principal)) is not None:
+        if self._views.access.authorizer is None:
+            claims = ""  # only a policy reads them: without one, not kept (nor telling sessions apart)
+        if implied and (existing := await self._implied(principal, claims)) is not None:
             return existing
         if session_id and not implied and (existing := await self._proposed(principal, session_id)):
             return existing
@@ -145,7 +151,11 @@ class SessionManager:
             catalog=catalog.refs,
             listed_epochs=epochs,
             client_capabilities="" if implied else capabilities,
+            claims=claims,
         )
+        policy = self._views.access.policy
+        scoped = await self._views.access.scoped(created, version)
+        created.ref = VersionRef(1, scoped.fingerprint)
         created.swaps.append(Swap(None, created.ref, "created", time.time()))
         holder = await self._limits.create(self._store, created)  # other opens may have finished meanwhile
         if holder != created.id:  # another request (or replica) created the implied session first
@@ -153,7 +163,7 @@ class SessionManager:
             if stored is None:
                 raise StateUnavailable("an implied session was replaced while it was opened: retry")
             return await self._views.of(stored, self._recover)
-        session = LiveSession(created, CurrentVersion(created.ref.number, version))
+        session = LiveSession(created, CurrentVersion(created.ref.number, scoped, policy))
         self._views.remember(session)
         if self._follower is not None:
             await self._follower.follow_quietly()
@@ -178,8 +188,8 @@ class SessionManager:
             raise InvalidRequest("session_id is taken: propose another (a fresh random one)")
         return await self._views.of(stored, self._recover)
 
-    async def _implied(self, principal: Principal) -> LiveSession | None:
-        session_id = await self._store.implied(principal)
+    async def _implied(self, principal: Principal, claims: str) -> LiveSession | None:
+        session_id = await self._store.implied(principal, claims)
         stored = await self._store.load(session_id) if session_id else None
         return await self._views.of(stored, self._recover) if stored is not None else None
 
@@ -299,6 +309,11 @@ class SessionManager:
             if self._warm is old:
                 self._warm = new
         return self._views.replace(rebuilt)
+
+    @property
+    def access(self) -> Access:
+        """What sessions' callers may use, under the policy in force."""
+        return self._views.access
 
     def forget_idle(self, seconds: float) -> None:
         """Drop the handles of sessions unused for `seconds` (their records have expired by then)."""

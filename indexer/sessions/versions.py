@@ -1,10 +1,12 @@
 """Session versions: each session moved to the index version its backends call for now.
 
 A change to what sessions may see (a backend crossing the advertised line, a tool list changing, a
-config reload) reaches `SessionVersions` through the fan-out (`indexer.upkeep.rebuilds`), which runs
-`rebuild_all`. A pass lists the passthrough backends due for each session again with its stored
-token, finds each session's catalog now, and swaps the session through the store's compare-and-set
-on its fingerprint, which also numbers the version; sessions whose catalog did not change keep
+config reload, an authorization policy that decides differently) reaches `SessionVersions` through
+the fan-out (`indexer.upkeep.rebuilds`), which runs `rebuild_all`. A pass lists the passthrough
+backends due for each session again with its stored token, finds each session's catalog now, scopes
+its version to what its caller may use under the policy in force (`Access`: the scoped fingerprint
+names the allowed set too), and swaps the session through the store's compare-and-set on that
+fingerprint, which also numbers the version; sessions whose scoped version did not change keep
 theirs. With replicas sharing state only the leader (`indexer.state.Leadership`) rebuilds, and the
 swaps are announced so that the others can fetch the new versions early (`follow_swap`).
 
@@ -31,7 +33,7 @@ from indexer.backends.credentials import (
 from indexer.backends.lister import BackendLister
 from indexer.retrieval.index import IndexVersion
 from indexer.sessions.catalogs import Catalog, Catalogs
-from indexer.sessions.views import Views, announce
+from indexer.sessions.views import CurrentVersion, Views, announce
 from indexer.state import Events, Leadership, SessionRecord, SessionStore, Swap, SwapChange
 from indexer.state.listings import intern_backends
 from toolsearch.logs import bound
@@ -119,23 +121,29 @@ class SessionVersions:
     async def swap(self, new_versions: Sequence[NewVersion], reason: str) -> int:
         """Move sessions to the versions given, through the store's compare-and-set; returns the swaps."""
         at = time.time()
+        access = self._views.access
+        policy = access.policy  # read before the policy is asked: a newer one in force makes these stale
+        # lists of what exists already: a pass over ten thousand sessions makes no object per session
+        # here, so it adds nothing for the garbage collector to walk
+        live = [change for change in new_versions if not change[0].ending]
+        scopes = await access.scoped_all([change[0] for change in live], [change[2] for change in live])
         wanted = [
-            (SwapChange(session, catalog.fingerprint, catalog.refs, reason, at), version)
-            for session, catalog, version in new_versions
-            if session.ref.fingerprint != catalog.fingerprint and not session.ending
+            (SwapChange(session, scoped.fingerprint, catalog.refs, reason, at), scoped)
+            for (session, catalog, _), scoped in zip(live, scopes, strict=True)
+            if session.ref.fingerprint != scoped.fingerprint
         ]
         if not wanted:
             return 0
         numbers = await self._store.swap([change for change, _ in wanted])
         moved: dict[str, list[list[Any]]] = {}
-        for (change, version), number in zip(wanted, numbers, strict=True):
+        for (change, scoped), number in zip(wanted, numbers, strict=True):
             if number:
                 # the record in hand now says what the store holds (the memory store's own record)
                 swapped = change.record
                 previous, swapped.ref = swapped.ref, VersionRef(number, change.fingerprint)
                 swapped.catalog = change.catalog
                 swapped.swaps.append(Swap(previous, swapped.ref, change.reason, change.at))
-                self._views.publish(swapped.id, number, version)
+                self._views.publish(swapped.id, CurrentVersion(number, scoped, policy))
                 moved.setdefault(change.fingerprint, []).append([swapped.id, number])
         if self._events is not None:
             await announce(self._events, moved, {c.fingerprint: c.catalog for c, _ in wanted})

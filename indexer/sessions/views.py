@@ -23,7 +23,9 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from indexer.retrieval.allowed import Scoped, catalog_fingerprint
 from indexer.retrieval.index import IndexVersion
+from indexer.sessions.access import Access
 from indexer.sessions.catalogs import Catalogs
 from indexer.state import CatalogRef, Events, SessionRecord, StateUnavailable
 
@@ -35,10 +37,22 @@ EVENT_SESSIONS = 1000  # sessions named per swap event
 
 @dataclass(frozen=True, slots=True)
 class CurrentVersion:
-    """A session's index version at one moment: its number and the shared, immutable version."""
+    """A session's index version at one moment: its number, and the shared, immutable version scoped
+    to what its caller may use (`Scoped`), under the policy whose fingerprint is `policy`."""
 
     number: int
-    version: IndexVersion
+    scoped: Scoped
+    policy: str = ""  # the policy the scope was asked of ("" without one): another in force makes it stale
+
+    @property
+    def version(self) -> IndexVersion:
+        """The catalog's shared version (every tool: what the caller may use is `scoped`)."""
+        return self.scoped.version
+
+    @property
+    def fingerprint(self) -> str:
+        """The scoped version's: the catalog's, and the allowed set's when a policy scopes it."""
+        return self.scoped.fingerprint
 
 
 @dataclass(eq=False, slots=True)
@@ -60,9 +74,10 @@ Recover = Callable[[SessionRecord], Awaitable[IndexVersion]]
 class Views:
     """Sessions by id: all of them (memory state), or the recently used ones (shared state)."""
 
-    def __init__(self, catalogs: Catalogs, shared: bool) -> None:
+    def __init__(self, catalogs: Catalogs, shared: bool, access: Access | None = None) -> None:
         self._catalogs = catalogs
         self._shared = shared
+        self.access = access or Access()  # scopes each handle's version to its caller
         self._views: OrderedDict[str, LiveSession] = OrderedDict()
 
     def __len__(self) -> int:
@@ -90,19 +105,28 @@ class Views:
         `recover` gives a version when the record's catalog can no longer be read back.
         """
         view = self._views.get(record.id)
-        if view is not None and view.record is record:  # the memory state: the store keeps this record
+        policy = self.access.policy
+        fresh = view is not None and view.current.policy == policy  # scoped under the policy in force
+        if view is not None and view.record is record and fresh:  # the memory state: the store's record
             view.used_at = time.monotonic()
             self._views.move_to_end(record.id)
             return view
-        if view is None or view.current.number != record.ref.number:
-            version = await self._catalogs.stored(record.catalog, record.ref.fingerprint)
+        if view is None or view.current.number != record.ref.number or not fresh:
+            version = None
+            if view is not None and view.current.number == record.ref.number:
+                version = view.current.version  # the same version, asked of another policy
+            if version is None:
+                version = await self._catalogs.stored(
+                    record.catalog, catalog_fingerprint(record.ref.fingerprint)
+                )
             if version is None:
                 version = await recover(record)
-            current = CurrentVersion(record.ref.number, version)  # read after `recover`, which swaps
+            # the number read after `recover`, which swaps
+            current = CurrentVersion(record.ref.number, await self.access.scoped(record, version), policy)
             view = self._views.get(record.id)  # again: another request may have cached it meanwhile
             if view is None:
                 view = LiveSession(record, current)
-            else:
+            elif view.current.number <= current.number:
                 view.current = current  # the atomic publish: one reference assignment
         if self._shared:
             record.token = None  # the stored token stays in the shared state
@@ -111,11 +135,11 @@ class Views:
         self.remember(view)
         return view
 
-    def publish(self, session_id: str, number: int, version: IndexVersion) -> None:
+    def publish(self, session_id: str, current: CurrentVersion) -> None:
         """Move a session's handle to the version a swap gave it, unless it follows a later one."""
         view = self._views.get(session_id)
-        if view is not None and view.current.number < number:
-            view.current = CurrentVersion(number, version)  # the atomic publish: one reference assignment
+        if view is not None and view.current.number < current.number:
+            view.current = current  # the atomic publish: one reference assignment
 
     def replace(self, rebuilt: Sequence[tuple[IndexVersion, IndexVersion]]) -> int:
         """Move the handles on each old version to its rebuild (the same tools, the same number: a
@@ -123,9 +147,10 @@ class Views:
         new_of = {id(old): new for old, new in rebuilt}
         moved = 0
         for view in self._views.values():
-            new = new_of.get(id(view.current.version))
-            if new is not None:
-                view.current = CurrentVersion(view.current.number, new)  # one reference assignment
+            now = view.current
+            new = new_of.get(id(now.version))
+            if new is not None:  # the same tools in the same order: the allowed set holds for it
+                view.current = CurrentVersion(now.number, Scoped(new, now.scoped.allowed), now.policy)
                 moved += 1
         return moved
 
@@ -142,7 +167,7 @@ class Views:
             ]
             if not behind:
                 return
-            version = await self._catalogs.stored(refs, fingerprint)
+            version = await self._catalogs.stored(refs, catalog_fingerprint(fingerprint))
         except (KeyError, TypeError, ValueError):
             logger.debug("ignored a malformed swap event")
             return
@@ -150,9 +175,11 @@ class Views:
             return  # the sessions' next requests read their records anyway
         if version is None:
             return
+        policy = self.access.policy
         for view, number in behind:
+            scoped = await self.access.scoped(view.record, version)
             if view.current.number < number:
-                view.current = CurrentVersion(number, version)
+                view.current = CurrentVersion(number, scoped, policy)
 
     def forget_idle(self, seconds: float) -> None:
         """Drop the handles unused for `seconds` (their records have expired by then), oldest first."""

@@ -19,6 +19,8 @@ under the caps it is given (`Room`) with `RoomFull`, checked atomically with the
 
 from __future__ import annotations
 
+import hashlib
+import json
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
@@ -32,6 +34,29 @@ from toolsearch.sessions import BackendSession, Principal, Subscription, Version
 SWAPS_KEPT = 8  # swap records kept per session, for Status
 
 CatalogRef = tuple[tuple[str, str], ...]  # (backend id, listing digest) pairs, by backend id
+
+
+# claims that change with every token of one caller: left out of what tells its implied sessions apart
+_PER_TOKEN_CLAIMS = frozenset({"exp", "iat", "nbf", "jti", "auth_time"})
+
+
+def caller_digest(claims: str) -> str:
+    """What tells apart two callers of one principal whose verified claims differ ("" for none): a
+    digest of the claims but those that change with every token. A principal's implied session is one
+    per digest, so a 2026-07-28 caller whose token carries other groups is scoped by them, and a
+    refreshed token (a new `exp`) finds the same session."""
+    if not claims:
+        return ""
+    try:
+        parsed = json.loads(claims)
+    except ValueError:
+        parsed = claims
+    if isinstance(parsed, dict):
+        parsed = {key: value for key, value in parsed.items() if key not in _PER_TOKEN_CLAIMS}
+    if not parsed:
+        return ""
+    canonical = json.dumps(parsed, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
 class StateUnavailable(Exception):
@@ -102,6 +127,9 @@ class SessionRecord:
     # initialize (JSON, "" for none) and the log level it set last ("" for none)
     client_capabilities: str = ""
     log_level: str = ""
+    # the claims of the token the session was opened with (JSON, "" for none): what the
+    # authorization policy reads of its caller, on every replica (indexer/sessions/access.py)
+    claims: str = field(default="", repr=False)
     # resources the client subscribed to at backends that keep no subscriptions (2026-07-28 ones):
     # the replica holding its standalone stream asks those backends for their updates
     subscriptions: frozenset[Subscription] = frozenset()
@@ -154,7 +182,8 @@ class SessionStore(Protocol):
     async def create(self, record: SessionRecord, room: Room = NO_CAPS) -> str:
         """Store a new session if it fits in `room` (else `RoomFull`); returns its id.
 
-        For an implied session whose principal has one already, returns that one's id (no room needed).
+        For an implied session whose principal has one already (with the same `caller_digest` of its
+        claims), returns that one's id (no room needed).
         """
         ...
 
@@ -182,8 +211,8 @@ class SessionStore(Protocol):
         """Forget a session (and its principal's implied-session entry, if it is that one)."""
         ...
 
-    async def implied(self, principal: Principal) -> str | None:
-        """The id of the principal's implied session, if it has one."""
+    async def implied(self, principal: Principal, claims: str = "") -> str | None:
+        """The id of the principal's implied session for these claims (`caller_digest`), if it has one."""
         ...
 
     async def set_backend_session(

@@ -18,7 +18,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
-from indexer.state.base import NO_CAPS, EndedSession, Room, RoomFull, SessionRecord, SwapChange
+from indexer.state.base import NO_CAPS, EndedSession, Room, RoomFull, SessionRecord, SwapChange, caller_digest
 from toolsearch.sessions import BackendSession, Principal, Subscription
 
 # expired sessions whose backend sessions wait to be ended; beyond it the oldest are dropped, and
@@ -44,7 +44,7 @@ class LocalSessions:
         self._held: OrderedDict[str, _Held] = OrderedDict()  # least recently used first
         # the sessions of each counted principal (those created under a per-principal cap), in use order
         self._owned: dict[Principal, OrderedDict[str, None]] = {}
-        self._implied: dict[Principal, str] = {}
+        self._implied: dict[tuple[Principal, str], str] = {}  # by principal and caller_digest
         self._ended: deque[EndedSession] = deque(maxlen=ENDED_KEPT)
 
     def __len__(self) -> int:
@@ -74,8 +74,8 @@ class LocalSessions:
             owned.pop(record.id, None)
             if not owned:
                 del self._owned[record.principal]
-        if self._implied.get(record.principal) == record.id:
-            del self._implied[record.principal]
+        if self._implied.get(key := _implied_key(record)) == record.id:
+            del self._implied[key]
 
     def _refusal(self, principal: Principal, room: Room, now: float) -> RoomFull | None:
         if room.sessions and len(self._held) >= room.sessions:
@@ -94,21 +94,21 @@ class LocalSessions:
     async def create(self, record: SessionRecord, room: Room = NO_CAPS) -> str:
         now = self._expire()
         if record.implied:
-            existing = self._implied.get(record.principal)
+            existing = self._implied.get(_implied_key(record))
             if existing is not None and existing in self._held:
                 return existing
         if (refusal := self._refusal(record.principal, room, now)) is not None:
             raise refusal
         if record.implied:
-            self._implied[record.principal] = record.id
+            self._implied[_implied_key(record)] = record.id
         self._held[record.id] = _Held(record, now + self._ttl)
         if room.per_principal:
             self._owned.setdefault(record.principal, OrderedDict())[record.id] = None
         return record.id
 
-    async def implied(self, principal: Principal) -> str | None:
+    async def implied(self, principal: Principal, claims: str = "") -> str | None:
         self._expire()
-        return self._implied.get(principal)
+        return self._implied.get((principal, caller_digest(claims)))
 
     async def load(self, session_id: str) -> SessionRecord | None:
         now = self._expire()
@@ -143,8 +143,8 @@ class LocalSessions:
         held = self._held.get(record.id)
         if held is not None:
             self._drop(held.record)
-        elif self._implied.get(record.principal) == record.id:
-            del self._implied[record.principal]
+        elif self._implied.get(key := _implied_key(record)) == record.id:
+            del self._implied[key]
 
     async def set_backend_session(
         self, record: SessionRecord, backend_id: str, previous: str, session: BackendSession | None
@@ -193,3 +193,7 @@ class LocalSessions:
 
     async def close(self) -> None:
         """Nothing is held open."""
+
+
+def _implied_key(record: SessionRecord) -> tuple[Principal, str]:
+    return (record.principal, caller_digest(record.claims))

@@ -35,6 +35,7 @@ from indexer.state.base import (
     StateUnavailable,
     Swap,
     SwapChange,
+    caller_digest,
 )
 from indexer.state.listings import digest_of, intern_backends
 from indexer.state.memory import ENDED_KEPT
@@ -67,6 +68,12 @@ def _backend_sessions(stored: BackendRows) -> dict[str, BackendSession]:
 
 def principal_key(principal: Principal) -> str:
     return json.dumps(list(principal))
+
+
+def implied_field(principal: Principal, claims: str) -> str:
+    """The implied hash's field of a principal's implied session for these claims (`caller_digest`)."""
+    digest = caller_digest(claims)
+    return principal_key(principal) + (f"#{digest}" if digest else "")
 
 
 def _refuse(answer: Any, room: Room) -> None:
@@ -149,6 +156,7 @@ class RedisSessions:
             "catalog": json.dumps(record.catalog),
             "created_at": repr(record.created_at),
             "capabilities": record.client_capabilities,
+            "claims": record.claims,
             **await self._backend_fields(record),
         }
         if record.token:
@@ -157,7 +165,7 @@ class RedisSessions:
         owner = principal_key(record.principal)
         keys = [self._keys.session(record.id), self._keys.swaps(record.id), self._keys.sessions]
         keys += [self._keys.implied, self._keys.expiry, self._keys.owned(owner)]
-        claim = owner if record.implied else ""
+        claim = implied_field(record.principal, record.claims) if record.implied else ""
         args: list[str | int] = [record.id, self._ttl_ms, claim, first, self._keys.session("")]
         pairs = [item for pair in fields.items() for item in pair]
         args = [*args, room.sessions, room.per_principal, *pairs]
@@ -182,10 +190,10 @@ class RedisSessions:
             )
         return text(answer)
 
-    async def implied(self, principal: Principal) -> str | None:
-        """The id the principal's implied session is stored under, if any."""
+    async def implied(self, principal: Principal, claims: str = "") -> str | None:
+        """The id the principal's implied session for these claims is stored under, if any."""
         async with guarded("reading an implied session"):
-            value = await self._client.hget(self._keys.implied, principal_key(principal))
+            value = await self._client.hget(self._keys.implied, implied_field(principal, claims))
         return text(value) or None
 
     async def load(self, session_id: str) -> SessionRecord | None:
@@ -249,6 +257,7 @@ class RedisSessions:
                 created_at=float(fields.get("created_at") or 0.0),
                 backend_sessions=_backend_sessions(backends),
                 client_capabilities=fields.get("capabilities", ""),
+                claims=fields.get("claims", ""),
                 log_level=fields.get("log_level", ""),
                 subscriptions=_subscriptions(fields.get("subscriptions")),
             )
@@ -280,7 +289,7 @@ class RedisSessions:
     async def delete(self, record: SessionRecord) -> None:
         keys = [self._keys.session(record.id), self._keys.swaps(record.id), self._keys.sessions]
         keys += [self._keys.implied, self._keys.expiry, self._keys.backend_sessions(record.id)]
-        principal = principal_key(record.principal) if record.implied else ""
+        principal = implied_field(record.principal, record.claims) if record.implied else ""
         async with guarded("ending a session"):
             await self._delete(keys=keys, args=[record.id, principal])
 

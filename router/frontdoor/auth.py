@@ -193,10 +193,15 @@ class JwtAuthenticator:
         token = bearer_token(headers)
         if token is None:
             raise Unauthenticated(MISSING_TOKEN, challenge())
-        return Identity(self.verify(token), token)
+        principal, claims = self.verified(token)
+        return Identity(principal, token, claims)
 
     def verify(self, token: str) -> Principal:
         """The principal of a valid token; raises `Unauthenticated` saying what is wrong with it."""
+        return self.verified(token)[0]
+
+    def verified(self, token: str) -> tuple[Principal, dict[str, Any]]:
+        """The principal of a valid token and its claims; raises `Unauthenticated` as `verify` does."""
         try:
             claims = self._claims(token)
         except _WrongClaimType as exc:
@@ -213,7 +218,7 @@ class JwtAuthenticator:
         if not isinstance(subject, str) or not subject:
             problem = "the token's subject (sub) is empty"
             raise Unauthenticated(f"invalid token: {problem}", challenge("invalid_token", problem))
-        return Principal(issuer=self._issuer, subject=subject)
+        return Principal(issuer=self._issuer, subject=subject), claims
 
     def _claims(self, token: str) -> dict[str, Any]:
         header = jwt.get_unverified_header(token)

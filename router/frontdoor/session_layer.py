@@ -220,7 +220,11 @@ class SessionLayer:
                 return
         elif message.method in SESSION_METHODS and headers.get(VERSION_HEADER) in MODERN_PROTOCOL_VERSIONS:
             opened = await self.indexer.open_session(
-                identity.principal, identity.bearer_token, implied=True, resolve=message.named_tool
+                identity.principal,
+                identity.bearer_token,
+                implied=True,
+                resolve=message.named_tool,
+                claims=identity.claims,
             )
             session_id = opened.session_id
             resolved = opened.tool
@@ -276,7 +280,10 @@ class SessionLayer:
         start = held[0] if held and held[0]["type"] == "http.response.start" else None
         if start is not None and start["status"] == 200 and not _is_jsonrpc_error(held[1:]):
             opened = await self.indexer.open_session(
-                identity.principal, identity.bearer_token, capabilities_json=capabilities_json
+                identity.principal,
+                identity.bearer_token,
+                capabilities_json=capabilities_json,
+                claims=identity.claims,
             )
             bind_session(opened.session_id)
             session_header = (SESSION_HEADER.lower().encode(), opened.session_id.encode())

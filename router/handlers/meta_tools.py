@@ -43,6 +43,7 @@ from router.handlers.schemas import SchemaValidators
 from router.upstream.session_wide.backend_requests import BackendRequests
 from toolsearch.answers import render_answer
 from toolsearch.sections.indexer_settings import Search
+from toolsearch.sessions import Offered
 
 logger = logging.getLogger(__name__)
 
@@ -181,6 +182,11 @@ class MetaTools:
             tool = caller.resolved or await self.indexer.resolve_tool(
                 caller.session_id, caller.identity.principal, args.name
             )
+            if tool.conditional:  # the policy decides by the arguments: the indexer is asked with them
+                item = Offered("tool", tool.name, tool.backend_id)
+                await self.indexer.authorize_call(
+                    caller.session_id, caller.identity.principal, item, args.parameters
+                )
             problem = self.validators.problem(tool.input_schema_json, args.parameters)
             if problem is not None:
                 raise InvalidRequest(

@@ -7,10 +7,14 @@ finds the backend a name belongs to and forwards it under the backend's own name
 a prompt or a resource template: the router finds its backend the same way and forwards the
 request with the backend's own name or template, to a backend that declared completions; one that
 did not gets no request, and the client an empty completion, as from a server with nothing to offer.
+Under an authorization policy, prompts and templates are those the caller may see
+(router/handlers/resources.py), and a `prompts/get` is decided with its arguments; a denied one
+answers exactly as a prompt no backend has.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from mcp.server.context import ServerRequestContext
@@ -19,24 +23,36 @@ from mcp_types import INVALID_PARAMS, CompleteRequestParams, GetPromptRequestPar
 
 from router.error_answers import mcp_error
 from router.errors import RouterError
-from router.handlers.offerings import Ambiguous, Offering, Target, ambiguity, namespaced, resolve
+from router.handlers.offerings import Ambiguous, Target, ambiguity, namespaced, resolve
 from router.handlers.passthrough import PassedThrough
-from router.handlers.resources import RESOURCE_NOT_FOUND, catalogue
+from router.handlers.resources import (
+    RESOURCE_NOT_FOUND,
+    Permitted,
+    advertised,
+    catalogue,
+    permitted,
+    record_hidden,
+)
 from router.upstream.session_wide.backend_requests import BackendRequests, Reach, complete
 from router.upstream.session_wide.broadcast import ask_each
+from toolsearch.sessions import Offered
 from toolsearch.targets import ReachableTarget
 
 NO_COMPLETION: dict[str, Any] = {"completion": {"values": [], "hasMore": False}}
 
 
-async def prompt_catalogue(reach: Reach) -> list[Offering]:
-    """The prompts of every reachable backend that offers them, under their advertised names."""
+async def prompt_catalogue(reach: Reach) -> Permitted:
+    """The prompts of every reachable backend that offers them, under their advertised names: those
+    the caller may see, and apart those it may not."""
 
     async def ask(backend: ReachableTarget) -> list[dict[str, Any]]:
         return await reach.list_all(backend, "prompts/list", "prompts")
 
     answers = await ask_each(reach.offering("prompts"), ask, "prompts/list")
-    return namespaced({a.backend.backend_id: a.value for a in answers}, "name", reach.prefix, reach.separator)
+    named = namespaced(
+        {a.backend.backend_id: a.value for a in answers}, "name", reach.prefix, reach.separator
+    )
+    return await permitted(reach, "prompt", named)
 
 
 def _prompt_not_found(name: str) -> MCPError:
@@ -57,16 +73,28 @@ class Prompts:
         self, ctx: ServerRequestContext[Any, Any], params: PaginatedRequestParams
     ) -> dict[str, Any]:
         return complete(
-            {"prompts": [dict(o.entry) for o in await prompt_catalogue(await self.requests.reach_from(ctx))]}
+            {
+                "prompts": [
+                    dict(o.entry) for o in (await prompt_catalogue(await self.requests.reach_from(ctx))).kept
+                ]
+            }
         )
 
-    async def _prompt(self, reach: Reach, name: str) -> Target:
-        """The backend and own name of a prompt the client named; raises the JSON-RPC error."""
+    async def _prompt(self, reach: Reach, name: str, arguments: Mapping[str, Any] | None = None) -> Target:
+        """The backend and own name of a prompt the client named; raises the JSON-RPC error (a prompt
+        the policy denies the caller, with these arguments, as an unknown one)."""
         backends = [b.backend_id for b in reach.offering("prompts")]
-        where = resolve(name, await prompt_catalogue(reach), backends, reach.separator)
+        listed = await prompt_catalogue(reach)
+        prompts = listed.kept
+        where = resolve(name, prompts, backends, reach.separator)
         if isinstance(where, Ambiguous):
             raise MCPError(INVALID_PARAMS, ambiguity("the prompt", name, where.choices))
         if where is None:
+            if arguments is not None:  # a get (not a completion): a denial is recorded as such
+                await record_hidden(reach, "prompt", name, listed.hidden)
+            raise _prompt_not_found(name)
+        asked = Offered("prompt", advertised(where, prompts, name), where.backend_id)
+        if arguments is not None and not await reach.permits(asked, arguments):  # a get: with its arguments
             raise _prompt_not_found(name)
         return where
 
@@ -104,7 +132,7 @@ class Prompts:
         wire = params.model_dump(mode="json", by_alias=True, exclude_none=True)
         if (resumed := await reach.resumed(wire)) is not None:  # the retry of a round the router made
             return PassedThrough(complete(resumed))
-        target = await self._prompt(reach, params.name)
+        target = await self._prompt(reach, params.name, params.arguments or {})
         return PassedThrough(
             await self._forward(reach, target, "prompts/get", {**wire, "name": target.original})
         )

@@ -8,10 +8,18 @@ cursor between requests, so a listing is whole, up to `MAX_ENTRIES` per backend.
 backend a URI belongs to the same way, and forwards it under the backend's own URI; when only one
 reachable backend offers resources and nothing is prefixed, the read goes to it without a listing.
 `resources/subscribe` and `resources/unsubscribe` go to the URI's backend the same way.
+
+Under an authorization policy (the indexer says so with the reachable backends) a listing keeps what
+the caller may see (`VisibleItems`, one question for the whole listing), a read or a subscription
+resolves among those alone, never by the shortcut, and the URI it reads is asked of the policy
+(`AuthorizeCall`: a URI a visible template expands to may still be denied). What the caller may not
+use answers exactly as a URI no backend has, its read asked of the policy all the same so that the
+denial is recorded. Without a policy none of this asks the indexer anything.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from mcp.server.context import ServerRequestContext
@@ -31,7 +39,7 @@ from router.handlers.passthrough import PassedThrough
 from router.upstream.session_wide.backend_requests import BackendRequests, Reach, complete
 from router.upstream.session_wide.broadcast import ask_each
 from toolsearch.naming import prefixed
-from toolsearch.sessions import Subscription
+from toolsearch.sessions import Offered, OfferedKind, Subscription
 from toolsearch.targets import ReachableTarget
 
 RESOURCE_NOT_FOUND = -32002  # MCP's code for a resource that does not exist
@@ -45,10 +53,19 @@ class Listed(NamedTuple):
 
 
 class Catalogue(NamedTuple):
-    """The reachable backends' resources and templates under their advertised URIs."""
+    """The reachable backends' resources and templates under their advertised URIs; under a policy,
+    those the caller may see, and apart those it may not (`hidden`)."""
 
     resources: list[Offering]
     templates: list[Offering]
+    hidden: list[Offering]
+
+
+class Permitted(NamedTuple):
+    """Offerings split by what the caller may see: all of them `kept` without a policy."""
+
+    kept: list[Offering]
+    hidden: list[Offering]
 
 
 async def catalogue(reach: Reach, resources: bool = True, templates: bool = True) -> Catalogue:
@@ -66,18 +83,51 @@ async def catalogue(reach: Reach, resources: bool = True, templates: bool = True
 
     what = "resources/list" if resources else "resources/templates/list"
     answers = await ask_each(reach.offering("resources"), ask, what, requests=2)
-    return Catalogue(
-        namespaced(
-            {a.backend.backend_id: a.value.resources for a in answers}, "uri", reach.prefix, reach.separator
-        ),
-        namespaced(
-            {a.backend.backend_id: a.value.templates for a in answers},
-            "uriTemplate",
-            reach.prefix,
-            reach.separator,
-            template=True,
-        ),
+    found = namespaced(
+        {a.backend.backend_id: a.value.resources for a in answers}, "uri", reach.prefix, reach.separator
     )
+    shapes = namespaced(
+        {a.backend.backend_id: a.value.templates for a in answers},
+        "uriTemplate",
+        reach.prefix,
+        reach.separator,
+        template=True,
+    )
+    both = await permitted(reach, "resource", [*found, *shapes])
+    kept = both.kept
+    return Catalogue([o for o in kept if not o.template], [o for o in kept if o.template], both.hidden)
+
+
+async def permitted(reach: Reach, kind: OfferedKind, offerings: list[Offering]) -> Permitted:
+    """The offerings the caller may see, under the names the session lists them (a template by its
+    URI template): with a policy, what it may not use is kept apart, so that no listing, read,
+    completion or subscription reaches it, by any of its names."""
+    if not reach.authorized or not offerings:
+        return Permitted(offerings, [])
+    seen = await reach.visible([Offered(kind, o.name, o.backend_id) for o in offerings])
+    kept = [offering for offering, visible in zip(offerings, seen, strict=True) if visible]
+    return Permitted(
+        kept, [offering for offering, visible in zip(offerings, seen, strict=True) if not visible]
+    )
+
+
+async def record_hidden(reach: Reach, kind: OfferedKind, asked: str, hidden: Sequence[Offering]) -> None:
+    """Ask the policy about a name that means only what the caller may not see, so that the denial is
+    recorded with the policies that decided (the indexer's line, both counters, the access line);
+    the caller's answer is an unknown name's either way."""
+    backends = sorted({offering.backend_id for offering in hidden})
+    where = resolve(asked, hidden, backends, reach.separator)
+    if isinstance(where, Target):
+        await reach.permits(Offered(kind, advertised(where, hidden, asked), where.backend_id))
+
+
+def advertised(target: Target, offerings: Sequence[Offering], asked: str) -> str:
+    """The name the session lists a target under, which the policy reads; a URI a template expands
+    to, as the client asked for it."""
+    for offering in offerings:
+        if (offering.backend_id, offering.original) == target and not offering.template:
+            return offering.name
+    return asked
 
 
 async def _listing(reach: Reach, backend: ReachableTarget, method: str, field: str) -> list[dict[str, Any]]:
@@ -102,10 +152,11 @@ def _not_found(uri: str) -> MCPError:
 
 def _shortcut(reach: Reach, uri: str) -> Target | None:
     """The backend a URI goes to without a listing: the one reachable backend offering resources,
-    when nothing can collide. A URI that starts with the backend's prefix is left to `resolve`: it
-    may be the prefixed form (`always` naming, or a collision that went away) or the backend's own."""
+    when nothing can collide and no policy decides what the caller may read. A URI that starts with
+    the backend's prefix is left to `resolve`: it may be the prefixed form (`always` naming, or a
+    collision that went away) or the backend's own."""
     offering = reach.offering("resources")
-    if len(offering) != 1:
+    if len(offering) != 1 or reach.authorized:  # with a policy, what the caller may read is listed
         return None
     backend_id = offering[0].backend_id
     head = prefixed(backend_id, "", reach.separator)
@@ -171,7 +222,8 @@ class Resources:
 
 
 async def target_of(reach: Reach, uri: str) -> Target:
-    """The backend a client's URI belongs to and the backend's own URI; raises the MCP errors."""
+    """The backend a client's URI belongs to and the backend's own URI; raises the MCP errors (a
+    resource the policy denies the caller as an unknown one)."""
     target = _shortcut(reach, uri)
     if target is not None:
         return target
@@ -181,6 +233,12 @@ async def target_of(reach: Reach, uri: str) -> Target:
     if isinstance(where, Ambiguous):
         raise MCPError(RESOURCE_NOT_FOUND, ambiguity("the resource", uri, where.choices))
     if where is None:
+        await record_hidden(reach, "resource", uri, found.hidden)
+        raise _not_found(uri)
+    # a URI a visible template expands to is read only when the policy permits that URI
+    if not await reach.permits(
+        Offered("resource", advertised(where, found.resources, uri), where.backend_id)
+    ):
         raise _not_found(uri)
     return where
 

@@ -58,7 +58,9 @@ def _target(found: pb.ResolveToolResponse | pb.ReachableBackend) -> BackendTarge
 def resolved_tool(tool: pb.ResolveToolResponse) -> ResolvedTool:
     """A tool's resolution, its backend read into a target."""
     version = VersionRef(tool.version.number, tool.version.fingerprint)
-    return ResolvedTool(tool.name, tool.original_name, tool.input_schema_json, _target(tool), version)
+    return ResolvedTool(
+        tool.name, tool.original_name, tool.input_schema_json, _target(tool), version, tool.conditional
+    )
 
 
 class SessionAnswer(NamedTuple):
@@ -93,7 +95,7 @@ def reachable_targets(found: pb.ReachableBackendsResponse) -> ReachableTargets:
     # the indexer's naming of tools; an indexer that says none names them on collision with "_"
     prefix: Prefix = "always" if found.prefix == "always" else "on_collision"
     separator = found.separator if found.prefix else "_"
-    return ReachableTargets(backends, prefix, separator)
+    return ReachableTargets(backends, prefix, separator, found.authorized)
 
 
 def session_targets(found: pb.BackendSessionsResponse | pb.SetLogLevelResponse) -> list[BackendTarget]:

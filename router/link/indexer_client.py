@@ -25,7 +25,7 @@ from router.link.channels import IndexerChannels
 from router.link.indexer_answers import STREAM_ENDS, found, kept_events, pinned_definitions, status_view
 from toolsearch.found import Found
 from toolsearch.kept_streams import EventsToKeep, KeptEvents
-from toolsearch.sessions import BackendSession, Principal, Subscription
+from toolsearch.sessions import BackendSession, Claims, Offered, Principal, Subscription
 from toolsearch.targets import BackendTarget, KeptSessions, ReachableTargets, ResolvedTool
 from toolsearch.transport import ChannelSecurity
 from toolsearch.v1 import indexer_pb2 as pb
@@ -69,13 +69,16 @@ class IndexerClient:
         implied: bool = False,
         resolve: str = "",
         capabilities_json: str = "",
+        claims: Claims | None = None,
     ) -> SessionAnswer:
         """Open a session for `principal`; with `implied`, its implied session (created on first use).
 
         With `resolve`, the answer carries that tool's resolution too, when the name resolves;
-        `capabilities_json` is what the client declared at initialize, kept with the session.
+        `capabilities_json` is what the client declared at initialize, kept with the session;
+        `claims` those of the caller's verified token, which the authorization policy reads.
         """
         request = pb.OpenSessionRequest(
+            claims_json=json.dumps(claims, separators=(",", ":"), default=str) if claims else "",
             principal=_principal(principal),
             credentials=pb.Credentials(bearer_token=bearer_token or ""),
             implied=implied,
@@ -284,6 +287,32 @@ class IndexerClient:
             session_id=session_id, principal=_principal(principal), patterns=patterns
         )
         return pinned_definitions(await self.channels.call(lambda stub: stub.PinnedTools, request))
+
+    async def authorize_call(
+        self, session_id: str, principal: Principal, item: Offered, arguments: Mapping[str, Any]
+    ) -> None:
+        """Ask the indexer whether the caller may make this call with these arguments: returns when it
+        may; raises `ToolNotFound` for a denied tool (as for an unknown one), `ItemNotFound` for a
+        denied prompt or resource, each with the policies that decided in `denied_by`."""
+        request = pb.AuthorizeCallRequest(
+            session_id=session_id,
+            principal=_principal(principal),
+            item=pb.Offered(kind=item.kind, name=item.name, backend_id=item.backend_id),
+            arguments_json=json.dumps(arguments, separators=(",", ":"), default=str),
+        )
+        await self.channels.call(lambda stub: stub.AuthorizeCall, request, asked=item.name)
+
+    async def visible_items(
+        self, session_id: str, principal: Principal, items: Sequence[Offered]
+    ) -> list[bool]:
+        """Which of the items the session's caller may see, in order."""
+        request = pb.VisibleItemsRequest(
+            session_id=session_id,
+            principal=_principal(principal),
+            items=[pb.Offered(kind=i.kind, name=i.name, backend_id=i.backend_id) for i in items],
+        )
+        answer: pb.VisibleItemsResponse = await self.channels.call(lambda stub: stub.VisibleItems, request)
+        return list(answer.visible)
 
     async def resolve_tool(self, session_id: str, principal: Principal, name: str) -> ResolvedTool:
         """Resolve an advertised tool name to its backend; raises `ToolNotFound`."""

@@ -18,6 +18,7 @@ from router.errors import (
     IndexerFailed,
     IndexerUnavailable,
     InvalidRequest,
+    ItemDenied,
     RouterError,
     SessionNotFound,
     SessionsFull,
@@ -25,7 +26,7 @@ from router.errors import (
     TooManySessions,
 )
 from router.link.failover import error_kind
-from toolsearch.trailers import RETRY_AFTER_KEY, SUGGESTIONS_KEY, ErrorKind
+from toolsearch.trailers import DENIED_BY_KEY, RETRY_AFTER_KEY, SUGGESTIONS_KEY, ErrorKind
 from toolsearch.v1 import indexer_pb2 as pb
 
 logger = logging.getLogger(__name__)
@@ -54,7 +55,25 @@ def _tool_not_found(exc: grpc.aio.AioRpcError, tool_name: str) -> ToolNotFound:
             except DecodeError:
                 logger.warning("the indexer sent suggestions that do not parse; ignored")
     suggestions = tuple((s.name, s.backend_id, s.server_title) for s in detail.suggestions)
-    return ToolNotFound(tool_name, suggestions, detail.reason)
+    return ToolNotFound(tool_name, suggestions, detail.reason, _denied_by(exc))
+
+
+def _not_found(exc: grpc.aio.AioRpcError, asked: str) -> RouterError:
+    """What a NOT_FOUND is: a tool (unknown, or denied), a denied prompt or resource, or the session."""
+    kind = error_kind(exc)
+    if kind == ErrorKind.TOOL_NOT_FOUND:
+        return _tool_not_found(exc, asked)
+    if kind == ErrorKind.ITEM_NOT_FOUND:
+        return ItemDenied(asked, _denied_by(exc))
+    return SessionNotFound()
+
+
+def _denied_by(exc: grpc.aio.AioRpcError) -> tuple[str, ...]:
+    """The policies that denied a call, when the policy did (empty for a name that means nothing)."""
+    for key, value in exc.trailing_metadata() or ():
+        if key == DENIED_BY_KEY and isinstance(value, str):
+            return tuple(value.split(","))
+    return ()
 
 
 def _exchange_error(kind: str, details: str, backend_id: str) -> RouterError | None:
@@ -77,9 +96,7 @@ def translate(exc: grpc.aio.AioRpcError, asked: str = "") -> RouterError:
     if code in UNAVAILABLE_CODES:
         return IndexerUnavailable(UNAVAILABLE_MESSAGE)
     if code == grpc.StatusCode.NOT_FOUND:
-        if error_kind(exc) == ErrorKind.TOOL_NOT_FOUND:
-            return _tool_not_found(exc, asked)
-        return SessionNotFound()
+        return _not_found(exc, asked)
     if code == grpc.StatusCode.INVALID_ARGUMENT:
         return InvalidRequest(details)
     if code == grpc.StatusCode.RESOURCE_EXHAUSTED:

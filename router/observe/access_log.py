@@ -3,6 +3,9 @@
     mcp POST tools/call call_tool tool=alerts backend=weather outcome=ok status=200 ms=12.4
         index=v2/3f2a9c1e0b7d session=#5d41402abc4b subject=alice
 
+A request the authorization policy denied ends with what decided, the action and the policies'
+labels (`-`: no policy permits it), never the tool's name: `... subject=bob denied=call_tool:no-stats`.
+
 Three parts fill in one `AccessRecord` per request, which a context variable hands down: the
 `AccessLog` ASGI layer around `/mcp` (the JSON-RPC method, from the body as it passes, and the HTTP
 status), an indexer client interceptor (the session, the principal's subject, the index version and,
@@ -33,6 +36,7 @@ from opentelemetry import propagate, trace
 from opentelemetry.trace import SpanKind, StatusCode
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from router.observe.denials import denial_of
 from router.observe.metrics import TOOLS, call_outcome
 from toolsearch.tracing import inject_metadata, rpc_name
 
@@ -69,6 +73,7 @@ class AccessRecord:
     version: str = ""  # the index version that answered: v<number>/<fingerprint prefix>
     session_id: str = ""
     subject: str = ""
+    denied: str = ""  # the policies that denied it (router/observe/denials.py): never a tool's name
 
     def fields(self, took_ms: float) -> dict[str, Any]:
         outcome = self.outcome or _status_outcome(self.status)
@@ -84,6 +89,7 @@ class AccessRecord:
             "index": self.version or "-",
             "session": session_hash(self.session_id),
             "subject": self.subject or "-",
+            "denied": self.denied or "-",
         }
 
 
@@ -99,6 +105,7 @@ def _format(fields: dict[str, Any]) -> str:
         f"mcp {fields['http_method']} {fields['method']}{tool} tool={fields['target']} "
         f"backend={fields['backend']} outcome={fields['outcome']} status={fields['status']} "
         f"ms={fields['ms']} index={fields['index']} session={fields['session']} subject={fields['subject']}"
+        + (f" denied={fields['denied']}" if fields["denied"] != "-" else "")
     )
 
 
@@ -214,6 +221,7 @@ def _describe(span: trace.Span, fields: dict[str, Any]) -> None:
         "toolsearch.index_version": fields["index"],
         "toolsearch.outcome": fields["outcome"],
         "toolsearch.session": fields["session"],
+        "toolsearch.authorization.denied": fields["denied"],
     }
     span.set_attributes({key: value for key, value in attributes.items() if value != "-"})
     if fields["outcome"] in ("error", "failed"):
@@ -243,6 +251,8 @@ class AccessInterceptor(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[m
                 span.set_status(StatusCode.ERROR, exc.code().name)
                 if record is not None:
                     note(record, request, None)  # who asked, and for which session, even when it failed
+                    if (denied := denial_of(exc, request)) is not None:
+                        record.denied = f"{denied.action}:{denied.label}"
                 raise
         if record is not None:
             note(record, request, response)

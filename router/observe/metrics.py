@@ -2,7 +2,8 @@
 
 Every label is bounded: the meta-tool (`find_tool`, `call_tool`, or `other` for a name the router
 does not serve) and the call's outcome; the route, method and status of an HTTP request; the indexer
-method and its gRPC status code. Never a session id, and never a backend tool's name: a catalog can
+method and its gRPC status code; a denial's action and the label of the policy that decided (the
+operator's policy file bounds them). Never a session id, and never a backend tool's name: a catalog can
 hold thousands of them. Each app has its own registry, so several apps in one process do not clash.
 
 `RequestObserver` is the outermost ASGI layer: it also gives each request its id for the logs
@@ -23,6 +24,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, H
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from router.observe.denials import denial_of
 from toolsearch.logs import REQUEST_ID_HEADER, bound, clean_request_id, current_request_id
 from toolsearch.tracing import rpc_name
 
@@ -76,6 +78,13 @@ class RouterMetrics:
             buckets=_TOOL_BUCKETS,
             registry=self.registry,
         )
+        self.denials = Counter(
+            "toolsearch_router_authorization_denials",
+            "Tool calls, prompt gets and resource reads the authorization policy denied, by action and "
+            'the policy that decided (policy="" when no policy permits it)',
+            ["action", "policy"],
+            registry=self.registry,
+        )
         self.indexer_seconds = Histogram(
             "toolsearch_router_indexer_call_duration_seconds",
             "Indexer gRPC call latency by method and status code",
@@ -108,12 +117,13 @@ class RouterMetrics:
 
     def indexer_interceptor(self) -> grpc.aio.UnaryUnaryClientInterceptor:
         """A client interceptor timing each indexer call and passing the request id on."""
-        return _IndexerCalls(self.indexer_seconds)
+        return _IndexerCalls(self.indexer_seconds, self.denials)
 
 
 class _IndexerCalls(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[misc]
-    def __init__(self, histogram: Histogram) -> None:
+    def __init__(self, histogram: Histogram, denials: Counter) -> None:
         self._histogram = histogram
+        self._denials = denials  # counted here, once per denial the indexer reports
 
     async def intercept_unary_unary(self, continuation: Any, client_call_details: Any, request: Any) -> Any:
         details = client_call_details
@@ -128,6 +138,9 @@ class _IndexerCalls(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[misc]
             code = "OK"
         except grpc.aio.AioRpcError as exc:
             code = exc.code().name
+            if (denied := denial_of(exc, request)) is not None:
+                for policy in denied.policies or ("",):
+                    self._denials.labels(denied.action, policy).inc()
             raise
         except asyncio.CancelledError:
             code = "CANCELLED"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from commands import indexer, up
-from commands.authorization import policy_problem
+from commands.authorization import policy_checked, policy_problem
 from toolsearch.config import ConfigError, load_config
 
 LISTEN = "router:\n  listen: 127.0.0.1:0\nindexer:\n  listen: 127.0.0.1:0\n"
@@ -85,7 +85,9 @@ def test_the_indexer_refuses_a_bad_policy_file_in_one_line(
     assert lines == [f"indexer: {path.parent / 'policies.cedar'}:1:36: unexpected end of input"]
 
 
-def test_a_good_policy_is_refused_too_while_sessions_cannot_apply_it(tmp_path: Path) -> None:
+def test_a_good_policy_starts_and_the_banner_says_it_is_in_force(tmp_path: Path) -> None:
     config = load_config(configured(tmp_path, "authorization:\n  policies: policies.cedar\n"))
-    problem = policy_problem(config)
-    assert problem is not None and "is a good policy (1 policy)" in problem
+    problem, banner = policy_checked(config)
+    assert problem is None
+    assert "policies.cedar in force (1 policy)" in banner and "denied" in banner
+    assert policy_checked(load_config(configured(tmp_path, "")))[1].startswith("authorization: none")

@@ -130,6 +130,7 @@ async def light_stack(
     backends: Sequence[Mapping[str, Any]] = (),
     indexer: Mapping[str, Any] | None = None,
     router_process: bool = False,
+    authorization: Mapping[str, Any] | None = None,
 ) -> AsyncIterator[LightStack]:
     """A catalog server (with test controls) of three small servers, an indexer, and a router.
 
@@ -137,7 +138,8 @@ async def light_stack(
     `backend_max_response_bytes`); `env` goes to the processes and gives the indexer its secrets;
     `require_jwt` names the catalog servers that demand a JWT (secret in `env`); `backends` are
     more backends beside the catalog server's, `indexer` adds to the indexer section; `router_args` go
-    to `toolsearch router` (e.g. `--log-format json`) and make it a process, as `router_process` does.
+    to `toolsearch router` (e.g. `--log-format json`) and make it a process, as `router_process` does;
+    `authorization` is the configuration's section of that name (a policy file beside the config).
     """
     small_catalog(folder / "catalog.jsonl")
     catalog_port, indexer_port, router_port = free_port(), free_port(), free_port()
@@ -163,6 +165,8 @@ async def light_stack(
         "catalog_servers": [server],
         "backends": [dict(b) for b in backends],
     }
+    if authorization is not None:
+        config["authorization"] = dict(authorization)
     path = folder / "toolsearch.yaml"
     path.write_text(yaml.safe_dump(config))
     secrets = {**os.environ, **(env or {})}

@@ -121,9 +121,23 @@ def second_stage_part(found: dict[str, Any]) -> None:
         assert runs["p50_on_over_off"] > 0 and runs["indexer_cpu_on_over_off"] > 0
 
 
+def authorization_part(found: dict[str, Any]) -> None:
+    """12: a policy of 100 rules against none on one stack: opens, find_tool, call_tool, memory."""
+    assert found["policy_rules"] == 100 and found["callers"] > 1
+    for name in ("session_open_without_policy", "session_open_cold", "session_open_warm"):
+        latency(found[name])
+    for what in ("find_tool", "call_tool"):
+        latency(found[f"{what}_without_policy"])
+        latency(found[f"{what}_with_policy"])
+        assert found[f"{what}_p50_ratio"] > 0
+    memory = found["memory"]
+    assert memory["one_caller"]["versions"] == 1  # one caller's sessions share one scoped version
+    assert memory["every_caller"]["sessions"] == found["callers"]
+
+
 def targets(judged: list[dict[str, Any]]) -> None:
     """Every target of docs/performance.md, each judged on this run's figures."""
-    assert len(judged) == 25 and all(t["value"] is not None and "pass" in t for t in judged), judged
+    assert len(judged) == 29 and all(t["value"] is not None and "pass" in t for t in judged), judged
     assert sum("server" in t for t in judged) == 6, judged  # the embedding server's column
 
 
@@ -217,6 +231,7 @@ def test_quick_bench_reports_every_part(tmp_path: Path) -> None:
     peer_part(results["peer"])
     batching_and_server(results)
     second_stage_part(results["second_stage"])
+    authorization_part(results["authorization"])
     targets(results["targets"])
     report = (out / "results.md").read_text()
     for said in (
@@ -226,6 +241,7 @@ def test_quick_bench_reports_every_part(tmp_path: Path) -> None:
         "## Queries batched against one at a time",
         "## Where a cold open's time goes",
         "## The second stage: one client, on and off",
+        "## Authorization: a policy of 100 rules",
     ):
         assert said in report, said
     assert (out / "bench-latency.png").read_bytes().startswith(b"\x89PNG")

@@ -122,6 +122,7 @@ class OpenSessionRequest(_message.Message):
     RESOLVE_FIELD_NUMBER: _builtins.int
     SESSION_ID_FIELD_NUMBER: _builtins.int
     CLIENT_CAPABILITIES_JSON_FIELD_NUMBER: _builtins.int
+    CLAIMS_JSON_FIELD_NUMBER: _builtins.int
     implied: _builtins.bool
     """When true, return the principal's implied session (created on first use) instead of a new
     one: the stateless protocol has no session header, so the principal names the session.
@@ -138,6 +139,11 @@ class OpenSessionRequest(_message.Message):
     """The capabilities the client declared in its initialize request (a JSON object), kept with the
     session; "" for none (an implied session: its clients declare theirs in each request).
     """
+    claims_json: _builtins.str
+    """The claims of the caller's verified token (a JSON object, at most 64 KiB), kept with the session
+    for the authorization policy (docs/authorization.md): what it may find and call is decided by
+    them. "" when the router verified nobody (the `anonymous` principal).
+    """
     @_builtins.property
     def principal(self) -> Global___Principal: ...
     @_builtins.property
@@ -151,10 +157,11 @@ class OpenSessionRequest(_message.Message):
         resolve: _builtins.str = ...,
         session_id: _builtins.str = ...,
         client_capabilities_json: _builtins.str = ...,
+        claims_json: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["credentials", b"credentials", "principal", b"principal"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["client_capabilities_json", b"client_capabilities_json", "credentials", b"credentials", "implied", b"implied", "principal", b"principal", "resolve", b"resolve", "session_id", b"session_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["claims_json", b"claims_json", "client_capabilities_json", b"client_capabilities_json", "credentials", b"credentials", "implied", b"implied", "principal", b"principal", "resolve", b"resolve", "session_id", b"session_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -612,6 +619,7 @@ class ResolveToolResponse(_message.Message):
     TIMEOUT_SECONDS_FIELD_NUMBER: _builtins.int
     MAX_RESPONSE_BYTES_FIELD_NUMBER: _builtins.int
     BACKEND_SESSION_FIELD_NUMBER: _builtins.int
+    CONDITIONAL_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     original_name: _builtins.str
     """the backend's own name for the tool"""
@@ -624,6 +632,10 @@ class ResolveToolResponse(_message.Message):
     """the backend's call timeout"""
     max_response_bytes: _builtins.int
     """the most a call result may weigh (0: the router's default)"""
+    conditional: _builtins.bool
+    """The authorization policy decides a call of this tool by its arguments: the router asks
+    AuthorizeCall with them before it calls (false: the caller may call it with any arguments).
+    """
     @_builtins.property
     def auth(self) -> Global___BackendAuth: ...
     @_builtins.property
@@ -646,10 +658,11 @@ class ResolveToolResponse(_message.Message):
         timeout_seconds: _builtins.float = ...,
         max_response_bytes: _builtins.int = ...,
         backend_session: Global___BackendSession | None = ...,
+        conditional: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["auth", b"auth", "backend_session", b"backend_session", "version", b"version"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["auth", b"auth", "backend_id", b"backend_id", "backend_session", b"backend_session", "backend_url", b"backend_url", "input_schema_json", b"input_schema_json", "max_response_bytes", b"max_response_bytes", "name", b"name", "original_name", b"original_name", "protocol_version", b"protocol_version", "timeout_seconds", b"timeout_seconds", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["auth", b"auth", "backend_id", b"backend_id", "backend_session", b"backend_session", "backend_url", b"backend_url", "conditional", b"conditional", "input_schema_json", b"input_schema_json", "max_response_bytes", b"max_response_bytes", "name", b"name", "original_name", b"original_name", "protocol_version", b"protocol_version", "timeout_seconds", b"timeout_seconds", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1283,11 +1296,17 @@ class ReachableBackendsResponse(_message.Message):
     BACKENDS_FIELD_NUMBER: _builtins.int
     PREFIX_FIELD_NUMBER: _builtins.int
     SEPARATOR_FIELD_NUMBER: _builtins.int
+    AUTHORIZED_FIELD_NUMBER: _builtins.int
     prefix: _builtins.str
     """The indexer's naming of tools (indexer.naming), which resources and prompts follow too.
     on_collision | always
     """
     separator: _builtins.str
+    authorized: _builtins.bool
+    """An authorization policy decides what the caller may see: the router shows only the prompts,
+    resources and templates VisibleItems says it may, and asks AuthorizeCall before a prompts/get
+    or resources/read (false: no policy, every caller may use everything).
+    """
     @_builtins.property
     def backends(self) -> _containers.RepeatedCompositeFieldContainer[Global___ReachableBackend]:
         """in backend id order"""
@@ -1298,10 +1317,11 @@ class ReachableBackendsResponse(_message.Message):
         backends: _abc.Iterable[Global___ReachableBackend] | None = ...,
         prefix: _builtins.str = ...,
         separator: _builtins.str = ...,
+        authorized: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["backends", b"backends", "prefix", b"prefix", "separator", b"separator"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["authorized", b"authorized", "backends", b"backends", "prefix", b"prefix", "separator", b"separator"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1673,3 +1693,137 @@ class ReadStreamEventsResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ReadStreamEventsResponse: _TypeAlias = ReadStreamEventsResponse  # noqa: Y015
+
+@_typing.final
+class Offered(_message.Message):
+    """A tool, prompt or resource a backend offers, as the session names it (a resource by its URI)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    KIND_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    BACKEND_ID_FIELD_NUMBER: _builtins.int
+    kind: _builtins.str
+    """tool | prompt | resource"""
+    name: _builtins.str
+    backend_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        kind: _builtins.str = ...,
+        name: _builtins.str = ...,
+        backend_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["backend_id", b"backend_id", "kind", b"kind", "name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Offered: _TypeAlias = Offered  # noqa: Y015
+
+@_typing.final
+class AuthorizeCallRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    PRINCIPAL_FIELD_NUMBER: _builtins.int
+    ITEM_FIELD_NUMBER: _builtins.int
+    ARGUMENTS_JSON_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    arguments_json: _builtins.str
+    """the call's arguments (a JSON object); "" for none"""
+    @_builtins.property
+    def principal(self) -> Global___Principal: ...
+    @_builtins.property
+    def item(self) -> Global___Offered:
+        """a tool's backend_id may be left empty: the session's version names it"""
+
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+        principal: Global___Principal | None = ...,
+        item: Global___Offered | None = ...,
+        arguments_json: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["item", b"item", "principal", b"principal"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["arguments_json", b"arguments_json", "item", b"item", "principal", b"principal", "session_id", b"session_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AuthorizeCallRequest: _TypeAlias = AuthorizeCallRequest  # noqa: Y015
+
+@_typing.final
+class AuthorizeCallResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    POLICIES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def policies(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """the labels of the policies that permitted it ("" when no policy is configured)"""
+
+    def __init__(
+        self,
+        *,
+        policies: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["policies", b"policies"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AuthorizeCallResponse: _TypeAlias = AuthorizeCallResponse  # noqa: Y015
+
+@_typing.final
+class VisibleItemsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    PRINCIPAL_FIELD_NUMBER: _builtins.int
+    ITEMS_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    @_builtins.property
+    def principal(self) -> Global___Principal: ...
+    @_builtins.property
+    def items(self) -> _containers.RepeatedCompositeFieldContainer[Global___Offered]:
+        """at most 10,000"""
+
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+        principal: Global___Principal | None = ...,
+        items: _abc.Iterable[Global___Offered] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["principal", b"principal"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["items", b"items", "principal", b"principal", "session_id", b"session_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___VisibleItemsRequest: _TypeAlias = VisibleItemsRequest  # noqa: Y015
+
+@_typing.final
+class VisibleItemsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VISIBLE_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def visible(self) -> _containers.RepeatedScalarFieldContainer[_builtins.bool]:
+        """one per item, in order"""
+
+    def __init__(
+        self,
+        *,
+        visible: _abc.Iterable[_builtins.bool] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["visible", b"visible"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___VisibleItemsResponse: _TypeAlias = VisibleItemsResponse  # noqa: Y015

@@ -130,6 +130,16 @@ class IndexerStub:
                 request_serializer=toolsearch_dot_v1_dot_indexer__pb2.ReadStreamEventsRequest.SerializeToString,
                 response_deserializer=toolsearch_dot_v1_dot_indexer__pb2.ReadStreamEventsResponse.FromString,
                 _registered_method=True)
+        self.AuthorizeCall = channel.unary_unary(
+                '/toolsearch.v1.Indexer/AuthorizeCall',
+                request_serializer=toolsearch_dot_v1_dot_indexer__pb2.AuthorizeCallRequest.SerializeToString,
+                response_deserializer=toolsearch_dot_v1_dot_indexer__pb2.AuthorizeCallResponse.FromString,
+                _registered_method=True)
+        self.VisibleItems = channel.unary_unary(
+                '/toolsearch.v1.Indexer/VisibleItems',
+                request_serializer=toolsearch_dot_v1_dot_indexer__pb2.VisibleItemsRequest.SerializeToString,
+                response_deserializer=toolsearch_dot_v1_dot_indexer__pb2.VisibleItemsResponse.FromString,
+                _registered_method=True)
 
 
 class IndexerServicer:
@@ -292,6 +302,25 @@ class IndexerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AuthorizeCall(self, request, context):
+        """Whether the session's caller may call a tool (get a prompt, read a resource) with these
+        arguments, under the authorization policy in force. A denial answers NOT_FOUND with
+        `tool-not-found` (its suggestions drawn from what the caller may use) for a tool, exactly as an
+        unknown name does, and `item-not-found` for a prompt or a resource; the policy that decided is
+        in `toolsearch-denied-by`, for the router's log and metrics, never for the client.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def VisibleItems(self, request, context):
+        """Which of the items the router lists from the session's backends (prompts, resources, pinned
+        tools) the caller may see: the router shows only those.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_IndexerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -384,6 +413,16 @@ def add_IndexerServicer_to_server(servicer, server):
                     servicer.ReadStreamEvents,
                     request_deserializer=toolsearch_dot_v1_dot_indexer__pb2.ReadStreamEventsRequest.FromString,
                     response_serializer=toolsearch_dot_v1_dot_indexer__pb2.ReadStreamEventsResponse.SerializeToString,
+            ),
+            'AuthorizeCall': grpc.unary_unary_rpc_method_handler(
+                    servicer.AuthorizeCall,
+                    request_deserializer=toolsearch_dot_v1_dot_indexer__pb2.AuthorizeCallRequest.FromString,
+                    response_serializer=toolsearch_dot_v1_dot_indexer__pb2.AuthorizeCallResponse.SerializeToString,
+            ),
+            'VisibleItems': grpc.unary_unary_rpc_method_handler(
+                    servicer.VisibleItems,
+                    request_deserializer=toolsearch_dot_v1_dot_indexer__pb2.VisibleItemsRequest.FromString,
+                    response_serializer=toolsearch_dot_v1_dot_indexer__pb2.VisibleItemsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -878,6 +917,60 @@ class Indexer:
             '/toolsearch.v1.Indexer/ReadStreamEvents',
             toolsearch_dot_v1_dot_indexer__pb2.ReadStreamEventsRequest.SerializeToString,
             toolsearch_dot_v1_dot_indexer__pb2.ReadStreamEventsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AuthorizeCall(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/toolsearch.v1.Indexer/AuthorizeCall',
+            toolsearch_dot_v1_dot_indexer__pb2.AuthorizeCallRequest.SerializeToString,
+            toolsearch_dot_v1_dot_indexer__pb2.AuthorizeCallResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def VisibleItems(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/toolsearch.v1.Indexer/VisibleItems',
+            toolsearch_dot_v1_dot_indexer__pb2.VisibleItemsRequest.SerializeToString,
+            toolsearch_dot_v1_dot_indexer__pb2.VisibleItemsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -116,6 +116,17 @@ class IndexerStub:
     """The kept events of a session's stream after `after` (at most `limit` of them), and how it ended
     if it did; `found` false when there is none (it expired, or the stream is not this session's).
     """
+    AuthorizeCall: _grpc.UnaryUnaryMultiCallable[_indexer_pb2.AuthorizeCallRequest, _indexer_pb2.AuthorizeCallResponse]
+    """Whether the session's caller may call a tool (get a prompt, read a resource) with these
+    arguments, under the authorization policy in force. A denial answers NOT_FOUND with
+    `tool-not-found` (its suggestions drawn from what the caller may use) for a tool, exactly as an
+    unknown name does, and `item-not-found` for a prompt or a resource; the policy that decided is
+    in `toolsearch-denied-by`, for the router's log and metrics, never for the client.
+    """
+    VisibleItems: _grpc.UnaryUnaryMultiCallable[_indexer_pb2.VisibleItemsRequest, _indexer_pb2.VisibleItemsResponse]
+    """Which of the items the router lists from the session's backends (prompts, resources, pinned
+    tools) the caller may see: the router shows only those.
+    """
 
 @_typing.type_check_only
 class IndexerAsyncStub(IndexerStub):
@@ -200,6 +211,17 @@ class IndexerAsyncStub(IndexerStub):
     ReadStreamEvents: _aio.UnaryUnaryMultiCallable[_indexer_pb2.ReadStreamEventsRequest, _indexer_pb2.ReadStreamEventsResponse]  # type: ignore[assignment]
     """The kept events of a session's stream after `after` (at most `limit` of them), and how it ended
     if it did; `found` false when there is none (it expired, or the stream is not this session's).
+    """
+    AuthorizeCall: _aio.UnaryUnaryMultiCallable[_indexer_pb2.AuthorizeCallRequest, _indexer_pb2.AuthorizeCallResponse]  # type: ignore[assignment]
+    """Whether the session's caller may call a tool (get a prompt, read a resource) with these
+    arguments, under the authorization policy in force. A denial answers NOT_FOUND with
+    `tool-not-found` (its suggestions drawn from what the caller may use) for a tool, exactly as an
+    unknown name does, and `item-not-found` for a prompt or a resource; the policy that decided is
+    in `toolsearch-denied-by`, for the router's log and metrics, never for the client.
+    """
+    VisibleItems: _aio.UnaryUnaryMultiCallable[_indexer_pb2.VisibleItemsRequest, _indexer_pb2.VisibleItemsResponse]  # type: ignore[assignment]
+    """Which of the items the router lists from the session's backends (prompts, resources, pinned
+    tools) the caller may see: the router shows only those.
     """
 
 class IndexerServicer(metaclass=_abc_1.ABCMeta):
@@ -390,6 +412,29 @@ class IndexerServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_indexer_pb2.ReadStreamEventsResponse, _abc.Awaitable[_indexer_pb2.ReadStreamEventsResponse]]:
         """The kept events of a session's stream after `after` (at most `limit` of them), and how it ended
         if it did; `found` false when there is none (it expired, or the stream is not this session's).
+        """
+
+    @_abc_1.abstractmethod
+    def AuthorizeCall(
+        self,
+        request: _indexer_pb2.AuthorizeCallRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_indexer_pb2.AuthorizeCallResponse, _abc.Awaitable[_indexer_pb2.AuthorizeCallResponse]]:
+        """Whether the session's caller may call a tool (get a prompt, read a resource) with these
+        arguments, under the authorization policy in force. A denial answers NOT_FOUND with
+        `tool-not-found` (its suggestions drawn from what the caller may use) for a tool, exactly as an
+        unknown name does, and `item-not-found` for a prompt or a resource; the policy that decided is
+        in `toolsearch-denied-by`, for the router's log and metrics, never for the client.
+        """
+
+    @_abc_1.abstractmethod
+    def VisibleItems(
+        self,
+        request: _indexer_pb2.VisibleItemsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_indexer_pb2.VisibleItemsResponse, _abc.Awaitable[_indexer_pb2.VisibleItemsResponse]]:
+        """Which of the items the router lists from the session's backends (prompts, resources, pinned
+        tools) the caller may see: the router shows only those.
         """
 
 def add_IndexerServicer_to_server(servicer: IndexerServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

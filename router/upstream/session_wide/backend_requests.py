@@ -16,26 +16,27 @@ backend's questions of the client across the eras (router/upstream/rounds/) only
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
 from mcp.server.context import ServerRequestContext
 
 from router.error_answers import mcp_error
-from router.errors import BackendError, RouterError
+from router.errors import BackendError, ItemDenied, RouterError
 from router.exchange import Exchange, exchange_of
 from router.link.indexer_client import IndexerClient
 from router.upstream.calls.backends import BackendCaller
 from router.upstream.rounds.input_rounds import Call, InputRounds, failed_outcome, raise_if_failed
 from toolsearch.naming import Prefix
-from toolsearch.sessions import BackendSession, Subscription
+from toolsearch.sessions import BackendSession, Offered, Subscription
 from toolsearch.targets import BackendTarget, ReachableTarget, ReachableTargets
 
 logger = logging.getLogger(__name__)
 
 MAX_PAGES = 20  # pages of one listing read from one backend
 MAX_ENTRIES = 1000  # entries of one listing kept from one backend: the rest are left out (logged)
+MAX_ASKED = 10_000  # items one VisibleItems asks about (the indexer's bound)
 
 
 def complete(result: Mapping[str, Any]) -> dict[str, Any]:
@@ -100,11 +101,43 @@ class Reach:
         # the indexer's naming of tools (its defaults applied by the link)
         self.prefix: Prefix = found.prefix
         self.separator = found.separator
+        self.authorized = found.authorized  # a policy decides which prompts and resources it may use
         self._sessions: dict[str, BackendSession | None] = {}
 
     def offering(self, what: str) -> list[ReachableTarget]:
         """The backends that declared `what` (resources, prompts, completions) in their capabilities."""
         return [b for b in self.backends if getattr(b, what)]
+
+    async def visible(self, items: Sequence[Offered]) -> list[bool]:
+        """Which of the items the caller may see (each, without a policy), asked of the indexer."""
+        if not self.authorized:
+            return [True] * len(items)
+        caller = self.exchange.caller
+        seen: list[bool] = []
+        try:
+            for start in range(0, len(items), MAX_ASKED):
+                batch = items[start : start + MAX_ASKED]
+                principal = caller.identity.principal
+                seen += await self._requests.indexer.visible_items(caller.session_id, principal, batch)
+        except RouterError as exc:
+            raise mcp_error(exc) from None
+        return seen
+
+    async def permits(self, item: Offered, arguments: Mapping[str, Any] | None = None) -> bool:
+        """Whether the caller may get this prompt or read this resource (with these arguments): False
+        when the policy denies it, which the handler answers as it answers an unknown one."""
+        if not self.authorized:
+            return True
+        caller = self.exchange.caller
+        try:
+            await self._requests.indexer.authorize_call(
+                caller.session_id, caller.identity.principal, item, arguments or {}
+            )
+        except ItemDenied:
+            return False  # recorded by the indexer, and in the access line (its policies, no name)
+        except RouterError as exc:
+            raise mcp_error(exc) from None
+        return True
 
     def refuses_sessions(self, backend: ReachableTarget) -> bool:
         """Whether the backend speaks 2026-07-28 only: it refused a handshake session, where a
