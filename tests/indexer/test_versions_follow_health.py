@@ -11,7 +11,6 @@ import asyncio
 import contextlib
 import functools
 import gc
-import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -53,7 +52,6 @@ WEATHER = "AI_Weather_by_Meteosource"
 FAST_HEALTH = {"interval": 0.1, "timeout": 10.0, "unhealthy_after": 1}
 # probes an hour apart: a probe seen during a test is one asked for
 SLOW_HEALTH = {"interval": 3600.0, "timeout": 10.0, "unhealthy_after": 1}
-REBUILD_BOUND = 1.0  # seconds for 10,000 swaps; about 0.03 s on one idle core
 
 
 class Catalog:
@@ -230,29 +228,29 @@ async def test_a_config_reload_adds_and_removes_backends_of_live_sessions(catalo
         assert indexer.monitor is not None and sorted(indexer.monitor.tracked) == [WEATHER, "Cocktails"]
 
 
-async def test_ten_thousand_sessions_sharing_a_catalog_swap_in_one_fast_pass(catalog: Catalog) -> None:
+async def test_ten_thousand_sessions_sharing_a_catalog_swap_to_the_versions_already_built(
+    catalog: Catalog,
+) -> None:
+    # what the swaps cost is the bench's (part 5, re-index of 10,000 sessions): here, that each pass
+    # moves every session and builds nothing
     async with running(catalog.config({"enabled": False})) as indexer:
         registry, manager = indexer.registry, indexer.sessions
         sessions = [await manager.open(ANONYMOUS, None) for _ in range(10_000)]
         listing = registry.get(WEATHER).listing
         assert listing is not None
-        both = [sessions[0].current.version]  # both versions held: the timings measure swaps, not builds
+        both = [sessions[0].current.version]
         registry.record_failure(WEATHER, BackendUnavailable(WEATHER, "down"), "unhealthy")
         await indexer.versions.rebuild_all(f"backend {WEATHER} unhealthy")
         both.append(sessions[0].current.version)
         builds = indexer.pool.builds
-        timings = []
-        for status in ("healthy", "unhealthy", "healthy", "unhealthy"):
+        for status, version in (("healthy", 0), ("unhealthy", 1), ("healthy", 0), ("unhealthy", 1)):
             if status == "healthy":
                 registry.record_listing(WEATHER, listing)
             else:
                 registry.record_failure(WEATHER, BackendUnavailable(WEATHER, "down"), "unhealthy")
-            started = time.perf_counter()
             assert await indexer.versions.rebuild_all(f"backend {WEATHER} {status}") == 10_000
-            timings.append(time.perf_counter() - started)
+            assert all(s.current.version is both[version] for s in sessions)
         assert indexer.pool.builds == builds
-        assert all(s.current.version is both[1] for s in sessions)
-        assert min(timings) < REBUILD_BOUND, timings
 
 
 class GatedPool(VersionPool):
