@@ -10,23 +10,21 @@ from __future__ import annotations
 
 import logging
 import re
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import httpx2
-import jwt
 import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from tests.support.clients import until
+from tests.support.policies import POLICY_FILE
+from tests.support.policy_callers import ROUTER_AUTH, SECRET, SECRET_ENV, mint, policy_file
 from tests.support.routers import LightStack, light_stack
 from tests.support.stack import HEADERS, INITIALIZE
 
-SECRET = "authorization-test-secret-long-enough-for-hs256"
-ISSUER = "https://issuer.test"
 WEATHER = "AI_Weather_by_Meteosource"
 NBA = "Free_NBA"
 NBA_TOOLS = {
@@ -54,12 +52,6 @@ permit(principal in THVGroup::"bar", action == Action::"call_tool", resource == 
 when { context has arg_name && context.arg_name == "margarita" };
 """
 WAIT = 30.0
-
-
-def mint(subject: str, **claims: Any) -> str:
-    now = int(time.time())
-    payload = {"iss": ISSUER, "sub": subject, "aud": "toolsearch", "iat": now, "exp": now + 600, **claims}
-    return jwt.encode(payload, SECRET, algorithm="HS256")
 
 
 class Caller:
@@ -111,13 +103,9 @@ def not_found_text(result: dict[str, Any], name: str) -> str:
 
 @pytest.fixture
 async def stack(tmp_path: Path) -> AsyncIterator[LightStack]:
-    (tmp_path / "policies.cedar").write_text(POLICY, encoding="utf-8")
-    router = {
-        "auth": {"mode": "jwt", "issuer": ISSUER, "audience": "toolsearch", "hs256_secret_env": "TS_JWT"}
-    }
-    authorization = {"policies": "policies.cedar", "reload_interval": 0.2}
+    authorization = policy_file(tmp_path, POLICY, 0.2)
     async with light_stack(
-        tmp_path, router=router, env={"TS_JWT": SECRET}, authorization=authorization
+        tmp_path, router={"auth": ROUTER_AUTH}, env={SECRET_ENV: SECRET}, authorization=authorization
     ) as running:
         yield running
 
@@ -236,7 +224,7 @@ async def test_a_policy_written_anew_grants_and_revokes_while_sessions_stay_open
     )
     revoked = granted.replace(weather, "")
     assert revoked != granted
-    (stack.config_path.parent / "policies.cedar").write_text(revoked, encoding="utf-8")
+    (stack.config_path.parent / POLICY_FILE).write_text(revoked, encoding="utf-8")
 
     async def changed() -> bool:
         return bool(await guest.found() & NBA_TOOLS) and not await fan.found() & {

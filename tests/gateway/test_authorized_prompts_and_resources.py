@@ -9,21 +9,18 @@ conformance test server (its prompts, resources and template) beside the catalog
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import httpx2
-import jwt
 import pytest
 
 from tests.support.conformance import conformance_server_in_process
+from tests.support.policy_callers import ROUTER_AUTH, SECRET, SECRET_ENV, mint, policy_file
 from tests.support.routers import LightStack, light_stack
 from tests.support.stack import HEADERS, INITIALIZE
 
-SECRET = "authorization-test-secret-long-enough-for-hs256"
-ISSUER = "https://issuer.test"
 POLICY = """
 @id("simple-prompt")
 permit(principal, action == Action::"get_prompt", resource == Prompt::"test_simple_prompt");
@@ -59,9 +56,7 @@ class Caller:
     """One token holder in a handshake session, speaking raw JSON-RPC to the router."""
 
     def __init__(self, url: str, subject: str, **claims: Any) -> None:
-        now = int(time.time())
-        payload = {"iss": ISSUER, "sub": subject, "aud": "toolsearch", "iat": now, "exp": now + 600, **claims}
-        self.url, self.token, self.session = url, jwt.encode(payload, SECRET, algorithm="HS256"), ""
+        self.url, self.token, self.session = url, mint(subject, **claims), ""
 
     async def rpc(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
         headers = {**HEADERS, "Authorization": f"Bearer {self.token}"}
@@ -110,15 +105,12 @@ async def denials(stack: LightStack) -> dict[tuple[str, str], float]:
 
 @pytest.fixture
 async def stack(tmp_path: Path) -> AsyncIterator[LightStack]:
-    (tmp_path / "policies.cedar").write_text(POLICY, encoding="utf-8")
-    router = {
-        "auth": {"mode": "jwt", "issuer": ISSUER, "audience": "toolsearch", "hs256_secret_env": "TS_JWT"}
-    }
-    authorization = {"policies": "policies.cedar", "reload_interval": 0.2}
+    router = {"auth": ROUTER_AUTH}
+    authorization = policy_file(tmp_path, POLICY, 0.2)
     with conformance_server_in_process() as url:
         backend = {"id": "conf", "url": url, "timeout": 10}
         async with light_stack(
-            tmp_path, router=router, env={"TS_JWT": SECRET}, authorization=authorization, backends=[backend]
+            tmp_path, router=router, env={SECRET_ENV: SECRET}, authorization=authorization, backends=[backend]
         ) as running:
             yield running
 

@@ -23,6 +23,8 @@ from mcp.client.streamable_http import streamable_http_client
 from commands.ports import free_port
 from tests.support.catalogs import small_catalog
 from tests.support.clients import until
+from tests.support.policies import POLICY_FILE
+from tests.support.policy_callers import ROUTER_AUTH, SECRET, SECRET_ENV, mint, policy_file
 from tests.support.processes import Proc, start_process
 from tests.support.redis import running_redis
 from tests.support.stack import (
@@ -35,10 +37,7 @@ from tests.support.stack import (
     wait_until,
     write_config,
 )
-from tests.support.tokens import hs256
 
-SECRET = "replicas-authorization-secret-long-enough"
-ISSUER = "https://issuer.test"
 WEATHER = "AI_Weather_by_Meteosource"
 NBA = "Free_NBA"
 POLICY = f"""
@@ -74,21 +73,18 @@ def replicas(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Replicas]:
     workdir = tmp_path_factory.mktemp("authorized-replicas")
     catalog = workdir / "catalog.jsonl"
     tools = small_catalog(catalog)
-    policy = workdir / "policies.cedar"
-    policy.write_text(POLICY, encoding="utf-8")
     catalog_port, routers = free_port(), [free_port(), free_port()]
     indexers = [f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"]
-    auth = {"mode": "jwt", "issuer": ISSUER, "audience": "toolsearch", "hs256_secret_env": "TS_JWT"}
     extra = {
-        "router": {"auth": auth},
+        "router": {"auth": ROUTER_AUTH},
         "indexer": {"health": {"enabled": False}, "lease_ttl": 1.0},
-        "authorization": {"policies": "policies.cedar", "reload_interval": 1.0},
+        "authorization": policy_file(workdir, POLICY, 1.0),
     }
     config_path, _ = write_config(workdir, catalog, catalog_port, 0, routers[0], extra)
     with running_redis(workdir / "redis") as redis, ExitStack() as cleanup:
         args = [*CLI, "catalog-server", "--catalog", str(catalog), "--port", str(catalog_port), "--control"]
         cleanup.callback(start_process(args, f"http://127.0.0.1:{catalog_port}/healthz").stop)
-        found = Replicas(policy, [f"http://127.0.0.1:{port}/mcp" for port in routers], tools)
+        found = Replicas(workdir / POLICY_FILE, [f"http://127.0.0.1:{port}/mcp" for port in routers], tools)
         cleanup.callback(lambda: [proc.stop() for proc in found.procs.values()])
         for number, address in enumerate(indexers, start=1):
             env = {"TOOLSEARCH_INDEXER_LISTEN": address, "TOOLSEARCH_INDEXER_STATE": redis.url}
@@ -99,22 +95,18 @@ def replicas(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Replicas]:
             env = {
                 "TOOLSEARCH_ROUTER_LISTEN": f"127.0.0.1:{port}",
                 "TOOLSEARCH_INDEXER_ADDRESSES": ",".join(order),
-                "TS_JWT": SECRET,
+                SECRET_ENV: SECRET,
             }
             router = [*CLI, "router", "--config", str(config_path)]
             found.procs[f"router{name}"] = start_process(router, f"http://127.0.0.1:{port}/readyz", env=env)
         yield found
 
 
-def token(subject: str, **claims: Any) -> str:
-    return hs256(SECRET, subject, 600, iss=ISSUER, aud="toolsearch", **claims)
-
-
 class Caller:
     """A token holder's handshake session, opened on one router and used on either."""
 
     def __init__(self, subject: str, **claims: Any) -> None:
-        self.headers = {**HEADERS, "Authorization": f"Bearer {token(subject, **claims)}"}
+        self.headers = {**HEADERS, "Authorization": f"Bearer {mint(subject, **claims)}"}
 
     async def open(self, url: str) -> Caller:
         async with httpx2.AsyncClient(timeout=WAIT) as http:
@@ -167,7 +159,7 @@ async def test_callers_with_different_tokens_find_and_call_different_tools_on_bo
 async def test_a_2026_07_28_caller_is_scoped_to_its_tools_on_both_routers(replicas: Replicas) -> None:
     for url in replicas.routers:
         for headers, sees_nba in (({}, False), ({"groups": ["nba"]}, True)):
-            bearer = {"Authorization": f"Bearer {token('carol', **headers)}"}
+            bearer = {"Authorization": f"Bearer {mint('carol', **headers)}"}
             async with (
                 httpx2.AsyncClient(timeout=WAIT, headers=bearer) as http,
                 Client(streamable_http_client(url, http_client=http), mode="auto") as client,
