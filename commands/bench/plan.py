@@ -17,10 +17,10 @@ PARTS = (
     "second-stage",
     "small",
     "kept-sessions",
+    "authorization",
     "cold",
     "cold-large",
     "stdio",
-    "authorization",
     "first-run",
 )
 

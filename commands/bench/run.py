@@ -508,10 +508,11 @@ class Run:
             ("second-stage", "second stage", self.second_stage),
             ("small", "small stack", self.small),
             ("kept-sessions", "kept sessions", self.kept_sessions),
+            ("authorization", "authorization", self.authorization),
+            # the large cold open's steady load takes every query left: it comes after all the others
             ("cold", "cold open, small", functools.partial(self.cold, "small", 2_000)),
             ("cold-large", "cold open, large", functools.partial(self.cold, "large", None)),
             ("stdio", "stdio servers", self.stdio),
-            ("authorization", "authorization", self.authorization),
         ]
         for selector, part, step in steps:
             if self.wants(selector) or (selector == "large" and self.wants("batching")):
