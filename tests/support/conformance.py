@@ -20,6 +20,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from commands.ports import free_port
 from tests.support.conformance_content import handshake_content
@@ -33,6 +34,7 @@ SUITE = SERVERS / "node_modules" / "@modelcontextprotocol" / "conformance" / "di
 TYPESCRIPT_SERVER = SERVERS / "conformance-server.mjs"  # the same server, on the TypeScript SDK
 REQUIREMENTS = ("2025-11-25", "2026-07-28")
 RUN_TIMEOUT = 600.0  # seconds for one requirement set's run; each scenario has the suite's own 30 s
+DETAILS_SHOWN = 600  # characters of a failed check's details in its message
 
 
 @contextlib.contextmanager
@@ -99,10 +101,13 @@ async def _node(*args: str, timeout: float) -> str:
     try:
         output, _ = await asyncio.wait_for(process.communicate(), timeout)
     except TimeoutError:
-        with contextlib.suppress(ProcessLookupError):
-            process.kill()
-        await process.wait()
         raise AssertionError(f"the conformance suite ({' '.join(args[:2])}) ran over {timeout:g}s") from None
+    finally:
+        # over time, or cancelled because a run beside it failed: no suite outlives its run
+        if process.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                process.kill()
+            await asyncio.shield(process.wait())
     return output.decode(errors="replace")
 
 
@@ -125,7 +130,14 @@ def _outcome(folder: Path) -> Outcome:
     checks = json.loads((folder / "checks.json").read_text())
     failed = [c for c in checks if c.get("status") == "FAILURE"]
     warned = tuple(str(c.get("id")) for c in checks if c.get("status") == "WARNING")
-    return Outcome(not failed, tuple(f"{c.get('id')}: {c.get('errorMessage', '')}" for c in failed), warned)
+    return Outcome(not failed, tuple(_failure(c) for c in failed), warned)
+
+
+def _failure(check: dict[str, Any]) -> str:
+    """A failed check as its id and message, with what the suite saw (its details, cut short), so
+    that a failure says what came back and not only that something did."""
+    seen = json.dumps(check["details"], sort_keys=True)[:DETAILS_SHOWN] if check.get("details") else ""
+    return f"{check.get('id')}: {check.get('errorMessage', '')}" + (f" (saw {seen})" if seen else "")
 
 
 async def run_suite(url: str, requirements: str, folder: Path) -> dict[str, Outcome]:

@@ -21,7 +21,7 @@ from tests.support.routers import light_stack
 from tests.support.stack import HEADERS, INITIALIZE
 from tests.support.stdio_servers import FLOOD_LINES
 
-START_TIMEOUT = 3.0
+START_TIMEOUT = 8.0  # seconds: a busy two-core machine starts every good server well within it
 BROKEN = {
     "missing": (
         {"command": "toolsearch-test-no-such-program"},
