@@ -35,6 +35,8 @@ TYPESCRIPT_SERVER = SERVERS / "conformance-server.mjs"  # the same server, on th
 REQUIREMENTS = ("2025-11-25", "2026-07-28")
 RUN_TIMEOUT = 600.0  # seconds for one requirement set's run; each scenario has the suite's own 30 s
 DETAILS_SHOWN = 600  # characters of a failed check's details in its message
+LIST_TIMEOUT = 120.0  # seconds for the suite to list a requirement set's scenarios
+_LISTED: dict[str, list[str]] = {}  # each requirement set's scenarios, once listed
 
 
 @contextlib.contextmanager
@@ -112,8 +114,15 @@ async def _node(*args: str, timeout: float) -> str:
 
 
 async def server_scenarios(requirements: str) -> list[str]:
-    """The server scenarios a requirement set requires, as the suite lists them."""
-    listing = await _node("list", "--server", "--requirements", requirements, timeout=60)
+    """The server scenarios a requirement set requires, as the suite lists them: listed once a
+    process, so that runs started together do not each start Node for the same list first."""
+    if requirements not in _LISTED:
+        listing = await _node("list", "--server", "--requirements", requirements, timeout=LIST_TIMEOUT)
+        _LISTED[requirements] = _scenarios_in(listing)
+    return list(_LISTED[requirements])
+
+
+def _scenarios_in(listing: str) -> list[str]:
     names: list[str] = []
     section = False
     for line in listing.splitlines():

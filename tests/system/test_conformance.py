@@ -431,6 +431,8 @@ def results(tmp_path_factory: pytest.TempPathFactory, targets: dict[str, str]) -
         }
 
     async def all_runs() -> Results:
+        for requirements in REQUIREMENTS:  # listed once, before the runs start together
+            await server_scenarios(requirements)
         runs = {
             (target, requirements): run_suite(url, requirements, tmp_path_factory.mktemp("suite"))
             for target, url in targets.items()
